@@ -1,0 +1,10 @@
+//! Test helpers for agentloop: a scripted in-process model, and OpenAI- and Anthropic-compatible
+//! servers on loopback with fault injection.
+
+#![warn(missing_docs)]
+
+mod scripted;
+mod turn;
+
+pub use scripted::ScriptedModel;
+pub use turn::{Turn, TurnItem, split_pieces};

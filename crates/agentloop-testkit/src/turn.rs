@@ -1,0 +1,295 @@
+//! Scripted turns: what a fake model answers to one call. The scripted model and the wire-level
+//! servers both play them.
+
+use std::time::Duration;
+
+use agentloop::{Error, StopReason, StreamEvent, Usage};
+use serde_json::Value;
+
+/// One piece of a scripted answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnItem {
+    /// Answer text (streamed in several deltas).
+    Text(String),
+    /// Reasoning text with an optional signature.
+    Thinking {
+        /// The reasoning.
+        text: String,
+        /// Its signature.
+        signature: Option<String>,
+    },
+    /// A tool call; `arguments` is the raw JSON text (streamed in several fragments), so tests
+    /// can also send invalid JSON.
+    ToolCall {
+        /// Call id; `None` gives `call_<turn>_<i>`.
+        id: Option<String>,
+        /// Tool name.
+        name: String,
+        /// Raw argument text.
+        arguments: String,
+    },
+}
+
+/// What the model answers to one call.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    /// The answer, in order.
+    pub items: Vec<TurnItem>,
+    /// Stop reason; `None` derives it (tool_use when there are tool calls, else end_turn).
+    pub stop_reason: Option<StopReason>,
+    /// Reported usage.
+    pub usage: Usage,
+    /// Wait this long before answering.
+    pub delay: Option<Duration>,
+    /// Wait this long between streamed events.
+    pub chunk_delay: Option<Duration>,
+    /// Fail instead of answering.
+    pub error: Option<Error>,
+    /// Fail after this many streamed events (a stream cut mid-way).
+    pub fail_after_events: Option<(usize, Error)>,
+}
+
+impl Default for Turn {
+    fn default() -> Self {
+        Self {
+            items: Vec::new(),
+            stop_reason: None,
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 5,
+                ..Usage::default()
+            },
+            delay: None,
+            chunk_delay: None,
+            error: None,
+            fail_after_events: None,
+        }
+    }
+}
+
+impl Turn {
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            items: vec![TurnItem::Text(text.into())],
+            ..Self::default()
+        }
+    }
+
+    /// One tool call with JSON arguments.
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        Self::tool_calls([(name.into(), arguments)])
+    }
+
+    /// Several tool calls in one turn.
+    pub fn tool_calls<N: Into<String>>(calls: impl IntoIterator<Item = (N, Value)>) -> Self {
+        Self {
+            items: calls
+                .into_iter()
+                .map(|(name, args)| TurnItem::ToolCall {
+                    id: None,
+                    name: name.into(),
+                    arguments: args.to_string(),
+                })
+                .collect(),
+            ..Self::default()
+        }
+    }
+
+    /// One tool call whose argument text is sent verbatim (may be invalid JSON).
+    pub fn tool_call_raw(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self {
+            items: vec![TurnItem::ToolCall {
+                id: None,
+                name: name.into(),
+                arguments: arguments.into(),
+            }],
+            ..Self::default()
+        }
+    }
+
+    /// A failed call.
+    pub fn error(error: Error) -> Self {
+        Self {
+            error: Some(error),
+            ..Self::default()
+        }
+    }
+
+    /// Add text after what is there.
+    pub fn then_text(mut self, text: impl Into<String>) -> Self {
+        self.items.push(TurnItem::Text(text.into()));
+        self
+    }
+
+    /// Add a tool call after what is there.
+    pub fn then_tool_call(mut self, name: impl Into<String>, arguments: Value) -> Self {
+        self.items.push(TurnItem::ToolCall {
+            id: None,
+            name: name.into(),
+            arguments: arguments.to_string(),
+        });
+        self
+    }
+
+    /// Put reasoning first.
+    pub fn with_thinking(mut self, text: impl Into<String>, signature: Option<&str>) -> Self {
+        self.items.insert(
+            0,
+            TurnItem::Thinking {
+                text: text.into(),
+                signature: signature.map(str::to_owned),
+            },
+        );
+        self
+    }
+
+    /// Give the tool calls these ids, in order.
+    pub fn with_ids<S: Into<String>>(mut self, ids: impl IntoIterator<Item = S>) -> Self {
+        let mut ids = ids.into_iter();
+        for item in &mut self.items {
+            if let TurnItem::ToolCall { id, .. } = item {
+                *id = ids.next().map(Into::into);
+            }
+        }
+        self
+    }
+
+    /// Report this usage.
+    pub fn with_usage(mut self, input_tokens: u64, output_tokens: u64) -> Self {
+        self.usage = Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        };
+        self
+    }
+
+    /// Report this stop reason.
+    pub fn with_stop_reason(mut self, stop_reason: StopReason) -> Self {
+        self.stop_reason = Some(stop_reason);
+        self
+    }
+
+    /// Wait before answering.
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Wait between streamed events.
+    pub fn with_chunk_delay(mut self, delay: Duration) -> Self {
+        self.chunk_delay = Some(delay);
+        self
+    }
+
+    /// Cut the stream with `error` after `events` events.
+    pub fn fail_after(mut self, events: usize, error: Error) -> Self {
+        self.fail_after_events = Some((events, error));
+        self
+    }
+
+    /// The stop reason this turn reports.
+    pub fn effective_stop_reason(&self) -> StopReason {
+        self.stop_reason.clone().unwrap_or_else(|| {
+            if self.has_tool_calls() {
+                StopReason::ToolUse
+            } else {
+                StopReason::EndTurn
+            }
+        })
+    }
+
+    /// Whether the turn calls tools.
+    pub fn has_tool_calls(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| matches!(i, TurnItem::ToolCall { .. }))
+    }
+
+    /// The tool calls with resolved ids `(id, name, arguments)`, for wire servers.
+    pub fn resolved_calls(&self, turn_index: usize) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for item in &self.items {
+            if let TurnItem::ToolCall {
+                id,
+                name,
+                arguments,
+            } = item
+            {
+                let i = out.len();
+                let id = id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{turn_index}_{i}"));
+                out.push((id, name.clone(), arguments.clone()));
+            }
+        }
+        out
+    }
+
+    /// The normalized events this turn streams as: text in several deltas, arguments in
+    /// several fragments, then usage and stop.
+    pub fn events(&self, turn_index: usize) -> Vec<StreamEvent> {
+        let mut events = vec![StreamEvent::MessageStart {
+            id: format!("msg_{turn_index}"),
+            model: "scripted".into(),
+        }];
+        let mut call_index = 0;
+        for item in &self.items {
+            match item {
+                TurnItem::Text(text) => {
+                    for piece in split_pieces(text, 3) {
+                        events.push(StreamEvent::TextDelta { text: piece });
+                    }
+                }
+                TurnItem::Thinking { text, signature } => {
+                    for piece in split_pieces(text, 2) {
+                        events.push(StreamEvent::ThinkingDelta { text: piece });
+                    }
+                    if let Some(signature) = signature {
+                        events.push(StreamEvent::ThinkingSignature {
+                            signature: signature.clone(),
+                        });
+                    }
+                }
+                TurnItem::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    let index = call_index;
+                    call_index += 1;
+                    events.push(StreamEvent::ToolCallStart {
+                        index,
+                        id: id
+                            .clone()
+                            .unwrap_or_else(|| format!("call_{turn_index}_{index}")),
+                        name: name.clone(),
+                    });
+                    for piece in split_pieces(arguments, 4) {
+                        events.push(StreamEvent::ToolCallDelta {
+                            index,
+                            arguments: piece,
+                        });
+                    }
+                    events.push(StreamEvent::ToolCallEnd { index });
+                }
+            }
+        }
+        events.push(StreamEvent::Usage { usage: self.usage });
+        events.push(StreamEvent::MessageStop {
+            stop_reason: self.effective_stop_reason(),
+        });
+        events
+    }
+}
+
+/// Split text into up to `n` pieces at char boundaries (empty text gives no pieces).
+pub fn split_pieces(text: &str, n: usize) -> Vec<String> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(n.max(1));
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}

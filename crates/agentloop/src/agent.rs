@@ -1,0 +1,302 @@
+//! The front door: an [`Agent`] is built once (model, system prompt, tools, limits, hooks) and
+//! run many times, concurrently.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::message::{Message, Request};
+use crate::provider::Provider;
+use crate::run::{self, Hooks, RunOptions, RunResult, RunStream, StopCondition};
+use crate::tool::{NativeTool, Tool, ToolChoice, ToolDefinition, ToolHandler};
+
+/// A configured agent. Cheap to clone; runs share nothing but the configuration.
+///
+/// ```
+/// # use agentloop::{Agent, Tool};
+/// # use agentloop_testkit::{ScriptedModel, Turn};
+/// # #[derive(serde::Deserialize, schemars::JsonSchema)] struct GetWeather { city: String }
+/// # tokio_test_block_on(async {
+/// let model = ScriptedModel::new([
+///     Turn::tool_call("get_weather", serde_json::json!({"city": "Paris"})),
+///     Turn::text("It is 18 °C in Paris."),
+/// ]);
+/// let agent = Agent::builder(model)
+///     .system("You are a weather assistant.")
+///     .tool(Tool::function("get_weather", "Current weather", |w: GetWeather| async move {
+///         Ok::<_, std::io::Error>(format!("18 °C in {}", w.city))
+///     }))
+///     .build();
+/// let result = agent.run("Weather in Paris?").await?;
+/// assert_eq!(result.text(), "It is 18 °C in Paris.");
+/// # Ok::<(), agentloop::Error>(()) });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f) }
+/// ```
+#[derive(Clone)]
+pub struct Agent {
+    provider: Arc<dyn Provider>,
+    base: Request,
+    tools: Vec<Tool>,
+    options: RunOptions,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("provider", &self.provider.name())
+            .field("model", &self.base.model)
+            .field("tools", &self.tools.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Start building an agent on `provider`.
+    pub fn builder(provider: impl Provider) -> AgentBuilder {
+        AgentBuilder::new(Arc::new(provider))
+    }
+
+    /// Start building an agent on a shared provider.
+    pub fn builder_shared(provider: Arc<dyn Provider>) -> AgentBuilder {
+        AgentBuilder::new(provider)
+    }
+
+    /// The run options every run starts from (clone, edit, pass to [`Agent::run_with`]).
+    pub fn options(&self) -> RunOptions {
+        self.options.clone()
+    }
+
+    /// The agent's tools.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// The tool named `name`.
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.tool_name() == name)
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// The request every run starts from (model, system, sampling, native tools).
+    pub fn base_request(&self) -> &Request {
+        &self.base
+    }
+
+    fn request(&self, messages: Vec<Message>) -> Request {
+        let mut request = self.base.clone();
+        request.messages = messages;
+        request
+    }
+
+    /// Run one prompt to the end.
+    pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult> {
+        self.run_with(vec![Message::user(prompt)], self.options.clone())
+            .await
+    }
+
+    /// Run one prompt, streaming events.
+    pub fn run_stream(&self, prompt: impl Into<String>) -> RunStream {
+        self.stream_with(vec![Message::user(prompt)], self.options.clone())
+    }
+
+    /// Run from a full history (ending with the new user message).
+    pub async fn run_messages(&self, messages: Vec<Message>) -> Result<RunResult> {
+        self.run_with(messages, self.options.clone()).await
+    }
+
+    /// Run from a full history with options for this run (e.g. its own cancellation token).
+    pub async fn run_with(&self, messages: Vec<Message>, options: RunOptions) -> Result<RunResult> {
+        run::run(
+            self.provider.clone(),
+            self.request(messages),
+            self.tools.clone(),
+            options,
+        )
+        .await
+    }
+
+    /// Stream a run from a full history with options for this run.
+    pub fn stream_with(&self, messages: Vec<Message>, options: RunOptions) -> RunStream {
+        run::run_stream(
+            self.provider.clone(),
+            self.request(messages),
+            self.tools.clone(),
+            options,
+        )
+    }
+}
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder {
+    provider: Arc<dyn Provider>,
+    base: Request,
+    tools: Vec<Tool>,
+    options: RunOptions,
+}
+
+impl AgentBuilder {
+    fn new(provider: Arc<dyn Provider>) -> Self {
+        Self {
+            provider,
+            base: Request::default(),
+            tools: Vec::new(),
+            options: RunOptions::default(),
+        }
+    }
+
+    /// The model name, as the provider knows it.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.base.model = model.into();
+        self
+    }
+
+    /// The system prompt.
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.base.system = Some(system.into());
+        self
+    }
+
+    /// Add a tool.
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.retain(|t| t.tool_name() != tool.tool_name());
+        self.tools.push(tool);
+        self
+    }
+
+    /// Add tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
+        for tool in tools {
+            self = self.tool(tool);
+        }
+        self
+    }
+
+    /// Attach a handler to the definition-only tool `name`.
+    pub fn handler(mut self, name: &str, handler: impl ToolHandler) -> Self {
+        let handler: Arc<dyn ToolHandler> = Arc::new(handler);
+        for tool in &mut self.tools {
+            if tool.tool_name() == name {
+                *tool = tool.clone().handler_arc(handler.clone());
+            }
+        }
+        self
+    }
+
+    /// Offer a provider-native tool.
+    pub fn native_tool(mut self, tool: NativeTool) -> Self {
+        self.base.tools.push(ToolDefinition::Native(tool));
+        self
+    }
+
+    /// Sampling temperature.
+    pub fn temperature(mut self, t: f32) -> Self {
+        self.base.temperature = Some(t);
+        self
+    }
+
+    /// Token limit per response.
+    pub fn max_tokens(mut self, n: u32) -> Self {
+        self.base.max_tokens = Some(n);
+        self
+    }
+
+    /// Tool choice for every step (a prepare-step hook can change it per step).
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.base.tool_choice = Some(choice);
+        self
+    }
+
+    /// Allow or forbid several tool calls per turn.
+    pub fn parallel_tool_calls(mut self, on: bool) -> Self {
+        self.base.parallel_tool_calls = Some(on);
+        self
+    }
+
+    /// Edit the base request directly (stop sequences, metadata, extensions, ...).
+    pub fn request(mut self, edit: impl FnOnce(&mut Request)) -> Self {
+        edit(&mut self.base);
+        self
+    }
+
+    /// Maximum model calls per run (default 10).
+    pub fn max_turns(mut self, n: u32) -> Self {
+        self.options.limits.max_turns = n;
+        self
+    }
+
+    /// Maximum tool calls per run.
+    pub fn max_tool_calls(mut self, n: u32) -> Self {
+        self.options.limits.max_tool_calls = Some(n);
+        self
+    }
+
+    /// Maximum total tokens per run.
+    pub fn max_total_tokens(mut self, n: u64) -> Self {
+        self.options.limits.max_total_tokens = Some(n);
+        self
+    }
+
+    /// Whole-run timeout.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.options.timeout = Some(d);
+        self
+    }
+
+    /// Default per-tool timeout (default 30 s).
+    pub fn tool_timeout(mut self, d: Duration) -> Self {
+        self.options.tool_timeout = d;
+        self
+    }
+
+    /// Run a turn's tools one after another.
+    pub fn sequential_tools(mut self) -> Self {
+        self.options.parallel_tools = false;
+        self
+    }
+
+    /// Add a stop condition.
+    pub fn stop_when(mut self, condition: StopCondition) -> Self {
+        self.options.stop_when.push(condition);
+        self
+    }
+
+    /// Set the hooks.
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.options.hooks = hooks;
+        self
+    }
+
+    /// Shared state handed to tool handlers.
+    pub fn state<S: Any + Send + Sync>(mut self, state: S) -> Self {
+        self.options.state = Some(Arc::new(state));
+        self
+    }
+
+    /// Replace all run options.
+    pub fn options(mut self, options: RunOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Edit the run options.
+    pub fn with_options(mut self, edit: impl FnOnce(&mut RunOptions)) -> Self {
+        edit(&mut self.options);
+        self
+    }
+
+    /// Finish.
+    pub fn build(self) -> Agent {
+        Agent {
+            provider: self.provider,
+            base: self.base,
+            tools: self.tools,
+            options: self.options,
+        }
+    }
+}

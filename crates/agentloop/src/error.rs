@@ -1,0 +1,269 @@
+//! One error type for the whole crate, with a variant per cause so callers can act on it.
+//!
+//! Tool failures are not errors: they become tool results the model sees (see
+//! [`crate::run::ToolOutcome`]). A run only fails when it cannot go on.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which timeout fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutKind {
+    /// Establishing the connection.
+    Connect,
+    /// The whole HTTP request (non-streaming).
+    Request,
+    /// Waiting for the first chunk of a stream.
+    FirstChunk,
+    /// Waiting between two chunks of a stream.
+    Idle,
+    /// One step of a run (model call plus tools).
+    Step,
+    /// The whole run.
+    Run,
+}
+
+impl std::fmt::Display for TimeoutKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Connect => "connect",
+            Self::Request => "request",
+            Self::FirstChunk => "first chunk",
+            Self::Idle => "idle between chunks",
+            Self::Step => "step",
+            Self::Run => "run",
+        })
+    }
+}
+
+/// Everything that can go wrong.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The request never got a usable HTTP answer (DNS, connect, TLS, reset).
+    #[error("HTTP transport error: {message}")]
+    Http {
+        /// What the transport said.
+        message: String,
+    },
+    /// The provider answered with an error status we have no more specific variant for.
+    #[error("{provider} API error {status}{}: {message}", error_type.as_deref().map(|t| format!(" ({t})")).unwrap_or_default())]
+    Api {
+        /// Which provider.
+        provider: String,
+        /// HTTP status.
+        status: u16,
+        /// The provider's error type or code, when it sent one.
+        error_type: Option<String>,
+        /// The provider's message.
+        message: String,
+    },
+    /// 429: too many requests. Retried automatically up to the configured maximum.
+    #[error("{provider} rate limited the request{}: {message}", retry_after.map(|d| format!(" (retry after {:.1}s)", d.as_secs_f64())).unwrap_or_default())]
+    RateLimited {
+        /// Which provider.
+        provider: String,
+        /// How long the provider asked us to wait.
+        retry_after: Option<Duration>,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider is overloaded (Anthropic 529, `overloaded_error`, or 503).
+    #[error("{provider} is overloaded: {message}")]
+    Overloaded {
+        /// Which provider.
+        provider: String,
+        /// The provider's message.
+        message: String,
+    },
+    /// 401/403: the API key is missing, wrong or lacks permission.
+    #[error("{provider} rejected the credentials ({status}): {message}; check the API key")]
+    Auth {
+        /// Which provider.
+        provider: String,
+        /// HTTP status.
+        status: u16,
+        /// The provider's message.
+        message: String,
+    },
+    /// 400/404/422: the provider refused the request as malformed. Not retried.
+    #[error("{provider} refused the request as invalid ({status}): {message}")]
+    InvalidRequest {
+        /// Which provider.
+        provider: String,
+        /// HTTP status.
+        status: u16,
+        /// The provider's error type, when it sent one.
+        error_type: Option<String>,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider sent an error event after a successful start of the stream.
+    #[error("{provider} reported an error mid-stream{}: {message}", error_type.as_deref().map(|t| format!(" ({t})")).unwrap_or_default())]
+    Stream {
+        /// Which provider.
+        provider: String,
+        /// The provider's error type or code.
+        error_type: Option<String>,
+        /// The provider's message.
+        message: String,
+    },
+    /// A timeout fired.
+    #[error("{kind} timeout after {:.1}s", after.as_secs_f64())]
+    Timeout {
+        /// Which timeout.
+        kind: TimeoutKind,
+        /// How long it was.
+        after: Duration,
+    },
+    /// A response or stream chunk could not be understood.
+    #[error("could not parse the {what}: {message}")]
+    Parse {
+        /// What was being parsed.
+        what: String,
+        /// Why it failed.
+        message: String,
+    },
+    /// The stream ended (or the connection dropped) before the response was complete.
+    #[error("the stream was interrupted: {message}")]
+    Interrupted {
+        /// What happened.
+        message: String,
+    },
+    /// The run or call was cancelled by its caller.
+    #[error("cancelled")]
+    Cancelled,
+    /// A tool call's arguments could not be turned into the tool's input type.
+    #[error("arguments for tool `{tool}` do not match its input: {message}")]
+    ToolArgumentParse {
+        /// The tool.
+        tool: String,
+        /// The serde error.
+        message: String,
+    },
+    /// A tool's input schema is not a valid JSON Schema.
+    #[error("tool `{tool}` has an invalid input schema: {message}")]
+    InvalidToolSchema {
+        /// The tool.
+        tool: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A tool failed where failure cannot be fed back to the model (e.g. a direct call).
+    #[error("tool `{tool}` failed: {message}")]
+    ToolExecution {
+        /// The tool.
+        tool: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A hook refused to go on.
+    #[error("blocked by the {hook} hook: {reason}")]
+    HookBlocked {
+        /// Which hook.
+        hook: String,
+        /// The reason it gave.
+        reason: String,
+    },
+    /// The provider has no such feature.
+    #[error("{feature} is not supported by {provider}")]
+    Unsupported {
+        /// Which provider.
+        provider: String,
+        /// What was asked for.
+        feature: String,
+    },
+    /// A configuration problem: unknown provider, missing key, bad URL, ...
+    #[error("configuration error: {message}")]
+    Config {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// The run stopped before the model finished its answer (see [`crate::run::RunResult::finished`]).
+    #[error("the run did not finish: it stopped with `{reason}`")]
+    Incomplete {
+        /// The run's stop reason.
+        reason: String,
+    },
+    /// The history is not valid to send (a tool use without a result, a result for nothing).
+    #[error("invalid history: {message}")]
+    InvalidHistory {
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Error {
+    /// Whether retrying the same request may succeed (transport, 408/409/429/5xx/529).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Http { .. } | Self::RateLimited { .. } | Self::Overloaded { .. } => true,
+            Self::Api { status, .. } => matches!(status, 408 | 409 | 500..=599),
+            Self::Timeout { kind, .. } => {
+                matches!(kind, TimeoutKind::Connect | TimeoutKind::Request)
+            }
+            _ => false,
+        }
+    }
+
+    /// How long the provider asked us to wait, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A short snake_case name of the variant, used in events and JSON output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http { .. } => "http",
+            Self::Api { .. } => "api",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Overloaded { .. } => "overloaded",
+            Self::Auth { .. } => "auth",
+            Self::InvalidRequest { .. } => "invalid_request",
+            Self::Stream { .. } => "stream",
+            Self::Timeout { .. } => "timeout",
+            Self::Parse { .. } => "parse",
+            Self::Interrupted { .. } => "interrupted",
+            Self::Cancelled => "cancelled",
+            Self::ToolArgumentParse { .. } => "tool_argument_parse",
+            Self::InvalidToolSchema { .. } => "invalid_tool_schema",
+            Self::ToolExecution { .. } => "tool_execution",
+            Self::HookBlocked { .. } => "hook_blocked",
+            Self::Unsupported { .. } => "unsupported",
+            Self::Config { .. } => "config",
+            Self::InvalidHistory { .. } => "invalid_history",
+            Self::Incomplete { .. } => "incomplete",
+        }
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        Self::Config {
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn parse(what: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Self::Parse {
+            what: what.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl Serialize for Error {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("Error", 2)?;
+        s.serialize_field("kind", self.kind())?;
+        s.serialize_field("message", &self.to_string())?;
+        s.end()
+    }
+}

@@ -1,0 +1,471 @@
+//! The driver: performs the machine's actions (model calls, tools) and reports back. One
+//! driver serves blocking and streamed runs; only the event sink differs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::hooks::{StepInfo, StopInfo, ToolDecision};
+use super::machine::{Action, Machine};
+use super::options::RunOptions;
+use super::outcome::ToolOutcome;
+use super::result::{RunEvent, RunResult, RunStopReason};
+use crate::error::{Error, TimeoutKind};
+use crate::message::{Request, Response};
+use crate::provider::Provider;
+use crate::stream::{Accumulator, StreamEvent};
+use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, Violation};
+
+/// The tools of a run, by name.
+#[derive(Clone, Default)]
+pub(crate) struct ToolSet {
+    tools: HashMap<String, Tool>,
+    names: Vec<String>,
+}
+
+impl ToolSet {
+    pub(crate) fn new(tools: impl IntoIterator<Item = Tool>) -> Self {
+        let mut set = Self::default();
+        for tool in tools {
+            let name = tool.tool_name().to_owned();
+            if set.tools.insert(name.clone(), tool).is_none() {
+                set.names.push(name);
+            }
+        }
+        set
+    }
+
+    pub(crate) fn definitions(&self) -> impl Iterator<Item = ToolDefinition> + '_ {
+        self.names
+            .iter()
+            .filter_map(|n| self.tools.get(n))
+            .map(ToolDefinition::from)
+    }
+}
+
+/// Where a streamed run's events go; a blocking run has none.
+pub(crate) type Sink = Option<UnboundedSender<RunEvent>>;
+
+pub(crate) struct Driver {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) tools: ToolSet,
+    pub(crate) options: RunOptions,
+    pub(crate) sink: Sink,
+}
+
+/// Why a model call did not give a response.
+enum ModelFailure {
+    Stopped(RunStopReason, Option<Response>),
+    Failed(Error),
+}
+
+/// Cancellation and deadlines, raced against every await of the run.
+struct StopSignal<'a> {
+    cancel: &'a CancellationToken,
+    deadline: Option<Instant>,
+}
+
+impl StopSignal<'_> {
+    async fn wait(&self) -> RunStopReason {
+        let timeout = async {
+            match self.deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => RunStopReason::Interrupted,
+            _ = timeout => RunStopReason::Timeout,
+        }
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Driver {
+    fn emit(&self, event: impl FnOnce() -> RunEvent) {
+        if let Some(sink) = &self.sink {
+            // A closed receiver means the stream was dropped; the run is being dropped too.
+            let _ = sink.send(event());
+        }
+    }
+
+    pub(crate) async fn drive(self, mut machine: Machine) -> RunResult {
+        let run_deadline = self.options.timeout.map(|d| Instant::now() + d);
+        self.emit(|| RunEvent::RunStart);
+        loop {
+            match machine.next() {
+                Action::Stop(_) => break,
+                Action::CallModel(request) => {
+                    let step = machine.steps().len();
+                    self.emit(|| RunEvent::StepStart { step });
+                    let started = Instant::now();
+                    let step_deadline = self.options.step_timeout.map(|d| started + d);
+                    let stop = StopSignal {
+                        cancel: &self.options.cancel,
+                        deadline: earliest(run_deadline, step_deadline),
+                    };
+                    let request = self.prepare(request, &machine, step).await;
+                    match self.call_model(&request, &stop).await {
+                        Ok(response) => {
+                            for hook in &self.options.hooks.after_response {
+                                hook(response.clone()).await;
+                            }
+                            let (stop_reason, usage) =
+                                (response.stop_reason.clone(), response.usage);
+                            machine.on_response(response, started.elapsed());
+                            if machine.is_done() {
+                                self.emit(|| RunEvent::StepFinish {
+                                    step,
+                                    stop_reason,
+                                    usage,
+                                });
+                            } else {
+                                self.run_tool_step(&mut machine, step, &stop).await;
+                            }
+                        }
+                        Err(ModelFailure::Stopped(reason, partial)) => {
+                            machine.interrupt(reason, partial)
+                        }
+                        Err(ModelFailure::Failed(error)) => {
+                            self.emit(|| RunEvent::Error {
+                                error: error.clone(),
+                            });
+                            machine.on_error(error);
+                        }
+                    }
+                }
+                Action::RunTools(_) => {
+                    // Only reached when resuming a machine saved between response and tools.
+                    let step = machine.steps().len().saturating_sub(1);
+                    let stop = StopSignal {
+                        cancel: &self.options.cancel,
+                        deadline: run_deadline,
+                    };
+                    self.run_tool_step(&mut machine, step, &stop).await;
+                }
+            }
+        }
+        let result = machine.into_result();
+        for hook in &self.options.hooks.on_stop {
+            hook(StopInfo {
+                reason: result.stop_reason.clone(),
+                turns: result.turns,
+                tool_calls: result.tool_calls,
+                usage: result.usage,
+            })
+            .await;
+        }
+        self.emit(|| RunEvent::RunFinish {
+            result: Box::new(result.clone()),
+        });
+        result
+    }
+
+    /// Run the pending tools of `step`, record their outcomes, and check stop conditions.
+    async fn run_tool_step(&self, machine: &mut Machine, step: usize, stop: &StopSignal<'_>) {
+        let Action::RunTools(calls) = machine.next() else {
+            return;
+        };
+        for call in &calls {
+            self.emit(|| RunEvent::ToolCallReady { call: call.clone() });
+        }
+        let tools_started = Instant::now();
+        let outcomes = tokio::select! {
+            biased;
+            reason = stop.wait() => {
+                machine.interrupt(reason, None);
+                None
+            }
+            outcomes = self.run_tools(calls) => Some(outcomes),
+        };
+        if let Some(outcomes) = outcomes {
+            machine.on_tool_outcomes(outcomes, tools_started.elapsed());
+        }
+        if let Some(last) = machine.steps().get(step) {
+            for ((call, outcome), result) in last
+                .tool_calls
+                .iter()
+                .zip(&last.outcomes)
+                .zip(&last.tool_results)
+            {
+                self.emit(|| RunEvent::ToolCallResult {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    outcome: outcome.clone(),
+                    result: result.clone(),
+                });
+            }
+            self.emit(|| RunEvent::StepFinish {
+                step,
+                stop_reason: last.response.stop_reason.clone(),
+                usage: last.response.usage,
+            });
+        }
+        if !machine.is_done()
+            && let Some(condition) = self.options.stop_when.iter().find(|c| c.check(machine))
+        {
+            machine.stop(RunStopReason::Custom(condition.name().to_owned()));
+        }
+    }
+
+    /// Apply the prepare-step and before-model-call hooks.
+    async fn prepare(&self, mut request: Request, machine: &Machine, step: usize) -> Request {
+        let hooks = &self.options.hooks;
+        for hook in &hooks.prepare_step {
+            let changes = hook(StepInfo {
+                step,
+                tool_calls: machine.tool_calls(),
+                usage: machine.usage(),
+                messages: machine.messages().to_vec(),
+            })
+            .await;
+            if let Some(model) = changes.model {
+                request.model = model;
+            }
+            if let Some(choice) = changes.tool_choice {
+                request.tool_choice = Some(choice);
+            }
+            if let Some(active) = changes.active_tools {
+                request.tools.retain(|t| match t.function_name() {
+                    Some(name) => active.iter().any(|a| a == name),
+                    None => true,
+                });
+            }
+            if let Some(system) = changes.system {
+                request.system = Some(system);
+            }
+            if let Some(messages) = changes.messages {
+                request.messages = messages;
+            }
+        }
+        for hook in &hooks.before_model_call {
+            request = hook(request).await;
+        }
+        request
+    }
+
+    async fn call_model(
+        &self,
+        request: &Request,
+        stop: &StopSignal<'_>,
+    ) -> Result<Response, ModelFailure> {
+        if self.sink.is_none() {
+            let call = self.provider.complete(request);
+            return tokio::select! {
+                biased;
+                reason = stop.wait() => Err(ModelFailure::Stopped(reason, None)),
+                response = call => response.map_err(ModelFailure::Failed),
+            };
+        }
+
+        let mut events = self.provider.stream(request);
+        let mut acc = Accumulator::new();
+        let first = self.options.first_chunk_timeout;
+        let idle = self.options.idle_timeout;
+        // One timer for both first-chunk and idle timeouts: it is re-armed when it fires (and
+        // once at the first event), never per event.
+        let far = Duration::from_secs(86_400 * 365);
+        let timer = tokio::time::sleep(first.or(idle).unwrap_or(far));
+        tokio::pin!(timer);
+        let mut last_event: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                biased;
+                reason = stop.wait() => {
+                    acc.set_provider(self.provider.name());
+                    return Err(ModelFailure::Stopped(reason, Some(acc.finish())));
+                }
+                item = events.next() => match item {
+                    None => break,
+                    Some(Err(error)) => return Err(ModelFailure::Failed(error)),
+                    Some(Ok(event)) => {
+                        let now = Instant::now();
+                        if last_event.is_none() {
+                            timer.as_mut().reset(now + idle.unwrap_or(far));
+                        }
+                        last_event = Some(now);
+                        acc.push(&event);
+                        self.forward(event);
+                    }
+                },
+                () = &mut timer => {
+                    match (last_event, idle) {
+                        (None, _) => {
+                            let after = first.or(idle).unwrap_or(far);
+                            let kind = if first.is_some() { TimeoutKind::FirstChunk } else { TimeoutKind::Idle };
+                            return Err(ModelFailure::Failed(Error::Timeout { kind, after }));
+                        }
+                        (Some(last), Some(idle)) => {
+                            if last + idle <= Instant::now() {
+                                return Err(ModelFailure::Failed(Error::Timeout {
+                                    kind: TimeoutKind::Idle,
+                                    after: idle,
+                                }));
+                            }
+                            timer.as_mut().reset(last + idle);
+                        }
+                        (Some(_), None) => timer.as_mut().reset(Instant::now() + far),
+                    }
+                }
+            }
+        }
+        acc.set_provider(self.provider.name());
+        Ok(acc.finish())
+    }
+
+    fn forward(&self, event: StreamEvent) {
+        if self.sink.is_none() {
+            return;
+        }
+        let event = match event {
+            StreamEvent::TextDelta { text } => RunEvent::TextDelta { text },
+            StreamEvent::ThinkingDelta { text } => RunEvent::ThinkingDelta { text },
+            StreamEvent::ToolCallStart { index, id, name } => {
+                RunEvent::ToolCallStart { index, id, name }
+            }
+            StreamEvent::ToolCallDelta { index, arguments } => {
+                RunEvent::ToolCallDelta { index, arguments }
+            }
+            _ => return,
+        };
+        self.emit(|| event);
+    }
+
+    async fn run_tools(&self, calls: Vec<ToolCall>) -> Vec<ToolOutcome> {
+        let concurrency = if self.options.parallel_tools {
+            self.options.max_concurrency.max(1)
+        } else {
+            1
+        };
+        stream::iter(calls)
+            .map(|call| self.run_one(call))
+            .buffered(concurrency)
+            .collect()
+            .await
+    }
+
+    async fn run_one(&self, call: ToolCall) -> ToolOutcome {
+        let outcome = self.execute(&call).await;
+        let mut outcome = outcome;
+        for hook in &self.options.hooks.after_tool {
+            outcome = hook((call.clone(), outcome)).await;
+        }
+        outcome
+    }
+
+    async fn execute(&self, call: &ToolCall) -> ToolOutcome {
+        let mut input = call.input.clone();
+        for hook in &self.options.hooks.before_tool {
+            let mut seen = call.clone();
+            seen.input = input.clone();
+            match hook(seen).await {
+                ToolDecision::Continue => {}
+                ToolDecision::ModifyInput(new_input) => input = new_input,
+                ToolDecision::Block(reason) => return ToolOutcome::Denied { reason },
+            }
+        }
+        let Some(tool) = self.tools.tools.get(&call.name) else {
+            return ToolOutcome::UnknownTool {
+                available: self.tools.names.clone(),
+            };
+        };
+        match &input {
+            Value::Object(_) => {}
+            Value::Null => input = Value::Object(Default::default()),
+            Value::String(raw) => {
+                return ToolOutcome::InvalidArguments {
+                    violations: vec![Violation {
+                        path: String::new(),
+                        message: format!("the arguments are not valid JSON: {raw}"),
+                    }],
+                };
+            }
+            other => {
+                return ToolOutcome::InvalidArguments {
+                    violations: vec![Violation {
+                        path: String::new(),
+                        message: format!("the arguments must be a JSON object, got {other}"),
+                    }],
+                };
+            }
+        }
+        if let Err(violations) = tool.validate(&input) {
+            return ToolOutcome::InvalidArguments { violations };
+        }
+        let Some(handler) = tool.get_handler() else {
+            return ToolOutcome::Failed {
+                message: format!(
+                    "tool `{}` has no handler; register one for it to be callable",
+                    call.name
+                ),
+            };
+        };
+        let timeout = tool.get_timeout().unwrap_or(self.options.tool_timeout);
+        let cancel = self.options.cancel.child_token();
+        let ctx = ToolContext::new(
+            call.id.clone(),
+            call.name.clone(),
+            cancel.clone(),
+            self.options.state.clone(),
+        );
+        let task = AbortOnDrop(tokio::spawn(handler.call(ctx, input)));
+        let outcome = match tokio::time::timeout(timeout, task).await {
+            Err(_) => ToolOutcome::TimedOut { after: timeout },
+            Ok(Err(join)) => ToolOutcome::Failed {
+                message: match join.try_into_panic() {
+                    Ok(panic) => format!("the tool panicked: {}", panic_message(&*panic)),
+                    Err(_) => "the tool was aborted".to_owned(),
+                },
+            },
+            Ok(Ok(Ok(output))) => ToolOutcome::Completed { content: output.0 },
+            Ok(Ok(Err(ToolError::Failed(message)))) => ToolOutcome::Failed { message },
+            Ok(Ok(Err(ToolError::InvalidArguments(violations)))) => {
+                ToolOutcome::InvalidArguments { violations }
+            }
+        };
+        cancel.cancel();
+        outcome
+    }
+}
+
+/// A spawned task that is aborted when dropped (a cancelled run must not leave tools running).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_owned()
+    }
+}

@@ -1,0 +1,216 @@
+//! Hooks: async callbacks at fixed points of a run, each returning a decision typed for its
+//! point (a pre-tool hook cannot rewrite the request, and so on).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+use super::outcome::ToolOutcome;
+use super::result::RunStopReason;
+use crate::message::{Message, Request, Response, Usage};
+use crate::tool::{ToolCall, ToolChoice};
+
+/// What the prompt hook decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptDecision {
+    /// Send the prompt as it is.
+    Continue,
+    /// Send this message instead.
+    Replace(Message),
+    /// Do not send; the run (or send) fails with [`crate::Error::HookBlocked`].
+    Block(String),
+}
+
+/// What a pre-tool hook decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolDecision {
+    /// Run the tool with the model's arguments.
+    Continue,
+    /// Run the tool with these arguments instead (the history keeps the model's call).
+    ModifyInput(Value),
+    /// Do not run it; the model gets an error result with the reason.
+    Block(String),
+}
+
+/// Per-step changes from the prepare-step hook. `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PrepareStep {
+    /// Use this model for the step.
+    pub model: Option<String>,
+    /// Use this tool choice for the step.
+    pub tool_choice: Option<ToolChoice>,
+    /// Offer only these tools (by name) in the step.
+    pub active_tools: Option<Vec<String>>,
+    /// Use this system prompt for the step.
+    pub system: Option<String>,
+    /// Send these messages instead of the history for the step (the history is unchanged).
+    pub messages: Option<Vec<Message>>,
+}
+
+/// What the prepare-step hook sees.
+#[derive(Debug, Clone)]
+pub struct StepInfo {
+    /// The step about to start (0-based).
+    pub step: usize,
+    /// Tool calls answered so far.
+    pub tool_calls: u32,
+    /// Usage so far.
+    pub usage: Usage,
+    /// The history so far.
+    pub messages: Vec<Message>,
+}
+
+/// What the stop hook sees.
+#[derive(Debug, Clone)]
+pub struct StopInfo {
+    /// Why the run stopped.
+    pub reason: RunStopReason,
+    /// Model calls made.
+    pub turns: u32,
+    /// Tool calls answered.
+    pub tool_calls: u32,
+    /// Summed usage.
+    pub usage: Usage,
+}
+
+type Hook<I, O> = Arc<dyn Fn(I) -> BoxFuture<'static, O> + Send + Sync>;
+
+fn boxed<I, O, F, Fut>(f: F) -> Hook<I, O>
+where
+    F: Fn(I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = O> + Send + 'static,
+{
+    Arc::new(move |input| Box::pin(f(input)))
+}
+
+/// The hooks of a run. Several hooks at one point run in the order they were added; the first
+/// that blocks wins, and rewrites chain.
+///
+/// ```
+/// use agentloop::run::{Hooks, ToolDecision};
+/// let hooks = Hooks::new().before_tool(|call| async move {
+///     if call.name == "delete_everything" {
+///         ToolDecision::Block("not allowed".into())
+///     } else {
+///         ToolDecision::Continue
+///     }
+/// });
+/// ```
+#[derive(Clone, Default)]
+pub struct Hooks {
+    pub(crate) on_prompt: Vec<Hook<Message, PromptDecision>>,
+    pub(crate) prepare_step: Vec<Hook<StepInfo, PrepareStep>>,
+    pub(crate) before_model_call: Vec<Hook<Request, Request>>,
+    pub(crate) after_response: Vec<Hook<Response, ()>>,
+    pub(crate) before_tool: Vec<Hook<ToolCall, ToolDecision>>,
+    pub(crate) after_tool: Vec<Hook<(ToolCall, ToolOutcome), ToolOutcome>>,
+    pub(crate) on_stop: Vec<Hook<StopInfo, ()>>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("on_prompt", &self.on_prompt.len())
+            .field("prepare_step", &self.prepare_step.len())
+            .field("before_model_call", &self.before_model_call.len())
+            .field("after_response", &self.after_response.len())
+            .field("before_tool", &self.before_tool.len())
+            .field("after_tool", &self.after_tool.len())
+            .field("on_stop", &self.on_stop.len())
+            .finish()
+    }
+}
+
+impl Hooks {
+    /// No hooks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// On the user's prompt: continue, replace it, or block it.
+    pub fn on_prompt<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = PromptDecision> + Send + 'static,
+    {
+        self.on_prompt.push(boxed(f));
+        self
+    }
+
+    /// Before each step: change the model, tool choice, active tools, system prompt or
+    /// messages for that step.
+    pub fn prepare_step<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(StepInfo) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = PrepareStep> + Send + 'static,
+    {
+        self.prepare_step.push(boxed(f));
+        self
+    }
+
+    /// Before each model call: return the request to send (edited or not).
+    pub fn before_model_call<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Request) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Request> + Send + 'static,
+    {
+        self.before_model_call.push(boxed(f));
+        self
+    }
+
+    /// After each model response.
+    pub fn after_response<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Response) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.after_response.push(boxed(f));
+        self
+    }
+
+    /// Before each tool call: continue, change its input, or block it.
+    pub fn before_tool<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolCall) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolDecision> + Send + 'static,
+    {
+        self.before_tool.push(boxed(f));
+        self
+    }
+
+    /// After each tool call: return the outcome to record (the same one, or a replacement).
+    /// Also the place to observe every call.
+    pub fn after_tool<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(ToolCall, ToolOutcome) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolOutcome> + Send + 'static,
+    {
+        self.after_tool
+            .push(Arc::new(move |(call, outcome)| Box::pin(f(call, outcome))));
+        self
+    }
+
+    /// When the run stops.
+    pub fn on_stop<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(StopInfo) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_stop.push(boxed(f));
+        self
+    }
+
+    /// Run the prompt hooks.
+    pub(crate) async fn prompt(&self, mut message: Message) -> Result<Message, String> {
+        for hook in &self.on_prompt {
+            match hook(message.clone()).await {
+                PromptDecision::Continue => {}
+                PromptDecision::Replace(replacement) => message = replacement,
+                PromptDecision::Block(reason) => return Err(reason),
+            }
+        }
+        Ok(message)
+    }
+}

@@ -1,0 +1,399 @@
+//! The run's state machine: it holds the state and decides the next action, and does no I/O.
+//!
+//! Drivers ask [`Machine::next`] what to do, do it, and report back with
+//! [`Machine::on_response`], [`Machine::on_tool_outcomes`], [`Machine::on_error`] or
+//! [`Machine::interrupt`]. The state serializes between steps, so a run can be saved and
+//! resumed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::options::Limits;
+use super::outcome::{ToolOutcome, invalid_arguments_text};
+use super::result::{RunResult, RunStopReason, Step};
+use crate::error::Error;
+use crate::message::{
+    ContentBlock, Message, Request, Response, Role, StopReason, ToolResult, Usage,
+};
+use crate::tool::ToolCall;
+
+/// What the driver must do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Call the model with this request.
+    CallModel(Request),
+    /// Run these tool calls and report their outcomes in the same order.
+    RunTools(Vec<ToolCall>),
+    /// The run is over.
+    Stop(RunStopReason),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+enum Phase {
+    /// The next action is a model call.
+    Ready,
+    /// A model call is in flight.
+    AwaitingModel,
+    /// The last response asked for tools; `skipped` calls (past the tool-call limit) are
+    /// answered without running.
+    ToolsPending {
+        run: Vec<ToolCall>,
+        skipped: Vec<ToolCall>,
+    },
+    /// Tools are running.
+    AwaitingTools {
+        run: Vec<ToolCall>,
+        skipped: Vec<ToolCall>,
+    },
+    /// The run is over.
+    Done { reason: RunStopReason },
+}
+
+/// The state of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    base: Request,
+    messages: Vec<Message>,
+    limits: Limits,
+    turns: u32,
+    tool_calls: u32,
+    usage: Usage,
+    steps: Vec<Step>,
+    phase: Phase,
+    /// Stop after the pending tools are answered.
+    stop_after_tools: Option<RunStopReason>,
+    /// Invalid-argument errors per tool.
+    invalid_counts: BTreeMap<String, u32>,
+    /// The invalid calls (name, input) of the previous step, to detect verbatim repeats.
+    last_invalid: Vec<(String, Value)>,
+    #[serde(skip)]
+    error: Option<Error>,
+}
+
+impl Machine {
+    /// A run of `base` (model, system, tools, sampling; its messages are the history to start
+    /// from, ending with the new prompt).
+    pub fn new(base: Request, limits: Limits) -> Self {
+        let mut base = base;
+        let messages = std::mem::take(&mut base.messages);
+        Self {
+            base,
+            messages,
+            limits,
+            turns: 0,
+            tool_calls: 0,
+            usage: Usage::default(),
+            steps: Vec::new(),
+            phase: Phase::Ready,
+            stop_after_tools: None,
+            invalid_counts: BTreeMap::new(),
+            last_invalid: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The next action. Calling it again before reporting back returns the same action.
+    pub fn next(&mut self) -> Action {
+        match &self.phase {
+            Phase::Ready => {
+                if self.turns >= self.limits.max_turns {
+                    self.phase = Phase::Done {
+                        reason: RunStopReason::MaxTurns,
+                    };
+                    return Action::Stop(RunStopReason::MaxTurns);
+                }
+                self.phase = Phase::AwaitingModel;
+                Action::CallModel(self.request())
+            }
+            Phase::AwaitingModel => Action::CallModel(self.request()),
+            Phase::ToolsPending { run, skipped } => {
+                let (run, skipped) = (run.clone(), skipped.clone());
+                let action = Action::RunTools(run.clone());
+                self.phase = Phase::AwaitingTools { run, skipped };
+                action
+            }
+            Phase::AwaitingTools { run, .. } => Action::RunTools(run.clone()),
+            Phase::Done { reason } => Action::Stop(reason.clone()),
+        }
+    }
+
+    /// The request for the next model call: the base request with the history.
+    pub fn request(&self) -> Request {
+        let mut request = self.base.clone();
+        request.messages = self.messages.clone();
+        request
+    }
+
+    /// Report the model's response.
+    pub fn on_response(&mut self, response: Response, duration: Duration) {
+        if !matches!(self.phase, Phase::AwaitingModel | Phase::Ready) {
+            return;
+        }
+        self.turns += 1;
+        self.usage += response.usage;
+        let calls = response.tool_uses();
+        if !response.content.is_empty() {
+            self.messages.push(response.to_message());
+        }
+        let model_stop = response.stop_reason.clone();
+        self.steps.push(Step {
+            index: self.steps.len(),
+            response,
+            tool_calls: calls.clone(),
+            outcomes: Vec::new(),
+            tool_results: Vec::new(),
+            duration,
+        });
+
+        let budget_spent = self
+            .limits
+            .max_total_tokens
+            .is_some_and(|max| self.usage.total_tokens() >= max);
+        if calls.is_empty() {
+            let reason = if model_stop == StopReason::MaxTokens {
+                RunStopReason::MaxTokens
+            } else {
+                RunStopReason::EndTurn
+            };
+            self.phase = Phase::Done { reason };
+            return;
+        }
+
+        let allowed = match self.limits.max_tool_calls {
+            Some(max) => max.saturating_sub(self.tool_calls) as usize,
+            None => usize::MAX,
+        };
+        let (run, skipped) = if calls.len() > allowed {
+            let mut run = calls;
+            let skipped = run.split_off(allowed);
+            (run, skipped)
+        } else {
+            (calls, Vec::new())
+        };
+        self.stop_after_tools = if !skipped.is_empty() {
+            Some(RunStopReason::MaxToolCalls)
+        } else if budget_spent {
+            Some(RunStopReason::TokenBudget)
+        } else if self.turns >= self.limits.max_turns {
+            Some(RunStopReason::MaxTurns)
+        } else {
+            None
+        };
+        self.phase = Phase::ToolsPending { run, skipped };
+    }
+
+    /// Report the outcomes of the tools returned by [`Action::RunTools`], in the same order.
+    /// Missing outcomes are recorded as cancelled, so the history stays valid.
+    pub fn on_tool_outcomes(&mut self, outcomes: Vec<ToolOutcome>, duration: Duration) {
+        let Some((run, skipped)) = self.take_pending_tools() else {
+            return;
+        };
+        self.tool_calls += run.len() as u32;
+        let mut outcomes = outcomes.into_iter();
+        let pairs = run
+            .into_iter()
+            .map(|call| {
+                let outcome = outcomes.next().unwrap_or_else(|| ToolOutcome::Cancelled {
+                    reason: "the tool reported no outcome".into(),
+                });
+                (call, outcome)
+            })
+            .collect();
+        let repeated = self.record_tool_step(pairs, skipped, duration);
+        self.phase = match (repeated, self.stop_after_tools.take()) {
+            (Some(tool), _) => Phase::Done {
+                reason: RunStopReason::RepeatedInvalidCall(tool),
+            },
+            (None, Some(reason)) => Phase::Done { reason },
+            (None, None) => Phase::Ready,
+        };
+    }
+
+    fn take_pending_tools(&mut self) -> Option<(Vec<ToolCall>, Vec<ToolCall>)> {
+        match std::mem::replace(&mut self.phase, Phase::Ready) {
+            Phase::AwaitingTools { run, skipped } | Phase::ToolsPending { run, skipped } => {
+                Some((run, skipped))
+            }
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// Turn outcomes into results (one user message, call order), record them in the last
+    /// step, and return the tool whose invalid call the model repeated verbatim, if any.
+    fn record_tool_step(
+        &mut self,
+        mut pairs: Vec<(ToolCall, ToolOutcome)>,
+        skipped: Vec<ToolCall>,
+        duration: Duration,
+    ) -> Option<String> {
+        let limit_reason = format!(
+            "the run's limit of {} tool calls was reached",
+            self.limits.max_tool_calls.unwrap_or_default()
+        );
+        pairs.extend(skipped.into_iter().map(|call| {
+            let outcome = ToolOutcome::Cancelled {
+                reason: limit_reason.clone(),
+            };
+            (call, outcome)
+        }));
+
+        let mut repeated = None;
+        let mut invalid_now = Vec::new();
+        let mut results = Vec::with_capacity(pairs.len());
+        for (call, outcome) in &pairs {
+            let result = match outcome {
+                ToolOutcome::InvalidArguments { violations } => {
+                    let key = (call.name.clone(), call.input.clone());
+                    if self.last_invalid.contains(&key) {
+                        repeated.get_or_insert_with(|| call.name.clone());
+                    }
+                    invalid_now.push(key);
+                    let count = self.invalid_counts.entry(call.name.clone()).or_default();
+                    *count += 1;
+                    let retries = self.limits.invalid_argument_retries;
+                    let advice = if *count > retries {
+                        format!(
+                            "No retries left for `{}`: do not call it again in this run.",
+                            call.name
+                        )
+                    } else {
+                        format!(
+                            "Fix the arguments and call the tool again (retry {count} of {retries})."
+                        )
+                    };
+                    let text = invalid_arguments_text(&call.name, violations);
+                    ToolResult::error(&call.id, format!("{text}\n{advice}"))
+                }
+                other => other.to_result(&call.id, &call.name),
+            };
+            results.push(result);
+        }
+        self.last_invalid = invalid_now;
+
+        if !results.is_empty() {
+            let blocks = results.iter().cloned().map(ContentBlock::ToolResult);
+            self.messages
+                .push(Message::new(Role::User, blocks.collect()));
+        }
+        if let Some(step) = self.steps.last_mut() {
+            step.outcomes = pairs.into_iter().map(|(_, o)| o).collect();
+            step.tool_results = results;
+            step.duration += duration;
+        }
+        repeated
+    }
+
+    /// Report that the model call failed: the run stops with [`RunStopReason::Error`].
+    pub fn on_error(&mut self, error: Error) {
+        self.error = Some(error);
+        self.finish(RunStopReason::Error);
+    }
+
+    /// Stop the run now (cancellation, timeout, a stop condition). Tool calls still pending get
+    /// cancelled results, so the history stays valid. `partial` is a response cut off
+    /// mid-stream: its text is kept, the rest dropped.
+    pub fn interrupt(&mut self, reason: RunStopReason, partial: Option<Response>) {
+        if let Some(partial) = partial
+            && matches!(self.phase, Phase::AwaitingModel | Phase::Ready)
+        {
+            let text: Vec<ContentBlock> = partial
+                .content
+                .into_iter()
+                .filter(|b| matches!(b, ContentBlock::Text { text } if !text.is_empty()))
+                .collect();
+            if !text.is_empty() {
+                self.messages.push(Message::new(Role::Assistant, text));
+            }
+        }
+        self.finish(reason);
+    }
+
+    fn finish(&mut self, reason: RunStopReason) {
+        if let Some((run, skipped)) = self.take_pending_tools() {
+            let why = match &reason {
+                RunStopReason::Timeout => "the run timed out".to_owned(),
+                RunStopReason::Interrupted => "the run was cancelled".to_owned(),
+                other => format!("the run stopped ({other})"),
+            };
+            let pairs = run
+                .into_iter()
+                .map(|call| {
+                    let outcome = ToolOutcome::Cancelled {
+                        reason: why.clone(),
+                    };
+                    (call, outcome)
+                })
+                .collect();
+            self.record_tool_step(pairs, skipped, Duration::ZERO);
+        }
+        self.stop_after_tools = None;
+        self.phase = Phase::Done { reason };
+    }
+
+    /// Stop after the current step because a stop condition fired (call between steps).
+    pub fn stop(&mut self, reason: RunStopReason) {
+        if matches!(self.phase, Phase::Ready) {
+            self.phase = Phase::Done { reason };
+        }
+    }
+
+    /// Whether the run is over.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done { .. })
+    }
+
+    /// The history so far.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Steps so far.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Summed usage so far.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Model calls so far.
+    pub fn turns(&self) -> u32 {
+        self.turns
+    }
+
+    /// Tool calls answered so far (cancelled and skipped calls are not counted).
+    pub fn tool_calls(&self) -> u32 {
+        self.tool_calls
+    }
+
+    /// The run's result (call when done; before that the stop reason is `interrupted`).
+    pub fn into_result(self) -> RunResult {
+        let stop_reason = match self.phase {
+            Phase::Done { reason } => reason,
+            _ => RunStopReason::Interrupted,
+        };
+        let response = self
+            .steps
+            .last()
+            .map(|s| s.response.clone())
+            .unwrap_or_default();
+        RunResult {
+            response,
+            steps: self.steps,
+            tool_calls: self.tool_calls,
+            turns: self.turns,
+            usage: self.usage,
+            stop_reason,
+            messages: self.messages,
+            error: self.error,
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The run loop: call the model, run the tools it asks for, feed the results back, and stop at
+//! the answer or a limit.
+//!
+//! [`Machine`] decides and holds the state (pure, serializable); a driver performs the actions.
+//! [`run`] and [`run_stream`] share that driver, so blocking and streamed runs behave the same.
+//! Most code uses [`crate::Agent`] instead of these functions.
+
+mod driver;
+mod hooks;
+mod machine;
+mod options;
+mod outcome;
+mod result;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream};
+use tokio::sync::mpsc;
+
+pub use hooks::{Hooks, PrepareStep, PromptDecision, StepInfo, StopInfo, ToolDecision};
+pub use machine::{Action, Machine};
+pub use options::{Limits, RunOptions, StopCondition};
+pub use outcome::ToolOutcome;
+pub use result::{RunEvent, RunResult, RunStopReason, Step};
+
+use crate::error::{Error, Result};
+use crate::message::{Request, Role};
+use crate::provider::Provider;
+use crate::tool::Tool;
+use driver::{Driver, ToolSet};
+
+/// Prepare a run: apply the prompt hook to the last user message and add the tools'
+/// definitions that the request does not list yet.
+async fn start(mut request: Request, tools: &ToolSet, options: &RunOptions) -> Result<Machine> {
+    if let Some(last) = request.messages.last_mut()
+        && last.role == Role::User
+        && !options.hooks.on_prompt.is_empty()
+    {
+        *last = options
+            .hooks
+            .prompt(last.clone())
+            .await
+            .map_err(|reason| Error::HookBlocked {
+                hook: "prompt".into(),
+                reason,
+            })?;
+    }
+    for definition in tools.definitions() {
+        let listed = request.tools.iter().any(|t| {
+            t.function_name().is_some() && t.function_name() == definition.function_name()
+        });
+        if !listed {
+            request.tools.push(definition);
+        }
+    }
+    Ok(Machine::new(request, options.limits.clone()))
+}
+
+/// Run to the end and return the result. Fails only when the prompt hook blocks; model errors,
+/// limits and cancellation end the run with the matching [`RunStopReason`].
+pub async fn run(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: Vec<Tool>,
+    options: RunOptions,
+) -> Result<RunResult> {
+    let tools = ToolSet::new(tools);
+    let machine = start(request, &tools, &options).await?;
+    Ok(resume(provider, machine, tools, options, None).await)
+}
+
+/// Continue a saved machine (see [`Machine`]) to the end.
+pub async fn run_machine(
+    provider: Arc<dyn Provider>,
+    machine: Machine,
+    tools: Vec<Tool>,
+    options: RunOptions,
+) -> RunResult {
+    resume(provider, machine, ToolSet::new(tools), options, None).await
+}
+
+fn resume(
+    provider: Arc<dyn Provider>,
+    machine: Machine,
+    tools: ToolSet,
+    options: RunOptions,
+    sink: driver::Sink,
+) -> impl Future<Output = RunResult> + Send + 'static {
+    let driver = Driver {
+        provider,
+        tools,
+        options,
+        sink,
+    };
+    driver.drive(machine)
+}
+
+/// Run and stream [`RunEvent`]s. The stream ends after `run_finish` (or after an `error` event
+/// when the prompt hook blocks). Dropping it cancels the run, tools included.
+pub fn run_stream(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: Vec<Tool>,
+    options: RunOptions,
+) -> RunStream {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let driver = async move {
+        let tools = ToolSet::new(tools);
+        match start(request, &tools, &options).await {
+            Ok(machine) => {
+                resume(provider, machine, tools, options, Some(tx)).await;
+            }
+            Err(error) => {
+                let _ = tx.send(RunEvent::Error { error });
+            }
+        }
+    };
+    RunStream {
+        events: rx,
+        driver: Some(driver.boxed()),
+    }
+}
+
+/// A streamed run. Polling it drives the run; no task is spawned for the loop itself.
+pub struct RunStream {
+    events: mpsc::UnboundedReceiver<RunEvent>,
+    driver: Option<BoxFuture<'static, ()>>,
+}
+
+impl std::fmt::Debug for RunStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStream")
+            .field("running", &self.driver.is_some())
+            .finish()
+    }
+}
+
+impl RunStream {
+    /// Drain the stream and return the final result (`None` if the prompt hook blocked).
+    pub async fn into_result(mut self) -> Result<RunResult> {
+        use futures::StreamExt;
+        let mut blocked = None;
+        while let Some(event) = self.next().await {
+            match event {
+                RunEvent::RunFinish { result } => return Ok(*result),
+                RunEvent::Error { error } => blocked = Some(error),
+                _ => {}
+            }
+        }
+        Err(blocked.unwrap_or(Error::Cancelled))
+    }
+}
+
+impl Stream for RunStream {
+    type Item = RunEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
+        loop {
+            if let Poll::Ready(Some(event)) = self.events.poll_recv(cx) {
+                return Poll::Ready(Some(event));
+            }
+            match self.driver.as_mut() {
+                Some(driver) => match driver.poll_unpin(cx) {
+                    Poll::Ready(()) => {
+                        self.driver = None;
+                    }
+                    Poll::Pending => return Poll::Pending,
+                },
+                None => return self.events.poll_recv(cx),
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Run options: limits, timeouts, concurrency, stop conditions, hooks, cancellation.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::hooks::Hooks;
+use super::machine::Machine;
+
+/// The limits the state machine enforces (serializable with it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Maximum model calls (default 10).
+    pub max_turns: u32,
+    /// Maximum tool calls answered; calls past it are answered as not run and the run stops.
+    pub max_tool_calls: Option<u32>,
+    /// Maximum input+output tokens over the run.
+    pub max_total_tokens: Option<u64>,
+    /// How many invalid-argument errors one tool may get before its calls are answered with a
+    /// final error (default 2).
+    pub invalid_argument_retries: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_turns: 10,
+            max_tool_calls: None,
+            max_total_tokens: None,
+            invalid_argument_retries: 2,
+        }
+    }
+}
+
+/// A named predicate checked after every complete step; any that returns true stops the run
+/// with [`super::RunStopReason::Custom`] carrying its name.
+#[derive(Clone)]
+pub struct StopCondition {
+    name: String,
+    predicate: Arc<dyn Fn(&Machine) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for StopCondition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StopCondition").field(&self.name).finish()
+    }
+}
+
+impl StopCondition {
+    /// A custom condition over the run's state.
+    pub fn new(
+        name: impl Into<String>,
+        predicate: impl Fn(&Machine) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            predicate: Arc::new(predicate),
+        }
+    }
+
+    /// Stop after `n` steps.
+    pub fn step_count(n: usize) -> Self {
+        Self::new(format!("step_count({n})"), move |m| m.steps().len() >= n)
+    }
+
+    /// Stop once a step called the tool `name`.
+    pub fn tool_called(name: impl Into<String>) -> Self {
+        let name = name.into();
+        Self::new(format!("tool_called({name})"), move |m| {
+            m.steps()
+                .last()
+                .is_some_and(|s| s.tool_calls.iter().any(|c| c.name == name))
+        })
+    }
+
+    /// Stop once the run used at least `tokens` input+output tokens.
+    pub fn token_budget(tokens: u64) -> Self {
+        Self::new(format!("token_budget({tokens})"), move |m| {
+            m.usage().total_tokens() >= tokens
+        })
+    }
+
+    /// The condition's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn check(&self, machine: &Machine) -> bool {
+        (self.predicate)(machine)
+    }
+}
+
+/// How a run behaves. `Default` gives: 10 turns, tools in parallel (up to 8 at once), 30 s per
+/// tool, no other limits.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Limits enforced by the state machine.
+    pub limits: Limits,
+    /// Whole-run timeout.
+    pub timeout: Option<Duration>,
+    /// Timeout for one step (model call plus its tools).
+    pub step_timeout: Option<Duration>,
+    /// Timeout for the first event of a streamed model response.
+    pub first_chunk_timeout: Option<Duration>,
+    /// Timeout between two events of a streamed model response.
+    pub idle_timeout: Option<Duration>,
+    /// Default timeout for one tool call (a tool's own timeout wins).
+    pub tool_timeout: Duration,
+    /// Run a turn's tool calls concurrently (results stay in call order).
+    pub parallel_tools: bool,
+    /// At most this many tool calls at once when parallel.
+    pub max_concurrency: usize,
+    /// Conditions checked after every step.
+    pub stop_when: Vec<StopCondition>,
+    /// Hooks.
+    pub hooks: Hooks,
+    /// Cancels the run from any task.
+    pub cancel: CancellationToken,
+    /// Shared state handed to tool handlers through [`crate::ToolContext::state`].
+    pub state: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            timeout: None,
+            step_timeout: None,
+            first_chunk_timeout: None,
+            idle_timeout: None,
+            tool_timeout: Duration::from_secs(30),
+            parallel_tools: true,
+            max_concurrency: 8,
+            stop_when: Vec::new(),
+            hooks: Hooks::default(),
+            cancel: CancellationToken::new(),
+            state: None,
+        }
+    }
+}
+
+impl RunOptions {
+    /// Default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Maximum model calls.
+    pub fn max_turns(mut self, n: u32) -> Self {
+        self.limits.max_turns = n;
+        self
+    }
+
+    /// Maximum tool calls.
+    pub fn max_tool_calls(mut self, n: u32) -> Self {
+        self.limits.max_tool_calls = Some(n);
+        self
+    }
+
+    /// Maximum total tokens.
+    pub fn max_total_tokens(mut self, n: u64) -> Self {
+        self.limits.max_total_tokens = Some(n);
+        self
+    }
+
+    /// Invalid-argument retries per tool.
+    pub fn invalid_argument_retries(mut self, n: u32) -> Self {
+        self.limits.invalid_argument_retries = n;
+        self
+    }
+
+    /// Whole-run timeout.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Per-step timeout.
+    pub fn step_timeout(mut self, d: Duration) -> Self {
+        self.step_timeout = Some(d);
+        self
+    }
+
+    /// First-event timeout for streamed responses.
+    pub fn first_chunk_timeout(mut self, d: Duration) -> Self {
+        self.first_chunk_timeout = Some(d);
+        self
+    }
+
+    /// Between-events timeout for streamed responses.
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = Some(d);
+        self
+    }
+
+    /// Default per-tool timeout.
+    pub fn tool_timeout(mut self, d: Duration) -> Self {
+        self.tool_timeout = d;
+        self
+    }
+
+    /// Run tools one after another.
+    pub fn sequential_tools(mut self) -> Self {
+        self.parallel_tools = false;
+        self
+    }
+
+    /// Maximum concurrent tool calls.
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = n.max(1);
+        self
+    }
+
+    /// Add a stop condition.
+    pub fn stop_when(mut self, condition: StopCondition) -> Self {
+        self.stop_when.push(condition);
+        self
+    }
+
+    /// Set the hooks.
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Use this token to cancel the run.
+    pub fn cancel_token(mut self, token: CancellationToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Shared state for tool handlers.
+    pub fn state<S: Any + Send + Sync>(mut self, state: S) -> Self {
+        self.state = Some(Arc::new(state));
+        self
+    }
+}

@@ -1,0 +1,200 @@
+//! What a run returns, and the events a streamed run emits.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::outcome::ToolOutcome;
+use crate::error::{Error, Result};
+use crate::message::{Message, Response, StopReason, ToolResult, Usage};
+use crate::tool::ToolCall;
+
+/// Why a run stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStopReason {
+    /// The model gave its answer.
+    EndTurn,
+    /// The turn limit was reached.
+    MaxTurns,
+    /// The tool-call limit was reached (calls past it were answered as not run).
+    MaxToolCalls,
+    /// The model's answer was cut off by its per-response token limit.
+    MaxTokens,
+    /// The run's total token budget was used up.
+    TokenBudget,
+    /// The run (or one step) took longer than allowed.
+    Timeout,
+    /// A `stop_when` condition fired; holds its name.
+    Custom(String),
+    /// The run was cancelled.
+    Interrupted,
+    /// The model repeated the same invalid tool call; holds the tool's name.
+    RepeatedInvalidCall(String),
+    /// A model call failed; [`RunResult::error`] holds the error.
+    Error,
+}
+
+impl RunStopReason {
+    /// The snake_case name (`custom` and `repeated_invalid_call` without their payload).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::EndTurn => "end_turn",
+            Self::MaxTurns => "max_turns",
+            Self::MaxToolCalls => "max_tool_calls",
+            Self::MaxTokens => "max_tokens",
+            Self::TokenBudget => "token_budget",
+            Self::Timeout => "timeout",
+            Self::Custom(_) => "custom",
+            Self::Interrupted => "interrupted",
+            Self::RepeatedInvalidCall(_) => "repeated_invalid_call",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Custom(name) => write!(f, "custom ({name})"),
+            Self::RepeatedInvalidCall(tool) => {
+                write!(f, "repeated_invalid_call (tool `{tool}`)")
+            }
+            other => f.write_str(other.as_str()),
+        }
+    }
+}
+
+/// One model call and the tools it asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// 0-based position in the run.
+    pub index: usize,
+    /// The model's response.
+    pub response: Response,
+    /// The tool calls of the response, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// How each call ended, in call order.
+    pub outcomes: Vec<ToolOutcome>,
+    /// The results sent back, in call order.
+    pub tool_results: Vec<ToolResult>,
+    /// Wall time of the model call plus tools.
+    pub duration: Duration,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The last model response (empty if the first call failed).
+    pub response: Response,
+    /// Every step, in order.
+    pub steps: Vec<Step>,
+    /// How many tool calls were answered.
+    pub tool_calls: u32,
+    /// How many model calls were made.
+    pub turns: u32,
+    /// Summed usage of all model calls.
+    pub usage: Usage,
+    /// Why the run stopped.
+    pub stop_reason: RunStopReason,
+    /// The whole history, valid to send again.
+    pub messages: Vec<Message>,
+    /// The error, when `stop_reason` is `Error`.
+    #[serde(skip)]
+    pub error: Option<Error>,
+}
+
+impl RunResult {
+    /// The final answer's text.
+    pub fn text(&self) -> String {
+        self.response.text()
+    }
+
+    /// `Ok(self)` when the model finished its answer; otherwise an error naming why not (the
+    /// model error itself when a call failed).
+    pub fn finished(self) -> Result<Self> {
+        match (&self.stop_reason, &self.error) {
+            (RunStopReason::EndTurn, _) => Ok(self),
+            (_, Some(error)) => Err(error.clone()),
+            (reason, None) => Err(Error::Incomplete {
+                reason: reason.to_string(),
+            }),
+        }
+    }
+}
+
+/// What a streamed run reports, in order: `run_start`, then per step `step_start`, deltas,
+/// `tool_call_ready` and `tool_call_result` per call, `step_finish`; finally `run_finish` (or
+/// `error` followed by `run_finish` when a model call failed).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// The run began.
+    RunStart,
+    /// A model call is about to be made.
+    StepStart {
+        /// The step's index.
+        step: usize,
+    },
+    /// A piece of answer text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A piece of reasoning text.
+    ThinkingDelta {
+        /// The text.
+        text: String,
+    },
+    /// The model began a tool call.
+    ToolCallStart {
+        /// Position among this step's calls.
+        index: usize,
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+    },
+    /// A fragment of a tool call's arguments.
+    ToolCallDelta {
+        /// Position among this step's calls.
+        index: usize,
+        /// The fragment.
+        arguments: String,
+    },
+    /// A tool call is complete and about to run.
+    ToolCallReady {
+        /// The call with parsed input.
+        call: ToolCall,
+    },
+    /// A tool call ended.
+    ToolCallResult {
+        /// The call id.
+        id: String,
+        /// The tool name.
+        name: String,
+        /// How it ended.
+        outcome: ToolOutcome,
+        /// What the model sees.
+        result: ToolResult,
+    },
+    /// A step ended (its tools included).
+    StepFinish {
+        /// The step's index.
+        step: usize,
+        /// Why the model stopped in this step.
+        stop_reason: StopReason,
+        /// This step's usage.
+        usage: Usage,
+    },
+    /// A model call failed; the run finishes right after.
+    Error {
+        /// What went wrong.
+        error: Error,
+    },
+    /// The run ended.
+    RunFinish {
+        /// The result.
+        result: Box<RunResult>,
+    },
+}

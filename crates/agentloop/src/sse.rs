@@ -1,0 +1,262 @@
+//! Incremental Server-Sent Events parser.
+//!
+//! Implements the WHATWG "interpreting an event stream" algorithm over raw
+//! network chunks, so that callers never have to re-frame bytes themselves.
+//! Lines are split on bytes (the delimiters are all ASCII), and field values
+//! are UTF-8 decoded lossily one at a time, which yields exactly what decoding
+//! the whole stream first would. Events that lie wholly inside the slice being
+//! fed are handed out borrowed from it; only bytes that straddle a chunk
+//! boundary are copied, into buffers that are reused for the parser's life.
+
+use std::borrow::Cow;
+use std::str;
+
+use memchr::{memchr, memchr2};
+
+/// UTF-8 byte order mark, stripped once at the start of a stream.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// One dispatched event, borrowed from the fed chunk or the parser's buffers
+/// so that the common case costs no allocation; convert to owned data if it
+/// must outlive the callback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent<'a> {
+    /// The `event:` field; empty when absent, which callers treat as
+    /// `"message"` (kept empty so that absence stays observable).
+    pub event: &'a str,
+    /// Data lines joined with `'\n'`; borrowed whenever no copy was needed.
+    pub data: Cow<'a, str>,
+    /// The `id:` field of this event only: reconnection bookkeeping
+    /// (last-event-id) is left to the caller.
+    pub id: Option<&'a str>,
+    /// The `retry:` field in milliseconds, if it was all ASCII digits
+    /// (saturating at `u64::MAX`).
+    pub retry: Option<u64>,
+}
+
+/// Where the pending event's data lives.
+#[derive(Debug, Default, Clone, Copy)]
+enum Data {
+    /// No `data` field seen yet: a blank line dispatches nothing.
+    #[default]
+    None,
+    /// Exactly one data line, at `start..end` of the slice being fed.
+    Chunk(usize, usize),
+    /// One or more lines, joined with `'\n'` in `SseParser::data`.
+    Owned,
+}
+
+/// Push-based SSE parser: feed it chunks as they arrive, get events as soon
+/// as their terminating blank line is seen. It never fails and never panics;
+/// malformed input degrades as the specification prescribes.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// Incomplete trailing line of the previous chunks.
+    line: Vec<u8>,
+    /// Raw data bytes of the pending event when they cannot be borrowed.
+    data: Vec<u8>,
+    data_at: Data,
+    event: String,
+    id: String,
+    has_id: bool,
+    retry: Option<u64>,
+    /// The previous chunk ended with CR, so a leading LF ends nothing.
+    skip_lf: bool,
+    /// A first line has been seen, so no BOM is stripped any more.
+    started: bool,
+}
+
+impl SseParser {
+    /// Creates a parser positioned at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed one network chunk; calls `on_event` for every event completed by
+    /// it, in order. Chunks may be split anywhere, even inside a CRLF pair or
+    /// a multi-byte character.
+    pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent<'_>)) {
+        let on_event = &mut on_event;
+        let mut pos = 0;
+        if self.skip_lf {
+            let Some(&first) = chunk.first() else { return };
+            self.skip_lf = false;
+            pos = usize::from(first == b'\n');
+        }
+        if !self.line.is_empty() {
+            let Some(i) = memchr2(b'\n', b'\r', &chunk[pos..]) else {
+                self.line.extend_from_slice(&chunk[pos..]);
+                return;
+            };
+            let mut line = std::mem::take(&mut self.line);
+            line.extend_from_slice(&chunk[pos..pos + i]);
+            pos = self.after_line_end(chunk, pos + i);
+            self.line_complete(&line, None, chunk, on_event);
+            line.clear();
+            self.line = line;
+        }
+        while let Some(i) = memchr2(b'\n', b'\r', &chunk[pos..]) {
+            let end = pos + i;
+            let next = self.after_line_end(chunk, end);
+            self.line_complete(&chunk[pos..end], Some(pos), chunk, on_event);
+            pos = next;
+        }
+        self.line.extend_from_slice(&chunk[pos..]);
+        // The chunk is about to go away: keep what the pending event borrows.
+        if let Data::Chunk(start, end) = self.data_at {
+            self.data.extend_from_slice(&chunk[start..end]);
+            self.data_at = Data::Owned;
+        }
+    }
+
+    /// End of stream: dispatch a pending event that had data but no
+    /// terminating blank line (servers often omit it; WHATWG would discard it,
+    /// we are lenient), then reset so the parser can serve a new stream.
+    /// An unterminated last line counts as complete, for the same reason.
+    pub fn finish(&mut self, mut on_event: impl FnMut(SseEvent<'_>)) {
+        let mut line = std::mem::take(&mut self.line);
+        if !line.is_empty() {
+            self.line_complete(&line, None, &[], &mut on_event);
+        }
+        self.dispatch(&[], &mut on_event);
+        line.clear();
+        self.line = line;
+        self.skip_lf = false;
+        self.started = false;
+    }
+
+    /// Bytes buffered but not yet part of a complete line, so callers can cap
+    /// memory against servers that never send a line end.
+    pub fn buffered_len(&self) -> usize {
+        self.line.len()
+    }
+
+    /// Returns the position after the line end at `at`, consuming CRLF as one
+    /// and remembering a CR that ends the chunk.
+    #[inline]
+    fn after_line_end(&mut self, chunk: &[u8], at: usize) -> usize {
+        if chunk[at] == b'\r' {
+            match chunk.get(at + 1) {
+                Some(b'\n') => return at + 2,
+                None => self.skip_lf = true,
+                Some(_) => {}
+            }
+        }
+        at + 1
+    }
+
+    /// Interprets one complete line; `at` is its offset in `chunk` when it
+    /// lies there (and may thus be borrowed).
+    #[inline]
+    fn line_complete<F: FnMut(SseEvent<'_>)>(
+        &mut self,
+        mut line: &[u8],
+        mut at: Option<usize>,
+        chunk: &[u8],
+        on_event: &mut F,
+    ) {
+        if !self.started {
+            self.started = true;
+            if let Some(rest) = line.strip_prefix(BOM) {
+                line = rest;
+                at = at.map(|a| a + BOM.len());
+            }
+        }
+        if line.is_empty() {
+            return self.dispatch(chunk, on_event);
+        }
+        let (name, value_at) = match memchr(b':', line) {
+            Some(0) => return, // comment
+            Some(colon) if line.get(colon + 1) == Some(&b' ') => (&line[..colon], colon + 2),
+            Some(colon) => (&line[..colon], colon + 1),
+            None => (line, line.len()),
+        };
+        let value = &line[value_at..];
+        match name {
+            b"data" => self.push_data(value, at.map(|a| a + value_at), chunk),
+            b"event" => set_lossy(&mut self.event, value),
+            b"id" if memchr(0, value).is_none() => {
+                set_lossy(&mut self.id, value);
+                self.has_id = true;
+            }
+            b"retry" => {
+                if let Some(ms) = parse_retry(value) {
+                    self.retry = Some(ms);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Appends one data line, borrowing it while it is the only one.
+    #[inline]
+    fn push_data(&mut self, value: &[u8], at: Option<usize>, chunk: &[u8]) {
+        match (self.data_at, at) {
+            (Data::None, Some(start)) => self.data_at = Data::Chunk(start, start + value.len()),
+            (Data::None, None) => {
+                self.data.extend_from_slice(value);
+                self.data_at = Data::Owned;
+            }
+            (Data::Chunk(start, end), _) => {
+                self.data.extend_from_slice(&chunk[start..end]);
+                self.data.push(b'\n');
+                self.data.extend_from_slice(value);
+                self.data_at = Data::Owned;
+            }
+            (Data::Owned, _) => {
+                self.data.push(b'\n');
+                self.data.extend_from_slice(value);
+            }
+        }
+    }
+
+    /// Blank line: hands the pending event to `on_event` if it had data, and
+    /// starts a new one either way.
+    fn dispatch<F: FnMut(SseEvent<'_>)>(&mut self, chunk: &[u8], on_event: &mut F) {
+        let data = match self.data_at {
+            Data::None => None,
+            Data::Chunk(start, end) => Some(lossy(&chunk[start..end])),
+            Data::Owned => Some(lossy(&self.data)),
+        };
+        if let Some(data) = data {
+            on_event(SseEvent {
+                event: &self.event,
+                data,
+                id: self.has_id.then_some(self.id.as_str()),
+                retry: self.retry,
+            });
+        }
+        self.event.clear();
+        self.data.clear();
+        self.data_at = Data::None;
+        self.id.clear();
+        self.has_id = false;
+        self.retry = None;
+    }
+}
+
+/// UTF-8 decodes with U+FFFD replacement, validating with the fast std path
+/// first since invalid input is rare.
+#[inline]
+fn lossy(bytes: &[u8]) -> Cow<'_, str> {
+    match str::from_utf8(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
+/// Replaces `dst` with the lossy decoding of `bytes`, keeping its capacity.
+fn set_lossy(dst: &mut String, bytes: &[u8]) {
+    dst.clear();
+    dst.push_str(&lossy(bytes));
+}
+
+/// `retry` must be one or more ASCII digits; anything else is ignored.
+fn parse_retry(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(value.iter().fold(0u64, |ms, &d| {
+        ms.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    }))
+}

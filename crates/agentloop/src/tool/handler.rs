@@ -1,0 +1,168 @@
+//! Handlers: the code that answers a tool call.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::schema::Violation;
+use crate::message::{ContentBlock, ToolResultContent, content_from_value};
+
+/// What a handler sees besides the arguments.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool_name: String,
+    /// Cancelled when the run is cancelled or the tool times out; long handlers should watch it.
+    pub cancel: CancellationToken,
+    state: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("call_id", &self.call_id)
+            .field("tool_name", &self.tool_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// A context for one call.
+    pub fn new(
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        cancel: CancellationToken,
+        state: Option<Arc<dyn Any + Send + Sync>>,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            cancel,
+            state,
+        }
+    }
+
+    /// The shared state given to the agent (`Agent::builder().state(..)`), if it has type `S`.
+    pub fn state<S: Send + Sync + 'static>(&self) -> Option<&S> {
+        self.state.as_deref().and_then(|s| s.downcast_ref::<S>())
+    }
+}
+
+/// Why a handler did not produce a result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolError {
+    /// The arguments do not fit the tool's input.
+    InvalidArguments(Vec<Violation>),
+    /// The tool ran and failed; the message goes to the model.
+    Failed(String),
+}
+
+/// Handler output that converts into tool-result content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput(pub ToolResultContent);
+
+impl ToolOutput {
+    /// Text output.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self(ToolResultContent::Text(text.into()))
+    }
+
+    /// Content blocks, passed through as they are.
+    pub fn blocks(blocks: Vec<ContentBlock>) -> Self {
+        Self(ToolResultContent::Blocks(blocks))
+    }
+
+    /// Strings become text, any other JSON value its JSON text.
+    pub fn json(value: Value) -> Self {
+        Self(content_from_value(value))
+    }
+}
+
+/// Answers tool calls. Implemented for you by [`crate::Tool::function`]; implement it yourself
+/// for handlers that work on raw JSON.
+pub trait ToolHandler: Send + Sync + 'static {
+    /// Run the tool.
+    fn call(
+        &self,
+        ctx: ToolContext,
+        input: Value,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>>;
+}
+
+impl<F, Fut> ToolHandler for F
+where
+    F: Fn(ToolContext, Value) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+{
+    fn call(
+        &self,
+        ctx: ToolContext,
+        input: Value,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        Box::pin(self(ctx, input))
+    }
+}
+
+/// Adapts `Fn(ToolContext, T) -> Future<Result<R, E>>` to [`ToolHandler`].
+pub(crate) struct TypedHandler<T, F> {
+    f: F,
+    _input: PhantomData<fn(T)>,
+}
+
+impl<T, F> TypedHandler<T, F> {
+    pub(crate) fn new(f: F) -> Self {
+        Self {
+            f,
+            _input: PhantomData,
+        }
+    }
+}
+
+impl<T, R, E, F, Fut> ToolHandler for TypedHandler<T, F>
+where
+    T: DeserializeOwned + Send + 'static,
+    R: Serialize + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+    F: Fn(ToolContext, T) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<R, E>> + Send + 'static,
+{
+    fn call(
+        &self,
+        ctx: ToolContext,
+        input: Value,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        // Zero-argument tools may stream no arguments at all; treat null as `{}`.
+        let input = if input.is_null() {
+            Value::Object(Default::default())
+        } else {
+            input
+        };
+        let parsed = match T::deserialize(input) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                let violation = Violation {
+                    path: String::new(),
+                    message: e.to_string(),
+                };
+                return Box::pin(async move { Err(ToolError::InvalidArguments(vec![violation])) });
+            }
+        };
+        let fut = (self.f)(ctx, parsed);
+        Box::pin(async move {
+            match fut.await {
+                Ok(output) => serde_json::to_value(output)
+                    .map(ToolOutput::json)
+                    .map_err(|e| ToolError::Failed(format!("could not serialize the result: {e}"))),
+                Err(e) => Err(ToolError::Failed(e.to_string())),
+            }
+        })
+    }
+}

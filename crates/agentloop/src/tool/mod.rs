@@ -1,0 +1,385 @@
+//! Tools: definitions the model sees, calls it makes, and the handlers that answer them.
+//!
+//! A [`Tool`] is a definition plus, optionally, a handler. Typed tools derive their JSON Schema
+//! from a Rust type with `schemars`; raw tools take a schema value that is checked against the
+//! JSON Schema meta-schema.
+
+mod handler;
+pub mod schema;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+pub use handler::{ToolContext, ToolError, ToolHandler, ToolOutput};
+pub use schema::Violation;
+
+/// A function tool as the model sees it: name, description, input schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionDefinition {
+    /// Unique name the model calls it by.
+    pub name: String,
+    /// What it does and when to use it (the model reads this).
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments object. Kept provider-neutral; adapters shape it.
+    pub input_schema: Value,
+    /// Ask OpenAI-style providers for strict schema adherence.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict: bool,
+}
+
+/// A tool the provider runs itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NativeTool {
+    /// Web search run by the provider.
+    WebSearch {
+        /// Maximum searches per request (Anthropic `max_uses`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_uses: Option<u32>,
+        /// Only search these domains.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowed_domains: Vec<String>,
+        /// Never search these domains.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        blocked_domains: Vec<String>,
+        /// Approximate user location, in the provider's shape.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user_location: Option<Value>,
+        /// OpenAI `search_context_size`: `low`, `medium` or `high`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        search_context_size: Option<String>,
+    },
+    /// Sandboxed code execution run by the provider.
+    CodeExecution,
+    /// Computer use: the model drives a screen you provide.
+    ComputerUse {
+        /// Screen width in pixels.
+        display_width: u32,
+        /// Screen height in pixels.
+        display_height: u32,
+        /// X11 display number, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        display_number: Option<u32>,
+    },
+    /// A file editor the model drives (you execute its commands).
+    TextEditor,
+    /// A shell the model drives (you execute its commands).
+    Bash,
+    /// OpenAI file search over vector stores.
+    FileSearch {
+        /// The vector stores to search.
+        vector_store_ids: Vec<String>,
+        /// Maximum results.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_num_results: Option<u32>,
+    },
+    /// xAI search over X posts.
+    XSearch {
+        /// Only these handles.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowed_x_handles: Vec<String>,
+        /// Never these handles.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        excluded_x_handles: Vec<String>,
+    },
+}
+
+impl NativeTool {
+    /// A short name for error messages.
+    pub fn feature_name(&self) -> &'static str {
+        match self {
+            Self::WebSearch { .. } => "native tool web_search",
+            Self::CodeExecution => "native tool code_execution",
+            Self::ComputerUse { .. } => "native tool computer_use",
+            Self::TextEditor => "native tool text_editor",
+            Self::Bash => "native tool bash",
+            Self::FileSearch { .. } => "native tool file_search",
+            Self::XSearch { .. } => "native tool x_search",
+        }
+    }
+
+    /// Web search with the provider's defaults.
+    pub fn web_search() -> Self {
+        Self::WebSearch {
+            max_uses: None,
+            allowed_domains: Vec::new(),
+            blocked_domains: Vec::new(),
+            user_location: None,
+            search_context_size: None,
+        }
+    }
+}
+
+/// What goes into a request's tool list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolDefinition {
+    /// A tool we run.
+    Function(FunctionDefinition),
+    /// A tool the provider runs.
+    Native(NativeTool),
+}
+
+impl ToolDefinition {
+    /// The function tool's name; `None` for native tools.
+    pub fn function_name(&self) -> Option<&str> {
+        match self {
+            Self::Function(f) => Some(&f.name),
+            Self::Native(_) => None,
+        }
+    }
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must call some tool (OpenAI `required`, Anthropic `any`).
+    Required,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool.
+    Tool {
+        /// The tool's name.
+        name: String,
+    },
+}
+
+impl ToolChoice {
+    /// Force a specific tool.
+    pub fn tool(name: impl Into<String>) -> Self {
+        Self::Tool { name: name.into() }
+    }
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's call id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as JSON.
+    pub input: Value,
+}
+
+impl ToolCall {
+    /// Deserialize the arguments into the tool's input type.
+    ///
+    /// ```
+    /// # use agentloop::ToolCall;
+    /// #[derive(serde::Deserialize)]
+    /// struct Weather { city: String }
+    /// let call = ToolCall { id: "1".into(), name: "get_weather".into(),
+    ///                       input: serde_json::json!({"city": "Paris"}) };
+    /// assert_eq!(call.parse::<Weather>().unwrap().city, "Paris");
+    /// ```
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T> {
+        T::deserialize(&self.input).map_err(|e| Error::ToolArgumentParse {
+            tool: self.name.clone(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// A tool: its definition, and optionally the handler that runs it.
+///
+/// ```
+/// use agentloop::Tool;
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+///
+/// /// Get the current weather for a city.
+/// #[derive(Deserialize, JsonSchema)]
+/// struct GetWeather {
+///     /// City name, e.g. "Paris".
+///     city: String,
+/// }
+///
+/// let tool = Tool::function("get_weather", "Current weather for a city", |args: GetWeather| async move {
+///     Ok::<_, std::convert::Infallible>(format!("18 °C in {}", args.city))
+/// });
+/// assert_eq!(tool.tool_name(), "get_weather");
+/// ```
+#[derive(Clone)]
+pub struct Tool {
+    definition: FunctionDefinition,
+    handler: Option<Arc<dyn ToolHandler>>,
+    timeout: Option<Duration>,
+    validator: Arc<OnceLock<std::result::Result<jsonschema::Validator, String>>>,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("definition", &self.definition)
+            .field("has_handler", &self.handler.is_some())
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Tool {
+    fn from_definition(definition: FunctionDefinition) -> Self {
+        Self {
+            definition,
+            handler: None,
+            timeout: None,
+            validator: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// A definition-only tool whose schema comes from `T`. The name defaults to the type's
+    /// name in snake_case and the description to its doc comment; set both with the builder.
+    pub fn from_type<T: JsonSchema>() -> Self {
+        let (schema, description) = schema::schema_for::<T>();
+        Self::from_definition(FunctionDefinition {
+            name: schema::snake_case(&T::schema_name()),
+            description: description.unwrap_or_default(),
+            input_schema: schema,
+            strict: false,
+        })
+    }
+
+    /// A definition-only tool from a raw JSON Schema, checked against the meta-schema.
+    pub fn from_schema(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Result<Self> {
+        let name = name.into();
+        schema::check_input_schema(&name, &input_schema)?;
+        Ok(Self::from_definition(FunctionDefinition {
+            name,
+            description: description.into(),
+            input_schema,
+            strict: false,
+        }))
+    }
+
+    /// A typed function tool: `handler` receives the deserialized arguments. Its output is
+    /// converted with [`ToolOutput`]: strings become text, other values JSON text.
+    pub fn function<T, R, E, F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + JsonSchema + Send + 'static,
+        R: Serialize + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+        F: Fn(T) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<R, E>> + Send + 'static,
+    {
+        Self::function_with_context(name, description, move |_ctx: ToolContext, input: T| {
+            handler(input)
+        })
+    }
+
+    /// A typed function tool whose handler also gets the [`ToolContext`] (call id,
+    /// cancellation, shared state).
+    pub fn function_with_context<T, R, E, F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        handler: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + JsonSchema + Send + 'static,
+        R: Serialize + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+        F: Fn(ToolContext, T) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = std::result::Result<R, E>> + Send + 'static,
+    {
+        let description = description.into();
+        let mut tool = Self::from_type::<T>().name(name);
+        if !description.is_empty() {
+            tool = tool.description(description);
+        }
+        tool.handler(handler::TypedHandler::new(handler))
+    }
+
+    /// Set the name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.definition.name = name.into();
+        self
+    }
+
+    /// Set the description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.definition.description = description.into();
+        self
+    }
+
+    /// Ask for strict schema adherence where the provider supports it (OpenAI).
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.definition.strict = strict;
+        self
+    }
+
+    /// Attach or replace the handler.
+    pub fn handler(mut self, handler: impl ToolHandler) -> Self {
+        self.handler = Some(Arc::new(handler));
+        self
+    }
+
+    /// Attach a shared handler.
+    pub fn handler_arc(mut self, handler: Arc<dyn ToolHandler>) -> Self {
+        self.handler = Some(handler);
+        self
+    }
+
+    /// Per-tool timeout (the run's default applies otherwise).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The tool's name.
+    pub fn tool_name(&self) -> &str {
+        &self.definition.name
+    }
+
+    /// The definition sent to the model.
+    pub fn definition(&self) -> &FunctionDefinition {
+        &self.definition
+    }
+
+    /// The handler, if one is attached.
+    pub fn get_handler(&self) -> Option<&Arc<dyn ToolHandler>> {
+        self.handler.as_ref()
+    }
+
+    /// The per-tool timeout, if set.
+    pub fn get_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Check arguments against the input schema; the schema is compiled once per tool.
+    /// Returns every violation with its JSON pointer.
+    pub fn validate(&self, input: &Value) -> std::result::Result<(), Vec<Violation>> {
+        let compiled = self
+            .validator
+            .get_or_init(|| schema::compile(&self.definition.input_schema));
+        match compiled {
+            Ok(validator) => schema::violations(validator, input),
+            // A schema we cannot compile cannot reject anything; it was reported at creation.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl From<&Tool> for ToolDefinition {
+    fn from(tool: &Tool) -> Self {
+        ToolDefinition::Function(tool.definition.clone())
+    }
+}

@@ -1,0 +1,253 @@
+//! JSON Schema: generation from Rust types, checking, validation of arguments, and shaping
+//! for providers that accept only part of the standard.
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// One way the arguments break the schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// JSON pointer to the offending value (`""` is the whole arguments object).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
+        write!(f, "{path}: {}", self.message)
+    }
+}
+
+/// The schema of `T` (subschemas inlined, no `$schema`/`title`) and its doc comment.
+pub fn schema_for<T: JsonSchema>() -> (Value, Option<String>) {
+    let generator = SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.inline_subschemas = true;
+        })
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    let mut description = None;
+    if let Value::Object(map) = &mut value {
+        map.remove("$schema");
+        map.remove("title");
+        if let Some(Value::String(d)) = map.remove("description") {
+            description = Some(d);
+        }
+        // Tools take an object; a unit struct generates no properties at all.
+        if map.get("type") == Some(&Value::String("object".into()))
+            && !map.contains_key("properties")
+        {
+            map.insert("properties".into(), Value::Object(Map::new()));
+        }
+    }
+    (value, description)
+}
+
+/// `GetWeather` → `get_weather`.
+pub(crate) fn snake_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            if prev_lower {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+            prev_lower = false;
+        } else if c.is_ascii_alphanumeric() {
+            out.push(c);
+            prev_lower = true;
+        } else {
+            out.push('_');
+            prev_lower = false;
+        }
+    }
+    out
+}
+
+/// Check that a raw input schema is a valid JSON Schema describing an object.
+pub fn check_input_schema(tool: &str, schema: &Value) -> Result<()> {
+    let invalid = |message: String| Error::InvalidToolSchema {
+        tool: tool.to_owned(),
+        message,
+    };
+    let map = schema
+        .as_object()
+        .ok_or_else(|| invalid(format!("the schema must be a JSON object, got `{schema}`")))?;
+    jsonschema::meta::validate(schema).map_err(|e| {
+        let at = e.instance_path().to_string();
+        let at = if at.is_empty() { "/".to_owned() } else { at };
+        invalid(format!("not a valid JSON Schema at {at}: {e}"))
+    })?;
+    match map.get("type") {
+        Some(Value::String(t)) if t == "object" => {}
+        None if map.contains_key("properties") => {}
+        other => {
+            return Err(invalid(format!(
+                "tool arguments must be an object: expected `\"type\": \"object\"`, got {}",
+                other.map_or_else(|| "no type".to_owned(), |t| format!("`{t}`"))
+            )));
+        }
+    }
+    compile(schema).map(|_| ()).map_err(invalid)
+}
+
+pub(crate) fn compile(schema: &Value) -> std::result::Result<jsonschema::Validator, String> {
+    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+}
+
+pub(crate) fn violations(
+    validator: &jsonschema::Validator,
+    input: &Value,
+) -> std::result::Result<(), Vec<Violation>> {
+    let found: Vec<Violation> = validator
+        .iter_errors(input)
+        .map(|e| Violation {
+            path: e.instance_path().to_string(),
+            message: e.to_string(),
+        })
+        .collect();
+    if found.is_empty() { Ok(()) } else { Err(found) }
+}
+
+/// Replace `$ref`s into `$defs`/`definitions` by the schemas they point to, for providers that
+/// do not resolve references. Recursive references are left as they are (they cannot be
+/// inlined); the definitions they need are kept.
+pub fn inline_refs(schema: &Value) -> Value {
+    let defs = collect_defs(schema);
+    let mut out = schema.clone();
+    let mut stack = Vec::new();
+    let recursive = inline_in(&mut out, &defs, &mut stack);
+    if let Value::Object(map) = &mut out
+        && !recursive
+    {
+        map.remove("$defs");
+        map.remove("definitions");
+    }
+    out
+}
+
+fn collect_defs(schema: &Value) -> Map<String, Value> {
+    let mut defs = Map::new();
+    for key in ["$defs", "definitions"] {
+        if let Some(Value::Object(found)) = schema.get(key) {
+            for (name, def) in found {
+                defs.insert(format!("#/{key}/{name}"), def.clone());
+            }
+        }
+    }
+    defs
+}
+
+/// Returns whether a recursive reference had to be kept.
+fn inline_in(value: &mut Value, defs: &Map<String, Value>, stack: &mut Vec<String>) -> bool {
+    let mut kept = false;
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(target)) = map.get("$ref").cloned()
+                && let Some(def) = defs.get(&target)
+            {
+                if stack.contains(&target) {
+                    return true;
+                }
+                let mut replacement = def.clone();
+                stack.push(target);
+                kept |= inline_in(&mut replacement, defs, stack);
+                stack.pop();
+                map.remove("$ref");
+                if let Value::Object(rep) = replacement {
+                    for (k, v) in rep {
+                        map.entry(k).or_insert(v);
+                    }
+                }
+                return kept;
+            }
+            for (key, child) in map.iter_mut() {
+                if key == "$defs" || key == "definitions" {
+                    continue;
+                }
+                kept |= inline_in(child, defs, stack);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                kept |= inline_in(item, defs, stack);
+            }
+        }
+        _ => {}
+    }
+    kept
+}
+
+/// Shape a schema for OpenAI strict mode: every object closed (`additionalProperties: false`)
+/// with all properties required; properties that were optional become nullable.
+pub fn openai_strict(schema: &Value) -> Value {
+    let mut out = inline_refs(schema);
+    make_strict(&mut out);
+    out
+}
+
+fn make_strict(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let is_object = map.get("type").is_some_and(|t| t == "object");
+            if is_object {
+                let required: Vec<String> = map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| {
+                        r.iter()
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if let Some(Value::Object(props)) = map.get_mut("properties") {
+                    for (name, prop) in props.iter_mut() {
+                        if !required.contains(name) {
+                            make_nullable(prop);
+                        }
+                    }
+                    let all: Vec<Value> = props.keys().cloned().map(Value::String).collect();
+                    map.insert("required".into(), Value::Array(all));
+                }
+                map.insert("additionalProperties".into(), Value::Bool(false));
+            }
+            for (_, child) in map.iter_mut() {
+                make_strict(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(make_strict),
+        _ => {}
+    }
+}
+
+fn make_nullable(prop: &mut Value) {
+    let Value::Object(map) = prop else { return };
+    match map.get_mut("type") {
+        Some(Value::String(t)) if t != "null" => {
+            let t = std::mem::take(t);
+            map.insert("type".into(), serde_json::json!([t, "null"]));
+        }
+        Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
+            types.push(Value::String("null".into()));
+        }
+        None => {
+            let inner = std::mem::take(map);
+            map.insert(
+                "anyOf".into(),
+                serde_json::json!([Value::Object(inner), {"type": "null"}]),
+            );
+        }
+        _ => {}
+    }
+}
