@@ -4,6 +4,7 @@
 //! normalized [`StreamEvent`]s. Everything provider-specific stays behind this trait.
 
 pub mod http;
+pub mod openai;
 
 use std::pin::Pin;
 use std::sync::Arc;
