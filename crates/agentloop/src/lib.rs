@@ -30,3 +30,7 @@ pub use tool::{
     FunctionDefinition, NativeTool, Tool, ToolCall, ToolChoice, ToolContext, ToolDefinition,
     ToolError, ToolHandler, ToolOutput,
 };
+
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
