@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod agent;
+pub mod conversation;
 pub mod error;
 pub mod history;
 pub mod message;

@@ -741,3 +741,79 @@ async fn a_model_error_ends_the_run_with_the_error() {
     let error = result.finished().unwrap_err();
     assert_eq!(error.to_string(), "scripted is overloaded: busy");
 }
+
+#[tokio::test(start_paused = true)]
+async fn layered_timeouts_for_streams_and_steps() {
+    // First chunk: the model waits 10 s before answering.
+    let model = ScriptedModel::new([Turn::text("late").with_delay(Duration::from_secs(10))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| o.first_chunk_timeout = Some(Duration::from_secs(2)))
+        .build();
+    let started = Instant::now();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert_eq!(
+        result.error.unwrap().to_string(),
+        "first chunk timeout after 2.0s"
+    );
+
+    // Idle: chunks arrive every 3 s, the idle timeout is 1 s.
+    let model =
+        ScriptedModel::new([Turn::text("slow stream").with_chunk_delay(Duration::from_secs(3))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| o.idle_timeout = Some(Duration::from_secs(1)))
+        .build();
+    let started = Instant::now();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    assert_eq!(
+        result.error.unwrap().to_string(),
+        "idle between chunks timeout after 1.0s"
+    );
+
+    // Chunks every 500 ms with a 1 s idle timeout finish fine.
+    let model =
+        ScriptedModel::new([Turn::text("steady").with_chunk_delay(Duration::from_millis(500))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| o.idle_timeout = Some(Duration::from_secs(1)))
+        .build();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    assert_eq!(result.text(), "steady");
+
+    // Step: the second step's model call takes too long.
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "A"})),
+        Turn::text("slow").with_delay(Duration::from_secs(30)),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .with_options(|o| o.step_timeout = Some(Duration::from_secs(5)))
+        .build();
+    let started = Instant::now();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(result.stop_reason, RunStopReason::Timeout);
+    assert_eq!(result.turns, 1);
+    history::validate(&result.messages).unwrap();
+}
+
+#[tokio::test]
+async fn interrupted_streams_keep_partial_text_only() {
+    let model = ScriptedModel::new([Turn::text("Hello there, friend")
+        .then_tool_call("get_weather", json!({"city": "A"}))
+        .fail_after(
+            3,
+            Error::Interrupted {
+                message: "connection reset".into(),
+            },
+        )]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .build();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert!(matches!(result.error, Some(Error::Interrupted { .. })));
+    history::validate(&result.messages).unwrap();
+}

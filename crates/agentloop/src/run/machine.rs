@@ -163,6 +163,12 @@ impl Machine {
             return;
         }
 
+        if self.limits.manual_tools {
+            self.phase = Phase::Done {
+                reason: RunStopReason::AwaitingToolResults,
+            };
+            return;
+        }
         let allowed = match self.limits.max_tool_calls {
             Some(max) => max.saturating_sub(self.tool_calls) as usize,
             None => usize::MAX,
