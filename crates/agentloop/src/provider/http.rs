@@ -103,8 +103,9 @@ impl RetryPolicy {
     }
 }
 
-/// Connection settings shared by the wire providers.
-#[derive(Debug, Clone)]
+/// Connection settings shared by the wire providers. `Debug` shows neither the key nor the
+/// values of extra headers (they often carry credentials too, e.g. Azure's `api-key`).
+#[derive(Clone)]
 pub struct HttpConfig {
     /// Base URL, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
@@ -121,6 +122,21 @@ pub struct HttpConfig {
     pub idle_timeout: Duration,
     /// Retries.
     pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("HttpConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .field("headers", &header_names)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl HttpConfig {
