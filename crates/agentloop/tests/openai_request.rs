@@ -221,7 +221,7 @@ fn strict_tools_get_the_strict_shape_and_others_are_inlined() {
                 "place": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false},
                 "days": {"type": ["integer", "null"]}
             },
-            "required": ["days", "place"],
+            "required": ["place", "days"],
             "additionalProperties": false
         }}})
     );
