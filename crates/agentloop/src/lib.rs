@@ -9,9 +9,13 @@
 
 mod agent;
 pub mod error;
+#[cfg(feature = "registry")]
+pub mod executor;
 pub mod history;
 pub mod message;
 pub mod provider;
+#[cfg(feature = "registry")]
+pub mod registry;
 pub mod run;
 pub mod sse;
 pub mod stream;
@@ -24,6 +28,8 @@ pub use message::{
     ToolResultContent, Usage,
 };
 pub use provider::{EventStream, Provider};
+#[cfg(feature = "registry")]
+pub use registry::{Registry, ToolDescriptor};
 pub use run::{RunEvent, RunOptions, RunResult, RunStopReason};
 pub use stream::{Accumulator, StreamEvent};
 pub use tool::{
