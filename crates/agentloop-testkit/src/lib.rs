@@ -3,6 +3,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod scripted;
 mod turn;
 

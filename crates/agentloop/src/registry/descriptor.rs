@@ -210,8 +210,9 @@ pub(crate) struct RawDescriptor {
     pub(crate) output_schema: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) mode: Option<ToolMode>,
+    // Kept raw so that its problems are reported with the tool's name, after parsing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) mock: Option<MockSpec>,
+    pub(crate) mock: Option<RawMock>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) http: Option<HttpSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -249,25 +250,26 @@ impl RawDescriptor {
             _ => None,
         };
         if let Some(section) = missing {
+            let (article, what) = match mode {
+                ToolMode::Mock => ("a", "the canned response"),
+                ToolMode::Http => ("an", "the endpoint (`url`)"),
+                _ => ("an", "the server"),
+            };
             return Err(format!(
-                "`mode: {mode}` needs a `{section}` section describing the {}",
-                match mode {
-                    ToolMode::Mock => "canned response",
-                    ToolMode::Http => "endpoint (`url`)",
-                    _ => "server",
-                }
+                "`mode: {mode}` needs {article} `{section}` section describing {what}"
             ));
         }
         if let Some(0) = self.timeout_ms {
             return Err("`timeout_ms` must be greater than 0".to_owned());
         }
+        let mock = self.mock.map(MockSpec::try_from).transpose()?;
         Ok(ToolDescriptor {
             name,
             description: self.description.unwrap_or_default(),
             input_schema: self.input_schema.unwrap_or_else(empty_object_schema),
             output_schema: self.output_schema,
             mode,
-            mock: self.mock,
+            mock,
             http: self.http,
             mcp: self.mcp,
             timeout_ms: self.timeout_ms,
@@ -292,7 +294,7 @@ impl From<ToolDescriptor> for RawDescriptor {
             input_schema: Some(d.input_schema),
             output_schema: d.output_schema,
             mode: Some(d.mode),
-            mock: d.mock,
+            mock: d.mock.map(RawMock::from),
             http: d.http,
             mcp: d.mcp,
             timeout_ms: d.timeout_ms,

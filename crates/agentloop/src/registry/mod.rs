@@ -169,17 +169,17 @@ impl Registry {
             .entries
             .iter()
             .position(|e| e.descriptor.name == name)
-            .ok_or_else(|| Error::Config {
-                message: format!("cannot bind a handler: there is no tool named `{name}`"),
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "cannot bind a handler: there is no tool named `{name}`"
+                ))
             })?;
         let entry = &self.entries[index];
         if entry.descriptor.mode != ToolMode::Function {
-            return Err(Error::Config {
-                message: format!(
-                    "cannot bind a handler to tool `{name}`: it runs in `{}` mode, not `function`",
-                    entry.descriptor.mode
-                ),
-            });
+            return Err(Error::config(format!(
+                "cannot bind a handler to tool `{name}`: it runs in `{}` mode, not `function`",
+                entry.descriptor.mode
+            )));
         }
         let handler: Arc<dyn ToolHandler> = Arc::new(handler);
         let tool = build_tool(&entry.descriptor, Some(handler), self.http_client_lazy())
