@@ -421,17 +421,19 @@ mod mcp_sources {
         /// killed when the registry (and every tool taken from it) is dropped, or cleanly
         /// stopped by [`Registry::close`].
         pub async fn add_mcp_stdio(&mut self, server: McpStdio) -> Result<McpServerInfo> {
+            let origin = ToolSource::Mcp(server.label()).to_string();
             let connection = McpConnection::connect_stdio(&server)
                 .await
-                .map_err(|message| load_error(&server.label(), None, message))?;
+                .map_err(|message| load_error(&origin, None, message))?;
             self.add_mcp(connection, server.name_prefix()).await
         }
 
         /// Connect to an MCP server over streamable HTTP, list its tools and register them.
         pub async fn add_mcp_http(&mut self, server: McpHttp) -> Result<McpServerInfo> {
+            let origin = ToolSource::Mcp(server.url().to_owned()).to_string();
             let connection = McpConnection::connect_http(&server)
                 .await
-                .map_err(|message| load_error(server.url(), None, message))?;
+                .map_err(|message| load_error(&origin, None, message))?;
             self.add_mcp(connection, server.name_prefix()).await
         }
 
@@ -461,8 +463,8 @@ mod mcp_sources {
             connection: &Arc<McpConnection>,
             prefix: Option<&str>,
         ) -> Result<Vec<Entry>> {
-            let label = connection.info(Vec::new()).server;
-            let source = ToolSource::Mcp(label.clone());
+            let source = ToolSource::Mcp(connection.info(Vec::new()).server);
+            let label = source.to_string();
             let descriptors = connection
                 .descriptors(prefix)
                 .await
