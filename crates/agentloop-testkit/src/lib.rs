@@ -3,6 +3,7 @@
 
 #![warn(missing_docs)]
 
+pub mod demo;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod scripted;

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod agent;
+pub mod conversation;
 pub mod error;
 #[cfg(feature = "registry")]
 pub mod executor;
@@ -36,3 +37,7 @@ pub use tool::{
     FunctionDefinition, NativeTool, Tool, ToolCall, ToolChoice, ToolContext, ToolDefinition,
     ToolError, ToolHandler, ToolOutput,
 };
+
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
