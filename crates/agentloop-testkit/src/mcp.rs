@@ -95,9 +95,7 @@ impl ServerHandler for TestMcpServer {
 
 /// Serve the test server on this process's stdin/stdout until the client disconnects.
 pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let running = TestMcpServer::new()
-        .serve(rmcp::transport::stdio())
-        .await?;
+    let running = TestMcpServer::new().serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
     Ok(())
 }
@@ -119,7 +117,8 @@ impl Drop for McpHttpServer {
 /// Start the test server over streamable HTTP on 127.0.0.1 (a free port).
 pub async fn serve_http() -> std::io::Result<McpHttpServer> {
     let cancel = CancellationToken::new();
-    let config = StreamableHttpServerConfig::default().with_cancellation_token(cancel.child_token());
+    let config =
+        StreamableHttpServerConfig::default().with_cancellation_token(cancel.child_token());
     let service: StreamableHttpService<TestMcpServer, LocalSessionManager> =
         StreamableHttpService::new(|| Ok(TestMcpServer::new()), Default::default(), config);
     let router = axum::Router::new().nest_service("/mcp", service);

@@ -70,20 +70,28 @@ async fn exercise_test_server(registry: &Registry, server: &str, prefix: &str) {
     );
     let add = registry.descriptor(&format!("{prefix}add")).unwrap();
     assert_eq!(
-        add.output_schema.as_ref().map(|s| s["properties"]["sum"]["type"].clone()),
+        add.output_schema
+            .as_ref()
+            .map(|s| s["properties"]["sum"]["type"].clone()),
         Some(json!("integer"))
     );
 
     // The same connection answers call after call.
     for word in ["hi", "again"] {
-        let output = registry.call(&echo, json!({"message": word})).await.unwrap();
+        let output = registry
+            .call(&echo, json!({"message": word}))
+            .await
+            .unwrap();
         assert_eq!(text(&output), format!("Echo: {word}"));
     }
     let sum = registry
         .call(&format!("{prefix}add"), json!({"a": 2, "b": 3}))
         .await
         .unwrap();
-    assert_eq!(serde_json::from_str::<Value>(text(&sum)).unwrap(), json!({"sum": 5}));
+    assert_eq!(
+        serde_json::from_str::<Value>(text(&sum)).unwrap(),
+        json!({"sum": 5})
+    );
     // `isError` results become error results.
     assert_eq!(
         registry
@@ -120,7 +128,10 @@ async fn stdio_server_lists_and_calls_tools_and_its_child_dies_with_the_registry
     exercise_test_server(&registry, TEST_SERVER, "").await;
 
     drop(registry);
-    assert!(wait_gone(pid).await, "the MCP child {pid} outlived its registry");
+    assert!(
+        wait_gone(pid).await,
+        "the MCP child {pid} outlived its registry"
+    );
 }
 
 #[tokio::test]
@@ -133,7 +144,10 @@ async fn close_stops_the_child_and_later_calls_fail_cleanly() {
     let mut tools = info.tools.clone();
     tools.sort();
     assert_eq!(tools, ["t_add", "t_echo", "t_fail"]);
-    let output = registry.call("t_echo", json!({"message": "hi"})).await.unwrap();
+    let output = registry
+        .call("t_echo", json!({"message": "hi"}))
+        .await
+        .unwrap();
     assert_eq!(text(&output), "Echo: hi");
 
     registry.close().await;
@@ -146,7 +160,9 @@ async fn close_stops_the_child_and_later_calls_fail_cleanly() {
         panic!("expected a failure, got {err:?}");
     };
     assert!(
-        message.starts_with(&format!("calling `echo` on MCP server `{TEST_SERVER}` failed: ")),
+        message.starts_with(&format!(
+            "calling `echo` on MCP server `{TEST_SERVER}` failed: "
+        )),
         "{message}"
     );
 }
@@ -258,16 +274,31 @@ async fn reference_server_everything_over_stdio() {
         .await
         .unwrap();
     assert_eq!(info.name.as_deref(), Some("mcp-servers/everything"));
-    for expected in ["echo", "get-sum", "get-structured-content", "get-tiny-image"] {
-        assert!(info.tools.iter().any(|t| t == expected), "{expected} in {:?}", info.tools);
+    for expected in [
+        "echo",
+        "get-sum",
+        "get-structured-content",
+        "get-tiny-image",
+    ] {
+        assert!(
+            info.tools.iter().any(|t| t == expected),
+            "{expected} in {:?}",
+            info.tools
+        );
     }
     let echo = registry.descriptor("echo").unwrap();
     assert_eq!(echo.description, "Echoes back the input string");
     assert_eq!(echo.input_schema["required"], json!(["message"]));
 
-    let output = registry.call("echo", json!({"message": "hi"})).await.unwrap();
+    let output = registry
+        .call("echo", json!({"message": "hi"}))
+        .await
+        .unwrap();
     assert_eq!(text(&output), "Echo: hi");
-    let output = registry.call("get-sum", json!({"a": 2, "b": 40})).await.unwrap();
+    let output = registry
+        .call("get-sum", json!({"a": 2, "b": 40}))
+        .await
+        .unwrap();
     assert_eq!(text(&output), "The sum of 2 and 40 is 42.");
     // A tool with an output schema: its structured content is checked and passes.
     let structured = registry

@@ -1,10 +1,12 @@
 //! The mock and HTTP executors, through the registry.
 
+#![cfg(feature = "registry")]
+
 use std::time::Duration;
 
+use agentloop::ToolResultContent;
 use agentloop::registry::{HttpSpec, MockSpec, OnExhausted, Registry, ToolDescriptor, ToolMode};
 use agentloop::tool::{ToolContext, ToolError, ToolOutput, Violation};
-use agentloop::ToolResultContent;
 use axum::Json;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
@@ -31,7 +33,10 @@ fn json_of(output: &ToolOutput) -> Value {
 async fn run(registry: &Registry, name: &str, input: Value) -> Result<ToolOutput, ToolError> {
     let tool = registry.get(name).expect("the tool exists");
     let ctx = ToolContext::new("call_1", name, CancellationToken::new(), None);
-    tool.get_handler().expect("it has an executor").call(ctx, input).await
+    tool.get_handler()
+        .expect("it has an executor")
+        .call(ctx, input)
+        .await
 }
 
 fn mock(name: &str, spec: MockSpec) -> ToolDescriptor {
@@ -62,7 +67,10 @@ async fn a_template_mock_sees_the_arguments() {
         json_of(&output),
         json!({"greeting": "Hello, Ada!", "args": {"name": "Ada", "excited": true}})
     );
-    let output = registry.call("greet", json!({"name": "Bob"})).await.unwrap();
+    let output = registry
+        .call("greet", json!({"name": "Bob"}))
+        .await
+        .unwrap();
     assert_eq!(
         json_of(&output),
         json!({"greeting": "Hello, Bob.", "args": {"name": "Bob"}})
@@ -78,7 +86,9 @@ async fn a_template_that_renders_plain_text_returns_text() {
             MockSpec::Template("{{ word | upper }}, {{ args.word }}".to_owned()),
         ))
         .unwrap();
-    let output = run(&registry, "shout", json!({"word": "hey"})).await.unwrap();
+    let output = run(&registry, "shout", json!({"word": "hey"}))
+        .await
+        .unwrap();
     assert_eq!(text(&output), "HEY, hey");
 }
 
@@ -134,7 +144,10 @@ async fn arguments_are_checked_before_the_executor_runs() {
         .await
         .map(|_| ());
     assert_eq!(err, Ok(()), "an open schema accepts extra arguments");
-    let err = registry.call("get_weather", json!({"city": 7})).await.unwrap_err();
+    let err = registry
+        .call("get_weather", json!({"city": 7}))
+        .await
+        .unwrap_err();
     assert_eq!(
         err,
         ToolError::InvalidArguments(vec![Violation {
@@ -260,7 +273,11 @@ async fn start_server() -> Server {
         .route(
             "/same",
             post(|| async {
-                (StatusCode::TEMPORARY_REDIRECT, [(header::LOCATION, "/echo")]).into_response()
+                (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [(header::LOCATION, "/echo")],
+                )
+                    .into_response()
             }),
         );
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -290,7 +307,9 @@ async fn http_success_returns_the_json_body_and_sends_expanded_headers() {
     registry
         .add_descriptor(http_tool("echo", spec, None))
         .unwrap();
-    let output = run(&registry, "echo", json!({"q": "rust", "n": 3})).await.unwrap();
+    let output = run(&registry, "echo", json!({"q": "rust", "n": 3}))
+        .await
+        .unwrap();
     assert_eq!(
         json_of(&output),
         json!({
@@ -316,7 +335,9 @@ async fn the_descriptor_method_is_used() {
     let mut spec = HttpSpec::post(format!("{}/echo", server.base));
     spec.method = "put".to_owned();
     let mut registry = Registry::new();
-    registry.add_descriptor(http_tool("put", spec, None)).unwrap();
+    registry
+        .add_descriptor(http_tool("put", spec, None))
+        .unwrap();
     let output = run(&registry, "put", json!({"k": 1})).await.unwrap();
     assert_eq!(json_of(&output)["received"], json!({"k": 1}));
 }
@@ -414,7 +435,9 @@ async fn a_refused_connection_is_an_error_result() {
         panic!("expected a failure");
     };
     assert!(
-        message.starts_with(&format!("POST http://127.0.0.1:{port}/x failed: error sending request")),
+        message.starts_with(&format!(
+            "POST http://127.0.0.1:{port}/x failed: error sending request"
+        )),
         "{message}"
     );
 }

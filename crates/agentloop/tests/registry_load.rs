@@ -1,5 +1,7 @@
 //! Loading tool descriptors from files and directories, and the errors bad files give.
 
+#![cfg(feature = "registry")]
+
 use agentloop::registry::{
     HttpSpec, MockSpec, OnExhausted, Registry, ToolDescriptor, ToolMode, ToolSource,
 };
@@ -86,7 +88,13 @@ fn a_directory_of_json_yaml_and_manifests_gives_exactly_its_descriptors() {
     let names: Vec<&str> = tools.iter().map(|t| t.tool_name()).collect();
     assert_eq!(
         names,
-        ["greet", "deploy_status", "lookup_order", "local_calc", "get_weather"]
+        [
+            "greet",
+            "deploy_status",
+            "lookup_order",
+            "local_calc",
+            "get_weather"
+        ]
     );
     let weather_tool = registry.get("get_weather").unwrap();
     assert_eq!(weather_tool.definition().input_schema, weather.input_schema);
@@ -124,7 +132,9 @@ fn syntax_errors_give_file_line_and_column() {
     );
     assert_eq!(
         load_error("syntax.yaml"),
-        format!("{dir}/bad/syntax.yaml:4:2: did not find expected key, while parsing a block mapping")
+        format!(
+            "{dir}/bad/syntax.yaml:4:2: did not find expected key, while parsing a block mapping"
+        )
     );
 }
 
@@ -170,7 +180,11 @@ fn structural_errors_name_file_tool_and_problem() {
         ),
     ];
     for (file, message) in cases {
-        assert_eq!(load_error(file), format!("{dir}/bad/{file}: {message}"), "{file}");
+        assert_eq!(
+            load_error(file),
+            format!("{dir}/bad/{file}: {message}"),
+            "{file}"
+        );
     }
 }
 
@@ -196,7 +210,11 @@ fn executor_errors_surface_at_load() {
         ),
     ];
     for (file, message) in cases {
-        assert_eq!(load_error(file), format!("{dir}/bad/{file}: {message}"), "{file}");
+        assert_eq!(
+            load_error(file),
+            format!("{dir}/bad/{file}: {message}"),
+            "{file}"
+        );
     }
 }
 

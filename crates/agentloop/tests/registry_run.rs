@@ -1,6 +1,8 @@
 //! A run whose model breaks a registry tool's schema: the tool does not run, the model sees
 //! every violation, retries with valid arguments and the run finishes.
 
+#![cfg(feature = "registry")]
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -200,10 +200,14 @@ impl ToolHandler for HttpExecutor {
         let timeout = self.timeout;
         let output = self.output.clone();
         Box::pin(async move {
-            let request = request
-                .map_err(|e| ToolError::Failed(format!("{what}: could not build the request: {e}")))?;
-            let value = match tokio::time::timeout(timeout, Self::send(client, request, what.clone()))
-                .await
+            let request = request.map_err(|e| {
+                ToolError::Failed(format!("{what}: could not build the request: {e}"))
+            })?;
+            let value = match tokio::time::timeout(
+                timeout,
+                Self::send(client, request, what.clone()),
+            )
+            .await
             {
                 Ok(result) => result?,
                 Err(_) => {
@@ -261,9 +265,8 @@ pub(crate) fn expand_env(
                     "`${{{name}}}` is not a valid environment variable reference"
                 ));
             }
-            let value = lookup(name).ok_or_else(|| {
-                format!("the environment variable `{name}` is not set")
-            })?;
+            let value = lookup(name)
+                .ok_or_else(|| format!("the environment variable `{name}` is not set"))?;
             out.push_str(&value);
             used = true;
             rest = &tail[end + 1..];

@@ -230,7 +230,8 @@ impl McpConnection {
             .map_err(|e| format!("could not start `{}`: {e}", spec.command))?;
         let process_id = transport.id();
         let stderr_tail = stderr.map(read_stderr);
-        let handshake = tokio::time::timeout(spec.connect_timeout, client_config().serve(transport));
+        let handshake =
+            tokio::time::timeout(spec.connect_timeout, client_config().serve(transport));
         let reason = match handshake.await {
             Ok(Ok(service)) => return Ok(Self::new(label, service, process_id)),
             Ok(Err(e)) => format!("the MCP handshake failed: {e}"),
@@ -456,7 +457,9 @@ fn convert_result(
         check.check(structured)?;
     }
     if blocks.is_empty() {
-        return Ok(ToolOutput::json(result.structured_content.unwrap_or(Value::Null)));
+        return Ok(ToolOutput::json(
+            result.structured_content.unwrap_or(Value::Null),
+        ));
     }
     if let [ContentBlock::Text { text }] = blocks.as_slice() {
         return Ok(ToolOutput::text(text.clone()));

@@ -101,7 +101,11 @@ impl MockExecutor {
         }
     }
 
-    fn render(&self, env: &minijinja::Environment<'static>, input: &Value) -> Result<Value, ToolError> {
+    fn render(
+        &self,
+        env: &minijinja::Environment<'static>,
+        input: &Value,
+    ) -> Result<Value, ToolError> {
         let failed = |e: minijinja::Error| {
             ToolError::Failed(format!(
                 "the mock template of tool `{}` failed: {}",

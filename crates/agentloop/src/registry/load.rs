@@ -30,9 +30,12 @@ struct Metadata {
 /// The keys that make a document a manifest.
 const MANIFEST_KEYS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
 
-#[derive(Clone, Copy)]
-enum Format {
+/// The syntax of a descriptor text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One tool per file.
     Json,
+    /// One tool per document (documents separated by `---`).
     Yaml,
 }
 
@@ -53,7 +56,10 @@ struct Located {
 
 impl Located {
     fn json(e: &serde_json::Error) -> Self {
-        Self::new(e.to_string(), Some((e.line(), e.column())).filter(|(l, _)| *l > 0))
+        Self::new(
+            e.to_string(),
+            Some((e.line(), e.column())).filter(|(l, _)| *l > 0),
+        )
     }
 
     fn yaml(e: &serde_yaml_ng::Error) -> Self {
@@ -109,7 +115,10 @@ impl Document<'_> {
             Document::Json(text) => serde_json::from_str(text).map_err(|e| Located::json(&e)),
             Document::Yaml(text, index) => {
                 let Some(doc) = serde_yaml_ng::Deserializer::from_str(text).nth(index) else {
-                    return Err(Located::new(format!("YAML document {index} vanished"), None));
+                    return Err(Located::new(
+                        format!("YAML document {index} vanished"),
+                        None,
+                    ));
                 };
                 T::deserialize(doc).map_err(|e| Located::yaml(&e))
             }
@@ -135,11 +144,13 @@ pub fn read_descriptors(path: &Path) -> Result<Vec<ToolDescriptor>> {
     parse_descriptors(&text, format, &origin)
 }
 
-fn parse_descriptors(text: &str, format: Format, origin: &str) -> Result<Vec<ToolDescriptor>> {
+/// Parse descriptors from text (for files, see [`read_descriptors`]); `origin` names the
+/// text in errors.
+pub fn parse_descriptors(text: &str, format: Format, origin: &str) -> Result<Vec<ToolDescriptor>> {
     match format {
         Format::Json => {
-            let value: Value =
-                serde_json::from_str(text).map_err(|e| Located::json(&e).into_error(origin, None))?;
+            let value: Value = serde_json::from_str(text)
+                .map_err(|e| Located::json(&e).into_error(origin, None))?;
             Ok(vec![descriptor(&value, &Document::Json(text), origin)?])
         }
         Format::Yaml => {
@@ -234,7 +245,11 @@ fn collect(dir: &Path, files: &mut Vec<PathBuf>) -> Result<()> {
             continue;
         }
         let file_type = entry.file_type().map_err(|e| {
-            load_error(&path.display().to_string(), None, format!("could not stat: {e}"))
+            load_error(
+                &path.display().to_string(),
+                None,
+                format!("could not stat: {e}"),
+            )
         })?;
         if file_type.is_dir() {
             collect(&path, files)?;
@@ -255,8 +270,8 @@ mod tests {
 
     #[test]
     fn yaml_documents_are_tools_and_empty_ones_are_skipped() {
-        let tools = yaml("name: a\n---\n# nothing\n---\nname: b\nmock: {response: 1}\n---\n")
-            .unwrap();
+        let tools =
+            yaml("name: a\n---\n# nothing\n---\nname: b\nmock: {response: 1}\n---\n").unwrap();
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
     }

@@ -24,7 +24,7 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolHandler, ToolOutput};
 pub use descriptor::{
     HttpSpec, McpSource, MockSpec, OnExhausted, ToolDescriptor, ToolMode, empty_object_schema,
 };
-pub use load::{read_descriptors, tool_files};
+pub use load::{Format, parse_descriptors, read_descriptors, tool_files};
 
 pub(crate) use load::load_error;
 
@@ -86,7 +86,11 @@ pub struct Registry {
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.entries.iter().map(|e| e.descriptor.name.as_str()).collect();
+        let names: Vec<&str> = self
+            .entries
+            .iter()
+            .map(|e| e.descriptor.name.as_str())
+            .collect();
         f.debug_struct("Registry")
             .field("tools", &names)
             .finish_non_exhaustive()
@@ -215,7 +219,10 @@ impl Registry {
 
     /// The tool names, in registration order.
     pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|e| e.descriptor.name.as_str()).collect()
+        self.entries
+            .iter()
+            .map(|e| e.descriptor.name.as_str())
+            .collect()
     }
 
     /// How many tools there are.
@@ -237,7 +244,11 @@ impl Registry {
 
     /// Call a tool directly, outside a run: the arguments are checked against the input
     /// schema first and the tool's timeout applies.
-    pub async fn call(&self, name: &str, input: Value) -> std::result::Result<ToolOutput, ToolError> {
+    pub async fn call(
+        &self,
+        name: &str,
+        input: Value,
+    ) -> std::result::Result<ToolOutput, ToolError> {
         let tool = self
             .get(name)
             .ok_or_else(|| ToolError::Failed(format!("there is no tool named `{name}`")))?;
@@ -286,7 +297,9 @@ impl Registry {
         }
     }
 
-    fn http_client_lazy(&self) -> impl FnOnce() -> std::result::Result<reqwest::Client, String> + '_ {
+    fn http_client_lazy(
+        &self,
+    ) -> impl FnOnce() -> std::result::Result<reqwest::Client, String> + '_ {
         move || {
             if let Some(client) = self.http.get() {
                 return Ok(client.clone());
