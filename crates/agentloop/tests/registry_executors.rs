@@ -136,6 +136,35 @@ async fn a_sequence_repeats_its_last_response_by_default() {
     assert_eq!(seen, ["one", "two", "two", "two"]);
 }
 
+#[test]
+fn descriptors_built_in_code_are_checked_too() {
+    let mut registry = Registry::new();
+    let empty = mock(
+        "empty",
+        MockSpec::Sequence {
+            responses: Vec::new(),
+            on_exhausted: OnExhausted::Error,
+        },
+    );
+    assert_eq!(
+        registry.add_descriptor(empty).unwrap_err().to_string(),
+        "code: tool `empty`: the mock `sequence` is empty"
+    );
+    let mut instant = mock("instant", MockSpec::Response(json!(1)));
+    instant.timeout_ms = Some(0);
+    assert_eq!(
+        registry.add_descriptor(instant).unwrap_err().to_string(),
+        "code: tool `instant`: `timeout_ms` must be greater than 0"
+    );
+    let mut no_section = ToolDescriptor::new("nothing", "");
+    no_section.mode = ToolMode::Http;
+    assert_eq!(
+        registry.add_descriptor(no_section).unwrap_err().to_string(),
+        "code: tool `nothing`: `mode: http` needs an `http` section"
+    );
+    assert!(registry.is_empty());
+}
+
 #[tokio::test]
 async fn arguments_are_checked_before_the_executor_runs() {
     let registry = Registry::load_dir(format!("{}/good", fixtures())).unwrap();

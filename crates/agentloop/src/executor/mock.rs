@@ -60,6 +60,9 @@ impl MockExecutor {
                     .map_err(|e| format!("the mock template does not compile: {}", describe(&e)))?;
                 Answer::Template(env)
             }
+            MockSpec::Sequence { responses, .. } if responses.is_empty() => {
+                return Err("the mock `sequence` is empty".to_owned());
+            }
             MockSpec::Sequence {
                 responses,
                 on_exhausted,

@@ -388,6 +388,9 @@ fn build_tool(
 fn definition(
     descriptor: &ToolDescriptor,
 ) -> std::result::Result<(Tool, Option<Arc<OutputCheck>>), String> {
+    if descriptor.timeout_ms == Some(0) {
+        return Err("`timeout_ms` must be greater than 0".to_owned());
+    }
     let tool = Tool::from_schema(
         descriptor.name.clone(),
         descriptor.description.clone(),
