@@ -343,10 +343,10 @@ fn output_value(content: &ToolResultContent) -> Value {
     match content {
         ToolResultContent::Text(text) => {
             let trimmed = text.trim_start();
-            if trimmed.starts_with('{') || trimmed.starts_with('[') {
-                if let Ok(value) = serde_json::from_str(text) {
-                    return value;
-                }
+            if (trimmed.starts_with('{') || trimmed.starts_with('['))
+                && let Ok(value) = serde_json::from_str(text)
+            {
+                return value;
             }
             Value::String(text.clone())
         }
