@@ -4,7 +4,12 @@
 #![warn(missing_docs)]
 
 mod scripted;
+pub mod server;
 mod turn;
 
 pub use scripted::ScriptedModel;
+pub use server::{
+    Fault, MockServer, MockServerBuilder, PrerenderedServer, RecordedRequest, Wire, WriteMode,
+    serve_prerendered, serve_prerendered_on,
+};
 pub use turn::{Turn, TurnItem, split_pieces};
