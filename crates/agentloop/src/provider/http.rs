@@ -1,0 +1,578 @@
+//! The HTTP transport every wire provider shares: one pooled client per configuration, typed
+//! errors from status and body, retries with backoff and jitter that honour `retry-after`, and
+//! SSE streams decoded into normalized events with an idle timeout that costs nothing per chunk.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result, TimeoutKind};
+use crate::provider::EventStream;
+use crate::sse::{SseEvent, SseParser};
+use crate::stream::StreamEvent;
+
+/// An API key. Its `Debug` and `Display` never show the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wrap a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// Read a key from an environment variable; `None` when unset or empty.
+    pub fn from_env(var: &str) -> Option<Self> {
+        std::env::var(var)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .map(Self)
+    }
+
+    /// The key itself, for building the auth header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl std::fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// When and how often to retry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (default 2).
+    pub max_retries: u32,
+    /// First backoff (default 500 ms); doubles each retry, with full jitter.
+    pub initial_backoff: Duration,
+    /// Upper bound of one backoff (default 20 s).
+    pub max_backoff: Duration,
+    /// A `retry-after` longer than this is not waited for: the error surfaces (default 60 s).
+    pub max_retry_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 2,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(20),
+            max_retry_after: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries.
+    pub fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+
+    /// How long to wait before retry number `attempt` (1-based) after `error`.
+    pub fn delay(&self, attempt: u32, error: &Error) -> Option<Duration> {
+        if attempt > self.max_retries || !error.is_retryable() {
+            return None;
+        }
+        if let Some(after) = error.retry_after() {
+            return (after <= self.max_retry_after).then_some(after);
+        }
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << (attempt - 1).min(16))
+            .min(self.max_backoff);
+        // Full jitter spreads retries of many clients hit by the same outage.
+        let jittered = exp.mul_f64(rand::random::<f64>().clamp(0.1, 1.0));
+        Some(jittered)
+    }
+}
+
+/// Connection settings shared by the wire providers.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The key, if the service needs one.
+    pub api_key: Option<ApiKey>,
+    /// Extra headers sent with every request.
+    pub headers: Vec<(String, String)>,
+    /// Connect timeout (default 10 s).
+    pub connect_timeout: Duration,
+    /// Whole-request timeout for non-streamed calls (default 10 min).
+    pub request_timeout: Duration,
+    /// Longest silence allowed between two chunks of a stream, and before the first (default
+    /// 5 min; reasoning models can think for a long time before the first token).
+    pub idle_timeout: Duration,
+    /// Retries.
+    pub retry: RetryPolicy,
+}
+
+impl HttpConfig {
+    /// Defaults for `base_url`.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key: None,
+            headers: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(300),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Turns one provider's SSE events into normalized events.
+pub trait SseDecoder: Send + 'static {
+    /// Handle one event. An `Err` is an error the provider reported mid-stream; it ends the
+    /// stream.
+    fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()>;
+
+    /// The body ended: flush, and return `Err` if the response was cut short.
+    fn end(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<()>;
+}
+
+/// Maps an error response to a typed error (provider-specific body shapes).
+pub type ErrorMapper = fn(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Error;
+
+/// A pooled client bound to one provider configuration.
+#[derive(Clone)]
+pub struct Transport {
+    client: reqwest::Client,
+    config: HttpConfig,
+    provider: String,
+    headers: HeaderMap,
+    map_error: ErrorMapper,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("provider", &self.provider)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    /// Build the client. `auth` are the provider's auth headers (computed from the key).
+    pub fn new(
+        provider: impl Into<String>,
+        config: HttpConfig,
+        auth: Vec<(HeaderName, HeaderValue)>,
+        map_error: ErrorMapper,
+    ) -> Result<Self> {
+        let provider = provider.into();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        for (name, mut value) in auth {
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        for (name, value) in &config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|e| Error::config(format!("invalid header name `{name}`: {e}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|e| Error::config(format!("invalid value for header `{name}`: {e}")))?;
+            headers.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| Error::config(format!("could not build the HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            config,
+            provider,
+            headers,
+            map_error,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.config.base_url.trim_end_matches('/'), path)
+    }
+
+    /// Send once; map transport failures and error statuses to typed errors.
+    async fn send_once(
+        &self,
+        path: &str,
+        body: &Bytes,
+        extra: &HeaderMap,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response> {
+        let mut request = self
+            .client
+            .post(self.url(path))
+            .headers(self.headers.clone())
+            .headers(extra.clone())
+            .body(body.clone());
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let headers = response.headers().clone();
+        let body = response.bytes().await.unwrap_or_default();
+        Err((self.map_error)(
+            &self.provider,
+            status.as_u16(),
+            &headers,
+            &body,
+        ))
+    }
+
+    fn transport_error(&self, e: reqwest::Error) -> Error {
+        if e.is_timeout() {
+            let (kind, after) = if e.is_connect() {
+                (TimeoutKind::Connect, self.config.connect_timeout)
+            } else {
+                (TimeoutKind::Request, self.config.request_timeout)
+            };
+            Error::Timeout { kind, after }
+        } else {
+            Error::Http {
+                message: error_chain(&e),
+            }
+        }
+    }
+
+    /// Send with retries until a success status.
+    async fn send(
+        &self,
+        path: &str,
+        body: &Bytes,
+        extra: &HeaderMap,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response> {
+        let mut attempt = 0;
+        loop {
+            match self.send_once(path, body, extra, timeout).await {
+                Ok(response) => return Ok(response),
+                Err(error) => {
+                    attempt += 1;
+                    let Some(delay) = self.config.retry.delay(attempt, &error) else {
+                        return Err(error);
+                    };
+                    tracing::debug!(provider = %self.provider, attempt, ?delay, %error, "retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// POST a JSON body and return the JSON answer (non-streamed calls).
+    pub async fn post_json(&self, path: &str, body: Bytes, extra: HeaderMap) -> Result<Value> {
+        let mut attempt = 0;
+        loop {
+            let response = self
+                .send(path, &body, &extra, Some(self.config.request_timeout))
+                .await?;
+            match response.bytes().await {
+                Ok(bytes) => {
+                    return serde_json::from_slice(&bytes)
+                        .map_err(|e| Error::parse(format!("{} response", self.provider), e));
+                }
+                // The body failed before we used any of it: the whole call may be retried.
+                Err(e) => {
+                    let error = self.transport_error(e);
+                    attempt += 1;
+                    let Some(delay) = self.config.retry.delay(attempt, &error) else {
+                        return Err(error);
+                    };
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// POST a JSON body and stream the SSE answer through `decoder`. Retries happen only
+    /// before the first event is yielded.
+    pub fn post_stream<D: SseDecoder>(
+        &self,
+        path: &str,
+        body: Bytes,
+        extra: HeaderMap,
+        decoder: D,
+    ) -> EventStream {
+        let this = self.clone();
+        let path = path.to_owned();
+        let state = StreamState::Connecting {
+            transport: Box::new(this),
+            path,
+            body,
+            extra,
+            decoder,
+        };
+        futures::stream::unfold(state, StreamState::next).boxed()
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = s.source();
+    }
+    message
+}
+
+enum StreamState<D> {
+    Connecting {
+        transport: Box<Transport>,
+        path: String,
+        body: Bytes,
+        extra: HeaderMap,
+        decoder: D,
+    },
+    Reading(Box<Reading<D>>),
+    Flushing(VecDeque<StreamEvent>),
+    Done,
+}
+
+struct Reading<D> {
+    body: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    parser: SseParser,
+    decoder: D,
+    pending: VecDeque<StreamEvent>,
+    idle: Duration,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    last_chunk: Instant,
+    got_first: bool,
+    failed: Option<Error>,
+}
+
+impl<D: SseDecoder> StreamState<D> {
+    async fn next(self) -> Option<(Result<StreamEvent>, Self)> {
+        let mut reading = match self {
+            StreamState::Done => return None,
+            StreamState::Flushing(events) => return flush(events),
+            StreamState::Reading(reading) => reading,
+            StreamState::Connecting {
+                transport,
+                path,
+                body,
+                extra,
+                decoder,
+            } => match transport.send(&path, &body, &extra, None).await {
+                Err(error) => return Some((Err(error), StreamState::Done)),
+                Ok(response) => {
+                    let idle = transport.config.idle_timeout;
+                    Box::new(Reading {
+                        body: response.bytes_stream().boxed(),
+                        parser: SseParser::new(),
+                        decoder,
+                        pending: VecDeque::new(),
+                        idle,
+                        timer: Box::pin(tokio::time::sleep(idle)),
+                        last_chunk: Instant::now(),
+                        got_first: false,
+                        failed: None,
+                    })
+                }
+            },
+        };
+        loop {
+            if let Some(event) = reading.pending.pop_front() {
+                return Some((Ok(event), StreamState::Reading(reading)));
+            }
+            if let Some(error) = reading.failed.take() {
+                return Some((Err(error), StreamState::Done));
+            }
+            match reading.read().await {
+                Ok(true) => {}
+                Ok(false) => {
+                    let events = std::mem::take(&mut reading.pending);
+                    return flush(events);
+                }
+                // Deliver what was decoded before the failure, then the error.
+                Err(error) => reading.failed = Some(error),
+            }
+        }
+    }
+}
+
+/// The body ended: hand out the last events through a finished state.
+fn flush<D>(mut events: VecDeque<StreamEvent>) -> Option<(Result<StreamEvent>, StreamState<D>)> {
+    let first = events.pop_front()?;
+    Some((Ok(first), StreamState::Flushing(events)))
+}
+
+impl<D: SseDecoder> Reading<D> {
+    /// Read one network chunk into `pending`. `Ok(false)` at the end of the body.
+    async fn read(&mut self) -> Result<bool> {
+        loop {
+            tokio::select! {
+                biased;
+                chunk = self.body.next() => {
+                    return match chunk {
+                        Some(Ok(bytes)) => {
+                            self.last_chunk = Instant::now();
+                            self.got_first = true;
+                            let mut failure = None;
+                            let (decoder, pending) = (&mut self.decoder, &mut self.pending);
+                            self.parser.feed(&bytes, |event| {
+                                if failure.is_none()
+                                    && let Err(e) = decoder.event(&event, pending)
+                                {
+                                    failure = Some(e);
+                                }
+                            });
+                            failure.map_or(Ok(true), Err)
+                        }
+                        Some(Err(e)) => Err(Error::Interrupted {
+                            message: format!("the connection failed mid-stream: {}", error_chain(&e)),
+                        }),
+                        None => {
+                            let mut failure = None;
+                            let (decoder, pending) = (&mut self.decoder, &mut self.pending);
+                            self.parser.finish(|event| {
+                                if failure.is_none()
+                                    && let Err(e) = decoder.event(&event, pending)
+                                {
+                                    failure = Some(e);
+                                }
+                            });
+                            if let Some(e) = failure {
+                                return Err(e);
+                            }
+                            self.decoder.end(&mut self.pending)?;
+                            Ok(false)
+                        }
+                    };
+                }
+                () = &mut self.timer => {
+                    // Re-armed only when it fires, never per chunk.
+                    let deadline = self.last_chunk + self.idle;
+                    if deadline <= Instant::now() {
+                        let kind = if self.got_first { TimeoutKind::Idle } else { TimeoutKind::FirstChunk };
+                        return Err(Error::Timeout { kind, after: self.idle });
+                    }
+                    self.timer.as_mut().reset(deadline);
+                }
+            }
+        }
+    }
+}
+
+/// Parse `retry-after-ms` (milliseconds) or `retry-after` (seconds or an HTTP date).
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    if let Some(ms) = headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = headers.get("retry-after")?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// The error mapping both OpenAI- and Anthropic-style services fit: the body is
+/// `{"error": {"type"|"code", "message"}}` (Anthropic adds `"type": "error"` around it).
+pub fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Error {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    let error_type = error
+        .and_then(|e| e.get("type").or_else(|| e.get("code")))
+        .and_then(|t| match t {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        });
+    let message = error
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| {
+            parsed
+                .as_ref()
+                .and_then(|v| v.get("message"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| excerpt(body));
+    let provider = provider.to_owned();
+    let overloaded = error_type.as_deref() == Some("overloaded_error");
+    match status {
+        401 | 403 => Error::Auth {
+            provider,
+            status,
+            message,
+        },
+        429 if !overloaded => Error::RateLimited {
+            provider,
+            retry_after: retry_after(headers),
+            message,
+        },
+        529 | 503 => Error::Overloaded { provider, message },
+        _ if overloaded => Error::Overloaded { provider, message },
+        400 | 404 | 413 | 422 => Error::InvalidRequest {
+            provider,
+            status,
+            error_type,
+            message,
+        },
+        _ => Error::Api {
+            provider,
+            status,
+            error_type,
+            message,
+        },
+    }
+}
+
+/// The start of a body, for error messages.
+pub fn excerpt(body: &[u8]) -> String {
+    const MAX: usize = 300;
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        return "(empty body)".to_owned();
+    }
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}

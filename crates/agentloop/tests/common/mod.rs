@@ -1,0 +1,102 @@
+//! Shared fixtures for the integration tests.
+#![allow(dead_code)]
+
+use agentloop::{
+    ContentBlock, FunctionDefinition, Message, Request, Role, ToolChoice, ToolDefinition,
+    ToolResult,
+};
+use serde_json::json;
+
+/// The canonical request the golden body tests serialize for every provider: a system prompt,
+/// a multi-turn history with two parallel tool calls and their results, an image, two tools, a
+/// specific tool choice and parallel calls off.
+pub fn canonical_request() -> Request {
+    Request {
+        model: "test-model".into(),
+        system: Some("You are a helpful travel assistant.".into()),
+        messages: vec![
+            Message::new(
+                Role::User,
+                vec![
+                    ContentBlock::text(
+                        "What is the weather in Paris and in Rome? Here is a photo of my suitcase.",
+                    ),
+                    ContentBlock::image_base64(
+                        "image/png",
+                        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGBgAAAABQABpfZFQAAAAABJRU5ErkJggg==",
+                    ),
+                ],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::text("Let me check both cities."),
+                    ContentBlock::ToolUse {
+                        id: "call_paris".into(),
+                        name: "get_weather".into(),
+                        input: json!({"city": "Paris", "unit": "celsius"}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "call_rome".into(),
+                        name: "get_weather".into(),
+                        input: json!({"city": "Rome"}),
+                    },
+                ],
+            ),
+            Message::new(
+                Role::User,
+                vec![
+                    ContentBlock::ToolResult(ToolResult::text("call_paris", "18 °C, cloudy")),
+                    ContentBlock::ToolResult(ToolResult::error(
+                        "call_rome",
+                        "weather service unavailable",
+                    )),
+                ],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::text(
+                    "Paris is 18 °C and cloudy; Rome is unavailable right now.",
+                )],
+            ),
+            Message::user("Then find me a hotel in Paris for tonight."),
+        ],
+        max_tokens: Some(1024),
+        temperature: Some(0.5),
+        top_p: None,
+        top_k: None,
+        stop_sequences: vec!["END".into()],
+        tools: vec![
+            ToolDefinition::Function(FunctionDefinition {
+                name: "get_weather".into(),
+                description: "Current weather for a city".into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string", "description": "City name"},
+                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
+                    },
+                    "required": ["city"]
+                }),
+                strict: false,
+            }),
+            ToolDefinition::Function(FunctionDefinition {
+                name: "search_hotels".into(),
+                description: "Search hotels in a city".into(),
+                input_schema: json!({
+                    "type": "object",
+                    "properties": {
+                        "city": {"type": "string"},
+                        "max_price": {"type": "integer", "minimum": 0}
+                    },
+                    "required": ["city"]
+                }),
+                strict: false,
+            }),
+        ],
+        tool_choice: Some(ToolChoice::tool("search_hotels")),
+        parallel_tool_calls: Some(false),
+        metadata: None,
+        extensions: None,
+    }
+}
