@@ -52,9 +52,11 @@ pub struct Turn {
     pub delay: Option<Duration>,
     /// Wait this long between streamed events.
     pub chunk_delay: Option<Duration>,
-    /// Fail instead of answering.
+    /// Fail instead of answering (how the mock servers play each error: see
+    /// [`crate::server`]).
     pub error: Option<Error>,
-    /// Fail after this many streamed events (a stream cut mid-way).
+    /// Fail after this many streamed events (a stream cut mid-way); the mock servers count SSE
+    /// events.
     pub fail_after_events: Option<(usize, Error)>,
     /// Wire-level faults, played by the mock servers only (the scripted model ignores them).
     pub faults: Vec<Fault>,

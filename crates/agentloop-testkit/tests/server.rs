@@ -5,6 +5,7 @@
 //! anthropic/text-with-ping.sse, anthropic/text-then-tool-use.sse,
 //! anthropic/error-overloaded-midstream.ASSEMBLED.sse) and OpenAI's OpenAPI spec v2.3.0.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use agentloop::Error;
@@ -17,11 +18,17 @@ use serde_json::{Value, json};
 // ---------------------------------------------------------------------------------------------
 // helpers
 
+/// One client for all tests (building one loads the system's certificates, which is slow).
+/// Without idle pooling no connection outlives the test runtime that opened it.
 fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("reqwest client")
+    static CLIENT: LazyLock<reqwest::Client> = LazyLock::new(|| {
+        reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("reqwest client")
+    });
+    CLIENT.clone()
 }
 
 fn user_request(model: &str, stream: bool) -> Value {
@@ -814,6 +821,22 @@ async fn scripted_errors_map_to_statuses_headers_and_events() {
         )
     );
 
+    let in_stream = Error::Stream {
+        provider: "openai".into(),
+        error_type: None,
+        message: "boom".into(),
+    };
+    let turn = Turn::text("Hello there").fail_after(2, in_stream);
+    let (status, _, received) = play(Wire::OpenAi, turn, &openai_request(false, false)).await;
+    assert_eq!(
+        status, 500,
+        "a non-streamed answer fails with the status instead"
+    );
+    assert_eq!(
+        received.text(),
+        r#"{"error":{"message":"boom","type":"server_error","param":null,"code":null}}"#
+    );
+
     let interrupted = Error::Interrupted {
         message: "reset".into(),
     };
@@ -826,6 +849,21 @@ async fn scripted_errors_map_to_statuses_headers_and_events() {
     assert_eq!(status, 200);
     assert!(received.cut, "the connection drops after the headers");
     assert!(received.bytes().is_empty());
+
+    let interrupted = Error::Interrupted {
+        message: "reset".into(),
+    };
+    let full = play_text(
+        Wire::Anthropic,
+        Turn::text("Hello there"),
+        &anthropic_request(false),
+    )
+    .await;
+    let turn = Turn::text("Hello there").fail_after(3, interrupted);
+    let (status, _, received) = play(Wire::Anthropic, turn, &anthropic_request(false)).await;
+    assert_eq!(status, 200);
+    assert!(received.cut, "the connection drops half-way");
+    assert_eq!(received.bytes(), full.as_bytes()[..full.len() / 2]);
 }
 
 #[tokio::test]

@@ -93,10 +93,14 @@ enum Block<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum BlockDelta<'a> {
-    TextDelta { text: &'a str },
-    ThinkingDelta { thinking: &'a str },
-    SignatureDelta { signature: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
 #[derive(Serialize)]
@@ -187,29 +191,29 @@ pub(super) fn stream(turn: &Turn, shape: &Shape<'_>) -> Vec<Bytes> {
         match (item, call) {
             (TurnItem::Text(text), _) => {
                 for piece in split_pieces(text, TEXT_PIECES) {
-                    frames.push(delta_frame(index, BlockDelta::TextDelta { text: &piece }));
+                    frames.push(delta_frame(index, BlockDelta::Text { text: &piece }));
                 }
             }
             (TurnItem::Thinking { text, signature }, _) => {
                 for piece in split_pieces(text, THINKING_PIECES) {
                     frames.push(delta_frame(
                         index,
-                        BlockDelta::ThinkingDelta { thinking: &piece },
+                        BlockDelta::Thinking { thinking: &piece },
                     ));
                 }
                 if let Some(signature) = signature {
-                    frames.push(delta_frame(index, BlockDelta::SignatureDelta { signature }));
+                    frames.push(delta_frame(index, BlockDelta::Signature { signature }));
                 }
             }
             (TurnItem::ToolCall { .. }, Some((_, _, arguments))) => {
                 frames.push(delta_frame(
                     index,
-                    BlockDelta::InputJsonDelta { partial_json: "" },
+                    BlockDelta::InputJson { partial_json: "" },
                 ));
                 for piece in split_pieces(arguments, ARGUMENT_PIECES) {
                     frames.push(delta_frame(
                         index,
-                        BlockDelta::InputJsonDelta {
+                        BlockDelta::InputJson {
                             partial_json: &piece,
                         },
                     ));

@@ -56,8 +56,8 @@ pub enum Fault {
         after_events: usize,
     },
     /// End the stream with the provider's error event after this many SSE events (OpenAI: a
-    /// `data: {"error":{...}}` chunk; Anthropic: `event: error` with `overloaded_error`). Has
-    /// no effect on a non-streaming answer.
+    /// `data: {"error":{...}}` chunk; Anthropic: `event: error` with `overloaded_error`). A
+    /// non-streaming answer fails with the overload status instead (503 / 529).
     ErrorEvent {
         /// SSE events sent before the error.
         after_events: usize,

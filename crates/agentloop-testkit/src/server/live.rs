@@ -38,7 +38,7 @@ struct Script {
 enum Decision {
     Reply(Reply),
     Turn {
-        turn: Turn,
+        turn: Box<Turn>,
         index: usize,
         fault: Option<Fault>,
     },
@@ -145,7 +145,11 @@ impl Live {
         };
         let index = script.played;
         script.played += 1;
-        Decision::Turn { turn, index, fault }
+        Decision::Turn {
+            turn: Box::new(turn),
+            index,
+            fault,
+        }
     }
 
     fn reply(&self, request: RecordedRequest, valid_json: Result<(), String>) -> Reply {

@@ -44,7 +44,8 @@
 //!   and 503 on OpenAI, auth → its status, `Api`/`InvalidRequest` → their status and type).
 //! - [`Turn::fail_after_events`] `(n, error)`: after `n` SSE events the stream ends with the
 //!   error event (or the connection drops, for transport errors). A non-streamed answer fails
-//!   with the error status instead (or drops half-way through its body).
+//!   with the error's status instead (or, for transport errors, drops half-way through its
+//!   body).
 //! - [`Turn::faults`]: see [`Fault`].
 //!
 //! Every call is recorded, including those answered by a fault or found no turn left, so

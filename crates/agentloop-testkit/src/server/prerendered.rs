@@ -68,16 +68,19 @@ impl Prerendered {
         }
     }
 
-    fn pick(&self, body: &[u8]) -> Result<Arc<Reply>, Reply> {
-        let probe: Probe = serde_json::from_slice(body).map_err(|e| {
-            let error = WireError::new(
-                ErrorKind::InvalidRequest,
-                format!("mock server: the request body is not valid JSON: {e}"),
-            );
-            error_reply(self.wire, &error)
-        })?;
+    fn pick(&self, body: &[u8]) -> Arc<Reply> {
+        let probe: Probe = match serde_json::from_slice(body) {
+            Ok(probe) => probe,
+            Err(e) => {
+                let error = WireError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("mock server: the request body is not valid JSON: {e}"),
+                );
+                return Arc::new(error_reply(self.wire, &error));
+            }
+        };
         if self.turns.is_empty() {
-            return Ok(Arc::clone(&self.no_turns));
+            return Arc::clone(&self.no_turns);
         }
         let answered = probe
             .messages
@@ -89,13 +92,11 @@ impl Prerendered {
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        Ok(Arc::clone(
-            match (probe.stream.unwrap_or(false), include_usage) {
-                (false, _) => &variants.json,
-                (true, false) => &variants.stream,
-                (true, true) => &variants.stream_with_usage,
-            },
-        ))
+        Arc::clone(match (probe.stream.unwrap_or(false), include_usage) {
+            (false, _) => &variants.json,
+            (true, false) => &variants.stream,
+            (true, true) => &variants.stream_with_usage,
+        })
     }
 }
 
@@ -134,10 +135,7 @@ enum Role {
 /// `POST` on the wire's endpoint.
 pub(crate) async fn call(State(server): State<Arc<Prerendered>>, body: Bytes) -> Response {
     server.calls.fetch_add(1, Ordering::Relaxed);
-    match server.pick(&body) {
-        Ok(reply) => reply.respond().await,
-        Err(reply) => Arc::new(reply).respond().await,
-    }
+    server.pick(&body).respond().await
 }
 
 /// Anything else: 404 in the wire's error shape.

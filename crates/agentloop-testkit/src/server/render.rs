@@ -144,8 +144,9 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
                 if malformed_after.count() > 0 {
                     reply.writes = reply.writes.iter().map(|w| w.slice(..half)).collect();
                 }
-                if cut.is_some() {
-                    reply.disconnect_after(half);
+                if let Some((after, _)) = cut {
+                    // Cut before any event: nothing of the body goes out.
+                    reply.disconnect_after(if after == 0 { 0 } else { half });
                 }
                 reply
             }
