@@ -2,13 +2,12 @@
 //! SSE parser, the Anthropic decoder and the accumulator, compared with the expectations in
 //! `tests/conformance/anthropic/*.json` (format: `tests/conformance/README.md`).
 
-use std::collections::VecDeque;
+mod anthropic_support;
+
 use std::path::{Path, PathBuf};
 
-use agentloop::provider::anthropic::AnthropicDecoder;
-use agentloop::provider::http::SseDecoder;
-use agentloop::sse::SseParser;
 use agentloop::{Accumulator, ContentBlock, Error, StreamEvent};
+use anthropic_support::assemble;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -49,40 +48,6 @@ fn stream_names() -> Vec<String> {
 
 fn recording(name: &str) -> Vec<u8> {
     std::fs::read(streams_dir().join(format!("{name}.sse"))).expect("read the recording")
-}
-
-/// Feed `chunks` the way the HTTP transport does: events after a decoder error are not
-/// decoded, and the end is signalled only when no error came.
-fn assemble<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> (Vec<StreamEvent>, Option<Error>) {
-    let mut parser = SseParser::new();
-    let mut decoder = AnthropicDecoder::new();
-    let mut out = VecDeque::new();
-    let mut failure = None;
-    for chunk in chunks {
-        parser.feed(chunk, |event| {
-            if failure.is_none()
-                && let Err(e) = decoder.event(&event, &mut out)
-            {
-                failure = Some(e);
-            }
-        });
-        if failure.is_some() {
-            return (out.into(), failure);
-        }
-    }
-    parser.finish(|event| {
-        if failure.is_none()
-            && let Err(e) = decoder.event(&event, &mut out)
-        {
-            failure = Some(e);
-        }
-    });
-    if failure.is_none()
-        && let Err(e) = decoder.end(&mut out)
-    {
-        failure = Some(e);
-    }
-    (out.into(), failure)
 }
 
 /// The assembled result in the README's format.
