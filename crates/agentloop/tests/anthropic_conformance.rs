@@ -165,7 +165,10 @@ fn server_tool_blocks_arrive_whole_with_their_streamed_input() {
             _ => None,
         })
         .collect();
-    let kinds: Vec<&str> = natives.iter().map(|v| v["type"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = natives
+        .iter()
+        .map(|v| v["type"].as_str().unwrap())
+        .collect();
     assert_eq!(
         kinds,
         [
@@ -176,12 +179,19 @@ fn server_tool_blocks_arrive_whole_with_their_streamed_input() {
         ]
     );
     assert_eq!(natives[0]["id"], "srvtoolu_01NcU4XNwyxWK6a9tcJZ8wGY");
-    assert_eq!(natives[0]["input"], json!({"query": "top world news today"}));
+    assert_eq!(
+        natives[0]["input"],
+        json!({"query": "top world news today"})
+    );
     assert_eq!(
         natives[1]["tool_use_id"],
         "srvtoolu_01NcU4XNwyxWK6a9tcJZ8wGY"
     );
-    assert!(natives[1]["content"].as_array().is_some_and(|c| !c.is_empty()));
+    assert!(
+        natives[1]["content"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    );
     // No client tool calls come out of server blocks.
     assert!(
         !events

@@ -31,13 +31,19 @@ fn delta(index: usize, delta: &str) -> String {
 }
 
 fn text(index: usize, text: &str) -> String {
-    delta(index, &format!(r#"{{"type":"text_delta","text":{}}}"#, json!(text)))
+    delta(
+        index,
+        &format!(r#"{{"type":"text_delta","text":{}}}"#, json!(text)),
+    )
 }
 
 fn json_piece(index: usize, partial: &str) -> String {
     delta(
         index,
-        &format!(r#"{{"type":"input_json_delta","partial_json":{}}}"#, json!(partial)),
+        &format!(
+            r#"{{"type":"input_json_delta","partial_json":{}}}"#,
+            json!(partial)
+        ),
     )
 }
 
@@ -103,10 +109,14 @@ fn text_only() {
         events,
         [
             message_start("msg_1"),
-            StreamEvent::Usage { usage: usage(25, 1) },
+            StreamEvent::Usage {
+                usage: usage(25, 1)
+            },
             text_delta("Hello"),
             text_delta(", wörld 👋\n\"quoted\""),
-            StreamEvent::Usage { usage: usage(25, 15) },
+            StreamEvent::Usage {
+                usage: usage(25, 15)
+            },
             StreamEvent::MessageStop {
                 stop_reason: StopReason::EndTurn
             },
@@ -124,7 +134,14 @@ fn text_only() {
 
 #[test]
 fn one_tool_call_in_many_fragments() {
-    let pieces = ["", "{\"ci", "ty\": \"Pa", "ris\", \"unit\"", ": \"cel", "sius\"}"];
+    let pieces = [
+        "",
+        "{\"ci",
+        "ty\": \"Pa",
+        "ris\", \"unit\"",
+        ": \"cel",
+        "sius\"}",
+    ];
     let mut sse = vec![
         start("msg_2", r#"{"input_tokens":400,"output_tokens":2}"#),
         block_start(
@@ -183,9 +200,15 @@ fn thinking_then_tool_call_keeps_the_signature_and_tags_the_provider() {
     let sse = [
         start("msg_3", r#"{"input_tokens":50,"output_tokens":1}"#),
         block_start(0, r#"{"type":"thinking","thinking":"","signature":""}"#),
-        delta(0, r#"{"type":"thinking_delta","thinking":"The user wants "}"#),
+        delta(
+            0,
+            r#"{"type":"thinking_delta","thinking":"The user wants "}"#,
+        ),
         delta(0, r#"{"type":"thinking_delta","thinking":"the weather."}"#),
-        delta(0, r#"{"type":"signature_delta","signature":"EqQBCgIYAh=="}"#),
+        delta(
+            0,
+            r#"{"type":"signature_delta","signature":"EqQBCgIYAh=="}"#,
+        ),
         block_stop(0),
         block_start(
             1,
@@ -248,11 +271,17 @@ fn text_then_two_tool_calls_get_positions_zero_and_one() {
         block_start(0, r#"{"type":"text","text":"Checking "}"#),
         text(0, "both."),
         block_stop(0),
-        block_start(1, r#"{"type":"tool_use","id":"toolu_a","name":"get_weather","input":{}}"#),
+        block_start(
+            1,
+            r#"{"type":"tool_use","id":"toolu_a","name":"get_weather","input":{}}"#,
+        ),
         json_piece(1, r#"{"city":"#),
         json_piece(1, r#""Paris"}"#),
         block_stop(1),
-        block_start(2, r#"{"type":"tool_use","id":"toolu_b","name":"get_weather","input":{}}"#),
+        block_start(
+            2,
+            r#"{"type":"tool_use","id":"toolu_b","name":"get_weather","input":{}}"#,
+        ),
         json_piece(2, r#"{"city":"Rome"}"#),
         block_stop(2),
         message_delta("tool_use", r#"{"output_tokens":70}"#),
@@ -291,7 +320,11 @@ fn text_then_two_tool_calls_get_positions_zero_and_one() {
     // The start's initial text counts.
     assert_eq!(response.text(), "Checking both.");
     assert_eq!(
-        response.tool_uses().iter().map(|c| c.input.clone()).collect::<Vec<_>>(),
+        response
+            .tool_uses()
+            .iter()
+            .map(|c| c.input.clone())
+            .collect::<Vec<_>>(),
         [json!({"city": "Paris"}), json!({"city": "Rome"})]
     );
 }
@@ -349,10 +382,16 @@ fn usage_maps_cache_fields_and_later_reports_replace_earlier_ones() {
 fn duplicate_starts_reset_nothing() {
     let sse = [
         start("msg_first", r#"{"input_tokens":17,"output_tokens":1}"#),
-        block_start(0, r#"{"type":"tool_use","id":"toolu_x","name":"lookup","input":{}}"#),
+        block_start(
+            0,
+            r#"{"type":"tool_use","id":"toolu_x","name":"lookup","input":{}}"#,
+        ),
         json_piece(0, r#"{"q":"#),
         start("msg_second", r#"{"input_tokens":99,"output_tokens":9}"#),
-        block_start(0, r#"{"type":"tool_use","id":"toolu_y","name":"other","input":{}}"#),
+        block_start(
+            0,
+            r#"{"type":"tool_use","id":"toolu_y","name":"other","input":{}}"#,
+        ),
         json_piece(0, r#""rust"}"#),
         block_stop(0),
         block_stop(0),
@@ -366,7 +405,9 @@ fn duplicate_starts_reset_nothing() {
         events,
         [
             message_start("msg_first"),
-            StreamEvent::Usage { usage: usage(17, 1) },
+            StreamEvent::Usage {
+                usage: usage(17, 1)
+            },
             StreamEvent::ToolCallStart {
                 index: 0,
                 id: "toolu_x".into(),
@@ -462,7 +503,10 @@ fn stop_reasons_map_to_the_canonical_ones() {
 fn a_missing_message_stop_after_a_stop_reason_still_completes() {
     let sse = [
         start("msg_8", r#"{"input_tokens":1,"output_tokens":1}"#),
-        block_start(0, r#"{"type":"tool_use","id":"toolu_m","name":"f","input":{}}"#),
+        block_start(
+            0,
+            r#"{"type":"tool_use","id":"toolu_m","name":"f","input":{}}"#,
+        ),
         json_piece(0, r#"{"a":1"#),
         message_delta("max_tokens", r#"{"output_tokens":9}"#),
     ]
@@ -599,7 +643,10 @@ fn a_known_event_with_broken_json_is_a_parse_error() {
 fn a_message_stop_without_a_stop_reason_infers_one() {
     let sse = [
         start("msg_13", r#"{"input_tokens":1,"output_tokens":1}"#),
-        block_start(0, r#"{"type":"tool_use","id":"toolu_i","name":"f","input":{}}"#),
+        block_start(
+            0,
+            r#"{"type":"tool_use","id":"toolu_i","name":"f","input":{}}"#,
+        ),
         block_stop(0),
         stop(),
     ]

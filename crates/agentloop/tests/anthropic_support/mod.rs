@@ -11,7 +11,9 @@ use agentloop::{Accumulator, Error, Response, StreamEvent};
 
 /// Feed `chunks` like the transport: events after a decoder error are not decoded, and the
 /// end of the body is signalled only when no error came.
-pub fn assemble<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> (Vec<StreamEvent>, Option<Error>) {
+pub fn assemble<'a>(
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> (Vec<StreamEvent>, Option<Error>) {
     let mut parser = SseParser::new();
     let mut decoder = AnthropicDecoder::new();
     let mut out = VecDeque::new();

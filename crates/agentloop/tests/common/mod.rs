@@ -18,8 +18,13 @@ pub fn canonical_request() -> Request {
             Message::new(
                 Role::User,
                 vec![
-                    ContentBlock::text("What is the weather in Paris and in Rome? Here is a photo of my suitcase."),
-                    ContentBlock::image_base64("image/png", "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGBgAAAABQABpfZFQAAAAABJRU5ErkJggg=="),
+                    ContentBlock::text(
+                        "What is the weather in Paris and in Rome? Here is a photo of my suitcase.",
+                    ),
+                    ContentBlock::image_base64(
+                        "image/png",
+                        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGBgAAAABQABpfZFQAAAAABJRU5ErkJggg==",
+                    ),
                 ],
             ),
             Message::new(
@@ -42,12 +47,17 @@ pub fn canonical_request() -> Request {
                 Role::User,
                 vec![
                     ContentBlock::ToolResult(ToolResult::text("call_paris", "18 °C, cloudy")),
-                    ContentBlock::ToolResult(ToolResult::error("call_rome", "weather service unavailable")),
+                    ContentBlock::ToolResult(ToolResult::error(
+                        "call_rome",
+                        "weather service unavailable",
+                    )),
                 ],
             ),
             Message::new(
                 Role::Assistant,
-                vec![ContentBlock::text("Paris is 18 °C and cloudy; Rome is unavailable right now.")],
+                vec![ContentBlock::text(
+                    "Paris is 18 °C and cloudy; Rome is unavailable right now.",
+                )],
             ),
             Message::user("Then find me a hotel in Paris for tonight."),
         ],
