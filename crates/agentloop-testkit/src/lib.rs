@@ -3,6 +3,7 @@
 
 #![warn(missing_docs)]
 
+pub mod demo;
 mod scripted;
 mod turn;
 

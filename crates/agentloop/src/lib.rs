@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod agent;
+pub mod conversation;
 pub mod error;
 pub mod history;
 pub mod message;
@@ -30,3 +31,7 @@ pub use tool::{
     FunctionDefinition, NativeTool, Tool, ToolCall, ToolChoice, ToolContext, ToolDefinition,
     ToolError, ToolHandler, ToolOutput,
 };
+
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

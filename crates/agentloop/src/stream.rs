@@ -246,10 +246,10 @@ impl Accumulator {
         for block in &mut self.content {
             match block {
                 ContentBlock::Thinking { provider: p, .. }
-                | ContentBlock::RedactedThinking { provider: p, .. } => {
-                    if p.is_none() {
-                        *p = Some(provider.to_owned());
-                    }
+                | ContentBlock::RedactedThinking { provider: p, .. }
+                    if p.is_none() =>
+                {
+                    *p = Some(provider.to_owned());
                 }
                 _ => {}
             }

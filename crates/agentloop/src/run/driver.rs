@@ -106,7 +106,7 @@ impl Driver {
         let run_deadline = self.options.timeout.map(|d| Instant::now() + d);
         self.emit(|| RunEvent::RunStart);
         loop {
-            match machine.next() {
+            match machine.next_action() {
                 Action::Stop(_) => break,
                 Action::CallModel(request) => {
                     let step = machine.steps().len();
@@ -117,7 +117,7 @@ impl Driver {
                         cancel: &self.options.cancel,
                         deadline: earliest(run_deadline, step_deadline),
                     };
-                    let request = self.prepare(request, &machine, step).await;
+                    let request = self.prepare(*request, &machine, step).await;
                     match self.call_model(&request, &stop).await {
                         Ok(response) => {
                             for hook in &self.options.hooks.after_response {
@@ -176,7 +176,7 @@ impl Driver {
 
     /// Run the pending tools of `step`, record their outcomes, and check stop conditions.
     async fn run_tool_step(&self, machine: &mut Machine, step: usize, stop: &StopSignal<'_>) {
-        let Action::RunTools(calls) = machine.next() else {
+        let Action::RunTools(calls) = machine.next_action() else {
             return;
         };
         for call in &calls {

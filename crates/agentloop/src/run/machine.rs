@@ -1,6 +1,6 @@
 //! The run's state machine: it holds the state and decides the next action, and does no I/O.
 //!
-//! Drivers ask [`Machine::next`] what to do, do it, and report back with
+//! Drivers ask [`Machine::next_action`] what to do, do it, and report back with
 //! [`Machine::on_response`], [`Machine::on_tool_outcomes`], [`Machine::on_error`] or
 //! [`Machine::interrupt`]. The state serializes between steps, so a run can be saved and
 //! resumed.
@@ -24,7 +24,7 @@ use crate::tool::ToolCall;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Call the model with this request.
-    CallModel(Request),
+    CallModel(Box<Request>),
     /// Run these tool calls and report their outcomes in the same order.
     RunTools(Vec<ToolCall>),
     /// The run is over.
@@ -97,7 +97,7 @@ impl Machine {
     }
 
     /// The next action. Calling it again before reporting back returns the same action.
-    pub fn next(&mut self) -> Action {
+    pub fn next_action(&mut self) -> Action {
         match &self.phase {
             Phase::Ready => {
                 if self.turns >= self.limits.max_turns {
@@ -107,9 +107,9 @@ impl Machine {
                     return Action::Stop(RunStopReason::MaxTurns);
                 }
                 self.phase = Phase::AwaitingModel;
-                Action::CallModel(self.request())
+                Action::CallModel(Box::new(self.request()))
             }
-            Phase::AwaitingModel => Action::CallModel(self.request()),
+            Phase::AwaitingModel => Action::CallModel(Box::new(self.request())),
             Phase::ToolsPending { run, skipped } => {
                 let (run, skipped) = (run.clone(), skipped.clone());
                 let action = Action::RunTools(run.clone());
@@ -163,6 +163,12 @@ impl Machine {
             return;
         }
 
+        if self.limits.manual_tools {
+            self.phase = Phase::Done {
+                reason: RunStopReason::AwaitingToolResults,
+            };
+            return;
+        }
         let allowed = match self.limits.max_tool_calls {
             Some(max) => max.saturating_sub(self.tool_calls) as usize,
             None => usize::MAX,

@@ -38,6 +38,10 @@ async fn start(mut request: Request, tools: &ToolSet, options: &RunOptions) -> R
     if let Some(last) = request.messages.last_mut()
         && last.role == Role::User
         && !options.hooks.on_prompt.is_empty()
+        && !last
+            .content
+            .iter()
+            .any(|b| matches!(b, crate::ContentBlock::ToolResult(_)))
     {
         *last = options
             .hooks

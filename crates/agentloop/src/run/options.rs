@@ -22,6 +22,10 @@ pub struct Limits {
     /// How many invalid-argument errors one tool may get before its calls are answered with a
     /// final error (default 2).
     pub invalid_argument_retries: u32,
+    /// Stop when the model asks for tools instead of running them, leaving the calls for the
+    /// caller to answer (the conversation's manual mode).
+    #[serde(default)]
+    pub manual_tools: bool,
 }
 
 impl Default for Limits {
@@ -31,6 +35,7 @@ impl Default for Limits {
             max_tool_calls: None,
             max_total_tokens: None,
             invalid_argument_retries: 2,
+            manual_tools: false,
         }
     }
 }

@@ -33,6 +33,9 @@ pub enum RunStopReason {
     RepeatedInvalidCall(String),
     /// A model call failed; [`RunResult::error`] holds the error.
     Error,
+    /// Manual tool mode: the model asked for tools, which the caller must answer before the
+    /// conversation goes on. The history ends with those tool uses.
+    AwaitingToolResults,
 }
 
 impl RunStopReason {
@@ -49,6 +52,7 @@ impl RunStopReason {
             Self::Interrupted => "interrupted",
             Self::RepeatedInvalidCall(_) => "repeated_invalid_call",
             Self::Error => "error",
+            Self::AwaitingToolResults => "awaiting_tool_results",
         }
     }
 }

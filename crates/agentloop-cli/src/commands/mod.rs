@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub mod chat;
+pub mod mock_server;
+pub mod replay;
+pub mod run;
+pub mod tools;

@@ -1,0 +1,33 @@
+//! The `agentloop` command line.
+
+mod cli;
+mod commands;
+mod display;
+mod model;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command, ToolsCommand};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Run(args) => commands::run::run(args).await,
+        Command::Chat(args) => commands::chat::chat(args).await,
+        Command::Tools(ToolsCommand::List { dir }) => commands::tools::list(&dir),
+        Command::Tools(ToolsCommand::Validate { dir }) => commands::tools::validate(&dir),
+        Command::Replay(args) => commands::replay::replay(&args),
+        Command::MockServer(args) => commands::mock_server::serve(&args).await,
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

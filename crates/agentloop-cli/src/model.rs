@@ -1,0 +1,75 @@
+//! Turning `--model`, `--base-url` and `--tools` into an agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentloop::provider::route::{self, RouteOptions};
+use agentloop::{Agent, Provider};
+
+use crate::cli::ModelArgs;
+
+/// Where the model comes from.
+pub struct Resolved {
+    /// The provider.
+    pub provider: Arc<dyn Provider>,
+    /// The model name without the provider prefix.
+    pub model: String,
+    /// Whether this is the built-in mock.
+    pub mock: bool,
+}
+
+/// The model the arguments name, or the built-in mock when none is named.
+pub fn resolve(model: Option<&str>, base_url: Option<&str>) -> Result<Resolved, String> {
+    match model.map(str::trim).filter(|m| !m.is_empty()) {
+        None | Some("mock") | Some("mock/demo") => Ok(Resolved {
+            provider: Arc::new(agentloop_testkit::demo::demo_model()),
+            model: "demo".into(),
+            mock: true,
+        }),
+        Some(spec) => {
+            let options = RouteOptions {
+                base_url: base_url.map(str::to_owned),
+                ..RouteOptions::default()
+            };
+            let (provider, model) = route::from_model(spec, options).map_err(|e| e.to_string())?;
+            Ok(Resolved {
+                provider,
+                model,
+                mock: false,
+            })
+        }
+    }
+}
+
+/// Build the agent for `run` and `chat`.
+pub fn agent(args: &ModelArgs, resolved: &Resolved) -> Result<Agent, String> {
+    let mut builder = Agent::builder_shared(resolved.provider.clone())
+        .model(resolved.model.clone())
+        .max_turns(args.max_turns);
+    if let Some(system) = &args.system {
+        builder = builder.system(system.clone());
+    }
+    if let Some(n) = args.max_tool_calls {
+        builder = builder.max_tool_calls(n);
+    }
+    if let Some(secs) = args.timeout {
+        let timeout = Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("--timeout must be a positive number of seconds, got {secs}"))?;
+        builder = builder.timeout(timeout);
+    }
+    if let Some(t) = args.temperature {
+        builder = builder.temperature(t);
+    }
+    let mut have_demo_tool = false;
+    if let Some(dir) = &args.tools {
+        let registry = crate::commands::tools::load(dir)?;
+        for tool in registry.tools() {
+            have_demo_tool |= tool.tool_name() == agentloop_testkit::demo::DEMO_TOOL;
+            builder = builder.tool(tool);
+        }
+    }
+    if resolved.mock && !have_demo_tool {
+        builder = builder.tool(agentloop_testkit::demo::demo_tool());
+    }
+    Ok(builder.build())
+}

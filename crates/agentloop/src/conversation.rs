@@ -1,0 +1,374 @@
+//! A stateful conversation over any provider: send prompts, receive content as it streams, and
+//! either answer tool calls yourself (manual mode) or let the run loop do it (automatic mode).
+//!
+//! ```
+//! # use agentloop::{Agent, conversation::Conversation};
+//! # use agentloop_testkit::{ScriptedModel, Turn};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let model = ScriptedModel::new([Turn::text("Hi!"), Turn::text("Paris.")]);
+//! let mut chat = Conversation::new(&Agent::builder(model).build());
+//! assert_eq!(chat.send("Hello").await?.finish().await?.text(), "Hi!");
+//! assert_eq!(chat.send("Capital of France?").await?.finish().await?.text(), "Paris.");
+//! assert_eq!(chat.history().len(), 4);
+//! # Ok::<(), agentloop::Error>(()) }).unwrap();
+//! ```
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::error::{Error, Result};
+use crate::history;
+use crate::message::{ContentBlock, Message, Request, Role, ToolResult};
+use crate::provider::Provider;
+use crate::run::{self, RunEvent, RunOptions, RunResult, RunStopReason, RunStream};
+use crate::tool::{Tool, ToolCall};
+
+/// Who runs the tools the model asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolMode {
+    /// The run loop runs them (hooks, validation, parallelism, timeouts), up to this many model
+    /// calls per send. When the limit is hit the reply finishes with
+    /// [`RunStopReason::MaxTurns`]; the tools of the last call have run and the history is valid.
+    Automatic {
+        /// Maximum model calls per send.
+        max_iterations: u32,
+    },
+    /// The reply stops at the model's tool calls; answer them with
+    /// [`Conversation::add_tool_result`] and go on with [`Conversation::resume`].
+    Manual,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    history: Vec<Message>,
+    /// Tool uses of the last reply still waiting for results (manual mode), in call order.
+    pending: Vec<ToolCall>,
+    results: HashMap<String, ToolResult>,
+    busy: bool,
+}
+
+/// Cancels the reply in flight from any task. The conversation stays usable.
+#[derive(Debug, Clone, Default)]
+pub struct InterruptHandle(Arc<Mutex<CancellationToken>>);
+
+impl InterruptHandle {
+    /// Stop the current reply: it ends promptly with [`RunStopReason::Interrupted`], keeping
+    /// only complete content in the history.
+    pub fn interrupt(&self) {
+        lock(&self.0).cancel();
+    }
+
+    fn fresh(&self) -> CancellationToken {
+        let token = CancellationToken::new();
+        *lock(&self.0) = token.clone();
+        token
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The state stays consistent across a panic elsewhere: every update is a single assignment.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A conversation: a history plus the agent configuration it talks through.
+pub struct Conversation {
+    provider: Arc<dyn Provider>,
+    base: Request,
+    tools: Vec<Tool>,
+    options: RunOptions,
+    mode: ToolMode,
+    shared: Arc<Mutex<Shared>>,
+    interrupt: InterruptHandle,
+}
+
+impl std::fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conversation")
+            .field("provider", &self.provider.name())
+            .field("model", &self.base.model)
+            .field("mode", &self.mode)
+            .field("messages", &lock(&self.shared).history.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conversation {
+    /// A conversation with `agent`'s model, system prompt, tools and options, in automatic mode
+    /// with the agent's turn limit.
+    pub fn new(agent: &Agent) -> Self {
+        let options = agent.options();
+        Self {
+            provider: agent.provider().clone(),
+            base: agent.base_request().clone(),
+            tools: agent.tools().to_vec(),
+            mode: ToolMode::Automatic {
+                max_iterations: options.limits.max_turns,
+            },
+            options,
+            shared: Arc::default(),
+            interrupt: InterruptHandle::default(),
+        }
+    }
+
+    /// Set the tool mode.
+    pub fn with_mode(mut self, mode: ToolMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Start from this history.
+    pub fn with_history(self, history: Vec<Message>) -> Self {
+        lock(&self.shared).history = history;
+        self
+    }
+
+    /// The tool mode.
+    pub fn mode(&self) -> ToolMode {
+        self.mode
+    }
+
+    /// Talk to another provider and model from the next send on; the history carries over.
+    pub fn set_model(&mut self, provider: Arc<dyn Provider>, model: impl Into<String>) {
+        self.provider = provider;
+        self.base.model = model.into();
+    }
+
+    /// A copy of the history.
+    pub fn history(&self) -> Vec<Message> {
+        lock(&self.shared).history.clone()
+    }
+
+    /// Edit the history (it is checked for validity at the next send).
+    pub fn edit_history<R>(&mut self, edit: impl FnOnce(&mut Vec<Message>) -> R) -> R {
+        let mut shared = lock(&self.shared);
+        shared.pending.clear();
+        shared.results.clear();
+        edit(&mut shared.history)
+    }
+
+    /// Forget everything.
+    pub fn clear(&mut self) {
+        let mut shared = lock(&self.shared);
+        shared.history.clear();
+        shared.pending.clear();
+        shared.results.clear();
+    }
+
+    /// The tool named `name`.
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.tool_name() == name)
+    }
+
+    /// A handle that interrupts the reply in flight, from any task.
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        self.interrupt.clone()
+    }
+
+    /// Tool calls waiting for results (manual mode).
+    pub fn pending_tool_calls(&self) -> Vec<ToolCall> {
+        lock(&self.shared).pending.clone()
+    }
+
+    /// Answer a pending tool call (manual mode).
+    pub fn add_tool_result(&mut self, result: ToolResult) -> Result<()> {
+        let mut shared = lock(&self.shared);
+        if !shared.pending.iter().any(|c| c.id == result.tool_use_id) {
+            let pending: Vec<&str> = shared.pending.iter().map(|c| c.id.as_str()).collect();
+            return Err(Error::InvalidHistory {
+                message: format!(
+                    "no pending tool call has id `{}` (pending: {pending:?})",
+                    result.tool_use_id
+                ),
+            });
+        }
+        shared.results.insert(result.tool_use_id.clone(), result);
+        Ok(())
+    }
+
+    /// Send a prompt (through the prompt hook, which may rewrite or block it) and stream the
+    /// reply. A blocked prompt is an error and leaves the history untouched.
+    pub async fn send(&mut self, prompt: impl Into<String>) -> Result<Reply> {
+        self.send_message(Message::user(prompt)).await
+    }
+
+    /// Send any user message (text, images, ...).
+    pub async fn send_message(&mut self, message: Message) -> Result<Reply> {
+        let message =
+            self.options
+                .hooks
+                .prompt(message)
+                .await
+                .map_err(|reason| Error::HookBlocked {
+                    hook: "prompt".into(),
+                    reason,
+                })?;
+        let messages = {
+            let shared = lock(&self.shared);
+            if !shared.pending.is_empty() {
+                return Err(Error::InvalidHistory {
+                    message: format!(
+                        "tool calls {:?} still need results: add them with add_tool_result and call resume",
+                        shared.pending.iter().map(|c| &c.id).collect::<Vec<_>>()
+                    ),
+                });
+            }
+            let mut messages = shared.history.clone();
+            messages.push(message);
+            messages
+        };
+        self.start(messages)
+    }
+
+    /// Go on after answering every pending tool call (manual mode).
+    pub fn resume(&mut self) -> Result<Reply> {
+        let messages = {
+            let mut shared = lock(&self.shared);
+            let missing: Vec<&str> = shared
+                .pending
+                .iter()
+                .filter(|c| !shared.results.contains_key(&c.id))
+                .map(|c| c.id.as_str())
+                .collect();
+            if !missing.is_empty() {
+                return Err(Error::InvalidHistory {
+                    message: format!("tool calls {missing:?} have no result yet"),
+                });
+            }
+            let pending = std::mem::take(&mut shared.pending);
+            let mut results = std::mem::take(&mut shared.results);
+            let blocks = pending
+                .iter()
+                .filter_map(|c| results.remove(&c.id))
+                .map(ContentBlock::ToolResult)
+                .collect();
+            shared.history.push(Message::new(Role::User, blocks));
+            shared.history.clone()
+        };
+        self.start(messages)
+    }
+
+    fn start(&mut self, messages: Vec<Message>) -> Result<Reply> {
+        history::validate(&messages)?;
+        {
+            let mut shared = lock(&self.shared);
+            if shared.busy {
+                return Err(Error::config(
+                    "a reply is still streaming: finish or drop it before sending again",
+                ));
+            }
+            shared.busy = true;
+        }
+        let mut options = self.options.clone();
+        // The prompt hook already ran in `send`.
+        options.hooks.on_prompt.clear();
+        options.cancel = self.interrupt.fresh();
+        match self.mode {
+            ToolMode::Automatic { max_iterations } => options.limits.max_turns = max_iterations,
+            ToolMode::Manual => options.limits.manual_tools = true,
+        }
+        let mut request = self.base.clone();
+        request.messages = messages;
+        let stream = run::run_stream(self.provider.clone(), request, self.tools.clone(), options);
+        Ok(Reply {
+            stream,
+            shared: self.shared.clone(),
+            done: false,
+        })
+    }
+}
+
+/// A reply streaming in: [`RunEvent`]s (text deltas, tool calls, tool results, ...). The
+/// conversation's history is updated when the reply finishes; a reply dropped before its end
+/// leaves the history as it was before the send.
+pub struct Reply {
+    stream: RunStream,
+    shared: Arc<Mutex<Shared>>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply").field("done", &self.done).finish()
+    }
+}
+
+impl Reply {
+    /// Read to the end and return the run's result.
+    pub async fn finish(mut self) -> Result<RunResult> {
+        use futures::StreamExt;
+        while let Some(event) = self.next().await {
+            if let RunEvent::RunFinish { result } = event {
+                return Ok(*result);
+            }
+        }
+        Err(Error::Cancelled)
+    }
+
+    fn settle(&mut self, result: &RunResult) {
+        let mut shared = lock(&self.shared);
+        shared.history = result.messages.clone();
+        shared.pending = if result.stop_reason == RunStopReason::AwaitingToolResults {
+            result.response.tool_uses()
+        } else {
+            Vec::new()
+        };
+        shared.results.clear();
+        shared.busy = false;
+        self.done = true;
+    }
+}
+
+impl Stream for Reply {
+    type Item = RunEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
+        let polled = Pin::new(&mut self.stream).poll_next(cx);
+        if let Poll::Ready(Some(RunEvent::RunFinish { result })) = &polled {
+            let result = result.clone();
+            self.settle(&result);
+        }
+        polled
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if !self.done {
+            lock(&self.shared).busy = false;
+        }
+    }
+}
+
+/// Options of a one-shot [`query`].
+#[derive(Clone, Default)]
+pub struct QueryOptions {
+    /// The model name.
+    pub model: String,
+    /// The system prompt.
+    pub system: Option<String>,
+    /// Tools the model may use (run automatically).
+    pub tools: Vec<Tool>,
+    /// Run options (limits, hooks, timeouts, cancellation).
+    pub run: RunOptions,
+}
+
+/// A one-shot streamed run with no retained history.
+pub fn query(
+    provider: Arc<dyn Provider>,
+    prompt: impl Into<String>,
+    options: QueryOptions,
+) -> RunStream {
+    let request = Request {
+        model: options.model,
+        system: options.system,
+        messages: vec![Message::user(prompt)],
+        ..Request::default()
+    };
+    run::run_stream(provider, request, options.tools, options.run)
+}

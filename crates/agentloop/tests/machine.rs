@@ -1,0 +1,257 @@
+//! The state machine on its own: no model, no tools, driven by hand.
+
+use std::time::Duration;
+
+use agentloop::run::{Action, Limits, Machine, RunStopReason, ToolOutcome};
+use agentloop::{
+    ContentBlock, Message, Request, Response, StopReason, ToolCall, ToolResultContent, Usage,
+    history,
+};
+use serde_json::json;
+
+fn tool_response(id: &str, city: &str) -> Response {
+    Response {
+        id: format!("r-{id}"),
+        model: "m".into(),
+        content: vec![ContentBlock::ToolUse {
+            id: id.into(),
+            name: "get_weather".into(),
+            input: json!({"city": city}),
+        }],
+        stop_reason: StopReason::ToolUse,
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 3,
+            ..Usage::default()
+        },
+    }
+}
+
+fn text_response(text: &str) -> Response {
+    Response {
+        id: "r-final".into(),
+        model: "m".into(),
+        content: vec![ContentBlock::text(text)],
+        stop_reason: StopReason::EndTurn,
+        usage: Usage {
+            input_tokens: 20,
+            output_tokens: 5,
+            ..Usage::default()
+        },
+    }
+}
+
+fn completed(text: &str) -> ToolOutcome {
+    ToolOutcome::Completed {
+        content: ToolResultContent::Text(text.into()),
+    }
+}
+
+fn new_machine() -> Machine {
+    Machine::new(
+        Request::new("m", vec![Message::user("Weather in Paris, then Rome?")]),
+        Limits::default(),
+    )
+}
+
+/// Drive from the state after the first tool step to the end, returning every action seen.
+fn finish(machine: &mut Machine) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let action = machine.next_action();
+    actions.push(action.clone());
+    let Action::CallModel(request) = action else {
+        panic!("expected a model call, got {action:?}")
+    };
+    assert_eq!(request.messages.len(), 3);
+    machine.on_response(tool_response("c2", "Rome"), Duration::from_millis(5));
+    let action = machine.next_action();
+    actions.push(action.clone());
+    assert_eq!(
+        action,
+        Action::RunTools(vec![ToolCall {
+            id: "c2".into(),
+            name: "get_weather".into(),
+            input: json!({"city": "Rome"}),
+        }])
+    );
+    machine.on_tool_outcomes(vec![completed("21 °C")], Duration::from_millis(1));
+    let action = machine.next_action();
+    actions.push(action.clone());
+    assert!(matches!(action, Action::CallModel(_)));
+    machine.on_response(
+        text_response("Paris 18, Rome 21."),
+        Duration::from_millis(5),
+    );
+    actions.push(machine.next_action());
+    actions
+}
+
+#[test]
+fn asks_for_the_right_actions_and_resumes_identically_after_serialization() {
+    let mut machine = new_machine();
+    let Action::CallModel(first) = machine.next_action() else {
+        panic!("a run starts with a model call")
+    };
+    assert_eq!(
+        first.messages,
+        vec![Message::user("Weather in Paris, then Rome?")]
+    );
+    // Asking again before reporting back repeats the action.
+    assert!(matches!(machine.next_action(), Action::CallModel(_)));
+    machine.on_response(tool_response("c1", "Paris"), Duration::from_millis(5));
+    let Action::RunTools(calls) = machine.next_action() else {
+        panic!("tools come next")
+    };
+    assert_eq!(calls.len(), 1);
+    machine.on_tool_outcomes(vec![completed("18 °C")], Duration::from_millis(1));
+
+    let saved = serde_json::to_string(&machine).unwrap();
+    let mut restored: Machine = serde_json::from_str(&saved).unwrap();
+    assert_eq!(serde_json::to_string(&restored).unwrap(), saved);
+
+    let original_actions = finish(&mut machine);
+    let restored_actions = finish(&mut restored);
+    assert_eq!(original_actions, restored_actions);
+    assert_eq!(
+        original_actions.last(),
+        Some(&Action::Stop(RunStopReason::EndTurn))
+    );
+
+    let a = machine.into_result();
+    let b = restored.into_result();
+    assert_eq!(a.messages, b.messages);
+    assert_eq!(a.usage, b.usage);
+    assert_eq!(a.usage.input_tokens, 40);
+    assert_eq!(a.turns, 3);
+    assert_eq!(a.tool_calls, 2);
+    assert_eq!(a.text(), "Paris 18, Rome 21.");
+    history::validate(&a.messages).unwrap();
+}
+
+#[test]
+fn interrupting_while_tools_are_pending_closes_every_call() {
+    let mut machine = new_machine();
+    machine.next_action();
+    let mut response = tool_response("c1", "Paris");
+    response.content.push(ContentBlock::ToolUse {
+        id: "c2".into(),
+        name: "get_weather".into(),
+        input: json!({"city": "Rome"}),
+    });
+    machine.on_response(response, Duration::ZERO);
+    assert!(matches!(machine.next_action(), Action::RunTools(calls) if calls.len() == 2));
+    machine.interrupt(RunStopReason::Interrupted, None);
+    assert_eq!(
+        machine.next_action(),
+        Action::Stop(RunStopReason::Interrupted)
+    );
+    let result = machine.into_result();
+    history::validate(&result.messages).unwrap();
+    assert_eq!(result.tool_calls, 0);
+    assert_eq!(result.steps[0].outcomes.len(), 2);
+}
+
+#[test]
+fn interrupting_mid_response_keeps_only_the_partial_text() {
+    let mut machine = new_machine();
+    machine.next_action();
+    let partial = Response {
+        content: vec![
+            ContentBlock::text("Let me check"),
+            ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "get_weather".into(),
+                input: json!("{\"ci"),
+            },
+        ],
+        ..Response::default()
+    };
+    machine.interrupt(RunStopReason::Interrupted, Some(partial));
+    let result = machine.into_result();
+    assert_eq!(result.messages.len(), 2);
+    assert_eq!(
+        result.messages[1].content,
+        vec![ContentBlock::text("Let me check")]
+    );
+    history::validate(&result.messages).unwrap();
+}
+
+#[test]
+fn missing_outcomes_are_recorded_as_cancelled() {
+    let mut machine = new_machine();
+    machine.next_action();
+    machine.on_response(tool_response("c1", "Paris"), Duration::ZERO);
+    machine.next_action();
+    machine.on_tool_outcomes(Vec::new(), Duration::ZERO);
+    let result = machine.into_result();
+    assert!(result.steps[0].tool_results[0].is_error);
+    history::validate(&result.messages).unwrap();
+}
+
+#[test]
+fn history_validity_rules() {
+    let use_block = |id: &str| ContentBlock::ToolUse {
+        id: id.into(),
+        name: "t".into(),
+        input: json!({}),
+    };
+    let result = |id: &str| ContentBlock::ToolResult(agentloop::ToolResult::text(id, "ok"));
+    let assistant = |blocks| Message::new(agentloop::Role::Assistant, blocks);
+    let user = |blocks| Message::new(agentloop::Role::User, blocks);
+
+    let good = vec![
+        Message::user("hi"),
+        assistant(vec![use_block("a"), use_block("b")]),
+        user(vec![result("b"), result("a")]),
+        Message::assistant("done"),
+    ];
+    history::validate(&good).unwrap();
+
+    let cases: Vec<(Vec<Message>, &str)> = vec![
+        (
+            vec![Message::user("hi"), assistant(vec![use_block("a")])],
+            "the last message (1) has tool uses without results: [\"a\"]",
+        ),
+        (
+            vec![
+                Message::user("hi"),
+                assistant(vec![use_block("a"), use_block("b")]),
+                user(vec![result("a")]),
+            ],
+            "tool use `b` in message 1 has no result in message 2",
+        ),
+        (
+            vec![
+                Message::user("hi"),
+                assistant(vec![use_block("a")]),
+                user(vec![result("a"), result("a")]),
+            ],
+            "tool use `a` in message 1 has 2 results in message 2",
+        ),
+        (
+            vec![Message::user("hi"), user(vec![result("x")])],
+            "tool result `x` in message 1 does not follow an assistant tool use",
+        ),
+        (
+            vec![
+                Message::user("hi"),
+                assistant(vec![use_block("a")]),
+                user(vec![result("a"), result("z")]),
+            ],
+            "tool result `z` in message 2 answers no tool use of message 1",
+        ),
+        (
+            vec![
+                Message::user("hi"),
+                assistant(vec![use_block("a")]),
+                Message::assistant("oops"),
+            ],
+            "message 1 has tool uses [\"a\"] but message 2 is not a user message with their results",
+        ),
+    ];
+    for (messages, expected) in cases {
+        let error = history::validate(&messages).unwrap_err();
+        assert_eq!(error.to_string(), format!("invalid history: {expected}"));
+        assert!(!history::is_valid(&messages));
+    }
+}

@@ -1,0 +1,819 @@
+//! The run loop end to end with the scripted model: tools, limits, failures, hooks, streaming.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentloop::run::{
+    Hooks, PrepareStep, PromptDecision, RunEvent, RunStopReason, StopCondition, ToolDecision,
+    ToolOutcome,
+};
+use agentloop::{
+    Agent, ContentBlock, Error, Message, Role, Tool, ToolChoice, ToolResultContent, history,
+};
+use agentloop_testkit::{ScriptedModel, Turn};
+use futures::StreamExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+/// Get the current weather for a city.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct GetWeather {
+    /// City name.
+    city: String,
+}
+
+fn weather_tool(calls: Arc<std::sync::Mutex<Vec<String>>>) -> Tool {
+    Tool::function("get_weather", "Current weather", move |w: GetWeather| {
+        let calls = calls.clone();
+        async move {
+            calls.lock().unwrap().push(w.city.clone());
+            Ok::<_, String>(json!({"city": w.city, "temperature_c": 18}))
+        }
+    })
+}
+
+/// The results of the tool-result message at `index` of a request's messages.
+fn results_in(message: &Message) -> Vec<(String, String, bool)> {
+    message
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult(r) => {
+                Some((r.tool_use_id.clone(), r.content.to_text(), r.is_error))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn one_tool_call_then_answer() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})).with_usage(20, 8),
+        Turn::text("It is 18 °C in Paris.").with_usage(40, 9),
+    ]);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .model("m")
+        .tool(weather_tool(seen.clone()))
+        .build();
+
+    let result = agent.run("Weather in Paris?").await.unwrap();
+
+    assert_eq!(*seen.lock().unwrap(), vec!["Paris".to_owned()]);
+    assert_eq!(result.text(), "It is 18 °C in Paris.");
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    assert_eq!(result.turns, 2);
+    assert_eq!(result.tool_calls, 1);
+    assert_eq!(result.usage.input_tokens, 60);
+    assert_eq!(result.usage.output_tokens, 17);
+    model.assert_complete();
+
+    let second = &model.requests()[1];
+    assert_eq!(second.messages.len(), 3);
+    assert_eq!(
+        second.messages[1].content,
+        vec![ContentBlock::ToolUse {
+            id: "call_0_0".into(),
+            name: "get_weather".into(),
+            input: json!({"city": "Paris"}),
+        }]
+    );
+    assert_eq!(
+        results_in(&second.messages[2]),
+        vec![(
+            "call_0_0".into(),
+            r#"{"city":"Paris","temperature_c":18}"#.into(),
+            false
+        )]
+    );
+    // The tool definition went to the model with the derived schema.
+    let tools = &model.requests()[0].tools;
+    assert_eq!(tools.len(), 1);
+    history::validate(&result.messages).unwrap();
+    assert_eq!(result.messages.len(), 4);
+}
+
+#[tokio::test]
+async fn three_chained_calls_then_text() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})).with_usage(10, 1),
+        Turn::tool_call("get_weather", json!({"city": "Rome"})).with_usage(20, 2),
+        Turn::tool_call("get_weather", json!({"city": "Oslo"})).with_usage(30, 3),
+        Turn::text("Done.").with_usage(40, 4),
+    ]);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(seen.clone()))
+        .build();
+    let result = agent.run("Three cities").await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["Paris", "Rome", "Oslo"]);
+    assert_eq!(result.steps.len(), 4);
+    assert_eq!(result.turns, 4);
+    assert_eq!(result.tool_calls, 3);
+    assert_eq!(result.usage.input_tokens, 100);
+    assert_eq!(result.usage.output_tokens, 10);
+    let summed: agentloop::Usage = result.steps.iter().map(|s| s.response.usage).sum();
+    assert_eq!(summed, result.usage);
+    for (i, step) in result.steps.iter().enumerate() {
+        assert_eq!(step.index, i);
+        assert_eq!(step.tool_results.len(), step.tool_calls.len());
+    }
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    history::validate(&result.messages).unwrap();
+    model.assert_complete();
+}
+
+#[tokio::test]
+async fn a_model_that_never_stops_hits_max_turns() {
+    let model = ScriptedModel::from_fn(|_, i| {
+        Turn::tool_call("get_weather", json!({"city": format!("C{i}")}))
+    });
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(seen.clone()))
+        .max_turns(10)
+        .build();
+    let result = agent.run("Loop forever").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
+    assert_eq!(model.calls(), 10);
+    assert_eq!(result.turns, 10);
+    // The tools of the last turn ran too, so every tool use has its result.
+    assert_eq!(result.tool_calls, 10);
+    history::validate(&result.messages).unwrap();
+    assert!(result.clone().finished().is_err());
+    assert!(matches!(
+        result.finished(),
+        Err(Error::Incomplete { reason }) if reason == "max_turns"
+    ));
+}
+
+#[tokio::test]
+async fn max_tool_calls_answers_the_extra_calls_and_stops() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "A"})),
+        Turn::tool_calls([
+            ("get_weather", json!({"city": "B"})),
+            ("get_weather", json!({"city": "C"})),
+        ]),
+    ]);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(seen.clone()))
+        .max_tool_calls(2)
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::MaxToolCalls);
+    assert_eq!(*seen.lock().unwrap(), ["A", "B"]);
+    assert_eq!(result.tool_calls, 2);
+    let last = result.steps.last().unwrap();
+    assert!(
+        matches!(&last.outcomes[1], ToolOutcome::Cancelled { reason } if reason.contains("limit of 2 tool calls"))
+    );
+    assert!(last.tool_results[1].is_error);
+    history::validate(&result.messages).unwrap();
+    model.assert_complete();
+}
+
+#[tokio::test]
+async fn max_total_tokens_stops_after_the_step() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "A"})).with_usage(60, 10),
+        Turn::tool_call("get_weather", json!({"city": "B"})).with_usage(60, 10),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .max_total_tokens(100)
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::TokenBudget);
+    assert_eq!(result.usage.total_tokens(), 140);
+    assert_eq!(result.turns, 2);
+    history::validate(&result.messages).unwrap();
+    model.assert_complete();
+}
+
+fn slow_tool(name: &str, delay: Duration, log: Arc<std::sync::Mutex<Vec<String>>>) -> Tool {
+    let label = name.to_owned();
+    Tool::from_schema(name, "slow", json!({"type": "object", "properties": {}}))
+        .unwrap()
+        .handler(
+            move |_ctx: agentloop::ToolContext, _input: serde_json::Value| {
+                let log = log.clone();
+                let label = label.clone();
+                async move {
+                    tokio::time::sleep(delay).await;
+                    log.lock().unwrap().push(label.clone());
+                    Ok(agentloop::ToolOutput::text(format!("{label} done")))
+                }
+            },
+        )
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_timeout_stops_with_a_valid_history() {
+    let model = ScriptedModel::new([Turn::tool_call("slow", json!({}))]);
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .tool(slow_tool("slow", Duration::from_secs(60), log.clone()))
+        .tool_timeout(Duration::from_secs(120))
+        .timeout(Duration::from_secs(5))
+        .build();
+    let started = Instant::now();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Timeout);
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert!(log.lock().unwrap().is_empty());
+    let step = &result.steps[0];
+    assert!(
+        matches!(&step.outcomes[0], ToolOutcome::Cancelled { reason } if reason == "the run timed out")
+    );
+    history::validate(&result.messages).unwrap();
+}
+
+#[tokio::test]
+async fn custom_stop_condition() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "A"})),
+        Turn::tool_call("get_weather", json!({"city": "B"})),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .stop_when(StopCondition::new("two calls", |m| m.tool_calls() >= 2))
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(
+        result.stop_reason,
+        RunStopReason::Custom("two calls".into())
+    );
+    assert_eq!(result.turns, 2);
+    model.assert_complete();
+
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "A"})),
+        Turn::tool_call("finish", json!({})),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .tool(Tool::function(
+            "finish",
+            "done",
+            |_: serde_json::Map<String, serde_json::Value>| async { Ok::<_, String>("ok") },
+        ))
+        .stop_when(StopCondition::tool_called("finish"))
+        .stop_when(StopCondition::step_count(5))
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(
+        result.stop_reason,
+        RunStopReason::Custom("tool_called(finish)".into())
+    );
+    assert_eq!(result.tool_calls, 2);
+    model.assert_complete();
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_mid_tool_keeps_history_valid() {
+    let model = ScriptedModel::new([Turn::tool_calls([("slow", json!({})), ("fast", json!({}))])]);
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .tool(slow_tool("slow", Duration::from_secs(10), log.clone()))
+        .tool(slow_tool("fast", Duration::from_secs(1), log.clone()))
+        .build();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let options = agent.options().cancel_token(cancel.clone());
+    let trigger = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cancel.cancel();
+    });
+    let result = agent
+        .run_with(vec![Message::user("go")], options)
+        .await
+        .unwrap();
+    trigger.await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(*log.lock().unwrap(), ["fast"]);
+    let step = &result.steps[0];
+    assert_eq!(step.outcomes.len(), 2);
+    assert!(
+        step.outcomes
+            .iter()
+            .all(|o| matches!(o, ToolOutcome::Cancelled { .. }))
+    );
+    history::validate(&result.messages).unwrap();
+    assert_eq!(result.tool_calls, 0);
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Empty {}
+
+#[tokio::test(start_paused = true)]
+async fn failing_tools_become_error_results_and_the_run_goes_on() {
+    let model = ScriptedModel::new([
+        Turn::tool_calls([
+            ("fails", json!({})),
+            ("panics", json!({})),
+            ("hangs", json!({})),
+            ("nope", json!({})),
+            ("get_weather", json!({"town": 3})),
+        ]),
+        Turn::text("Sorry."),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(Tool::function("fails", "", |_: Empty| async {
+            Err::<String, _>("disk full")
+        }))
+        .tool(Tool::function("panics", "", |_: Empty| async {
+            if true {
+                panic!("boom");
+            }
+            Ok::<String, String>(String::new())
+        }))
+        .tool(
+            Tool::function("hangs", "", |_: Empty| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, String>("late")
+            })
+            .timeout(Duration::from_secs(2)),
+        )
+        .tool(weather_tool(Default::default()))
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    let kinds: Vec<&str> = result.steps[0].outcomes.iter().map(|o| o.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "failed",
+            "failed",
+            "timed_out",
+            "unknown_tool",
+            "invalid_arguments"
+        ]
+    );
+    let results = results_in(&model.requests()[1].messages[2]);
+    let ids: Vec<&str> = results.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["call_0_0", "call_0_1", "call_0_2", "call_0_3", "call_0_4"]
+    );
+    assert!(results.iter().all(|r| r.2), "all are errors: {results:?}");
+    assert_eq!(results[0].1, "Error: disk full");
+    assert_eq!(results[1].1, "Error: the tool panicked: boom");
+    assert_eq!(results[2].1, "Error: tool `hangs` timed out after 2.0s");
+    assert_eq!(
+        results[3].1,
+        "Error: there is no tool named `nope`; available tools: fails, panics, hangs, get_weather"
+    );
+    assert!(
+        results[4]
+            .1
+            .starts_with("Error: invalid arguments for tool `get_weather`:")
+    );
+    assert!(
+        results[4].1.contains("\"city\" is a required property"),
+        "{}",
+        results[4].1
+    );
+    model.assert_complete();
+}
+
+#[tokio::test(start_paused = true)]
+async fn parallel_tools_overlap_and_sequential_tools_do_not() {
+    for (parallel, expected) in [(true, 300), (false, 900)] {
+        let model = ScriptedModel::new([
+            Turn::tool_calls([("a", json!({})), ("b", json!({})), ("c", json!({}))]),
+            Turn::text("ok"),
+        ]);
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut builder = Agent::builder(model.clone())
+            .tool(slow_tool("a", Duration::from_millis(300), log.clone()))
+            .tool(slow_tool("b", Duration::from_millis(300), log.clone()))
+            .tool(slow_tool("c", Duration::from_millis(300), log.clone()));
+        if !parallel {
+            builder = builder.sequential_tools();
+        }
+        let agent = builder.build();
+        let started = Instant::now();
+        let result = agent.run("go").await.unwrap();
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(expected),
+            "parallel={parallel}"
+        );
+        let texts: Vec<String> = result.steps[0]
+            .tool_results
+            .iter()
+            .map(|r| r.content.to_text())
+            .collect();
+        assert_eq!(texts, ["a done", "b done", "c done"]);
+        let ids = results_in(&model.requests()[1].messages[2]);
+        assert_eq!(
+            ids.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+            ["call_0_0", "call_0_1", "call_0_2"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn invalid_arguments_are_reported_with_paths_and_retries_are_bounded() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": 1})),
+        Turn::tool_call("get_weather", json!({"town": "x"})),
+        Turn::tool_call("get_weather", json!({"city": ["x"]})),
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::text("18 °C"),
+    ]);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(seen.clone()))
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    assert_eq!(*seen.lock().unwrap(), ["Paris"]);
+    let requests = model.requests();
+    let first = &results_in(&requests[1].messages[2])[0].1;
+    assert_eq!(
+        first,
+        "Error: invalid arguments for tool `get_weather`:\n- /city: 1 is not of type \"string\"\nFix the arguments and call the tool again (retry 1 of 2)."
+    );
+    let second = &results_in(&requests[2].messages[4])[0].1;
+    assert!(
+        second.contains("- /: \"city\" is a required property"),
+        "{second}"
+    );
+    assert!(second.ends_with("(retry 2 of 2)."), "{second}");
+    let third = &results_in(&requests[3].messages[6])[0].1;
+    assert!(
+        third.contains("- /city: [\"x\"] is not of type \"string\""),
+        "{third}"
+    );
+    assert!(
+        third.ends_with("No retries left for `get_weather`: do not call it again in this run."),
+        "{third}"
+    );
+    model.assert_complete();
+}
+
+#[tokio::test]
+async fn the_same_invalid_call_twice_stops_the_run() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": 1})),
+        Turn::tool_call("get_weather", json!({"city": 1})),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(
+        result.stop_reason,
+        RunStopReason::RepeatedInvalidCall("get_weather".into())
+    );
+    history::validate(&result.messages).unwrap();
+    model.assert_complete();
+}
+
+#[tokio::test]
+async fn prepare_step_forces_a_choice_then_restricts_tools() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::text("done"),
+    ]);
+    let hooks = Hooks::new().prepare_step(|info| async move {
+        match info.step {
+            0 => PrepareStep {
+                tool_choice: Some(ToolChoice::tool("get_weather")),
+                ..PrepareStep::default()
+            },
+            _ => PrepareStep {
+                active_tools: Some(vec!["finish".into()]),
+                system: Some("Now summarize.".into()),
+                model: Some("small-model".into()),
+                ..PrepareStep::default()
+            },
+        }
+    });
+    let agent = Agent::builder(model.clone())
+        .model("big-model")
+        .tool(weather_tool(Default::default()))
+        .tool(Tool::function("finish", "done", |_: Empty| async {
+            Ok::<_, String>("ok")
+        }))
+        .hooks(hooks)
+        .build();
+    agent.run("go").await.unwrap();
+    let requests = model.requests();
+    assert_eq!(
+        requests[0].tool_choice,
+        Some(ToolChoice::tool("get_weather"))
+    );
+    assert_eq!(requests[0].tools.len(), 2);
+    assert_eq!(requests[0].model, "big-model");
+    assert_eq!(requests[1].tool_choice, None);
+    let names: Vec<_> = requests[1]
+        .tools
+        .iter()
+        .filter_map(|t| t.function_name())
+        .collect();
+    assert_eq!(names, ["finish"]);
+    assert_eq!(requests[1].system.as_deref(), Some("Now summarize."));
+    assert_eq!(requests[1].model, "small-model");
+}
+
+#[tokio::test]
+async fn prompt_hooks_rewrite_or_block() {
+    let model = ScriptedModel::new([Turn::text("hi")]);
+    let agent = Agent::builder(model.clone())
+        .hooks(Hooks::new().on_prompt(|m| async move {
+            PromptDecision::Replace(Message::user(format!("{} (rewritten)", m.text())))
+        }))
+        .build();
+    agent.run("hello").await.unwrap();
+    assert_eq!(model.requests()[0].messages[0].text(), "hello (rewritten)");
+
+    let model = ScriptedModel::new([]);
+    let agent = Agent::builder(model.clone())
+        .hooks(Hooks::new().on_prompt(|_| async { PromptDecision::Block("no swearing".into()) }))
+        .build();
+    let error = agent.run("darn").await.unwrap_err();
+    assert_eq!(error.to_string(), "blocked by the prompt hook: no swearing");
+    assert_eq!(model.calls(), 0);
+}
+
+#[tokio::test]
+async fn tool_hooks_rewrite_block_and_replace() {
+    let model = ScriptedModel::new([
+        Turn::tool_calls([
+            ("get_weather", json!({"city": "Pariss"})),
+            ("delete_all", json!({})),
+        ]),
+        Turn::text("ok"),
+    ]);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let deleted = Arc::new(AtomicUsize::new(0));
+    let d = deleted.clone();
+    let hooks = Hooks::new()
+        .before_tool(|call| async move {
+            match call.name.as_str() {
+                "get_weather" => ToolDecision::ModifyInput(json!({"city": "Paris"})),
+                "delete_all" => ToolDecision::Block("destructive tools need approval".into()),
+                _ => ToolDecision::Continue,
+            }
+        })
+        .after_tool(|call, outcome| async move {
+            if call.name == "get_weather" {
+                ToolOutcome::Completed {
+                    content: ToolResultContent::Text("replaced by hook".into()),
+                }
+            } else {
+                outcome
+            }
+        })
+        .before_model_call(|mut request| async move {
+            request.temperature = Some(0.0);
+            request
+        });
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(seen.clone()))
+        .tool(Tool::function("delete_all", "", move |_: Empty| {
+            let d = d.clone();
+            async move {
+                d.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>("deleted")
+            }
+        }))
+        .hooks(hooks)
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["Paris"]);
+    assert_eq!(deleted.load(Ordering::SeqCst), 0);
+    let results = results_in(&model.requests()[1].messages[2]);
+    assert_eq!(
+        results[0],
+        ("call_0_0".into(), "replaced by hook".into(), false)
+    );
+    assert_eq!(
+        results[1],
+        (
+            "call_0_1".into(),
+            "Error: the call to `delete_all` was denied: destructive tools need approval".into(),
+            true
+        )
+    );
+    // The history keeps the model's original arguments.
+    assert!(
+        matches!(&result.messages[1].content[0], ContentBlock::ToolUse { input, .. } if input == &json!({"city": "Pariss"}))
+    );
+    assert!(model.requests().iter().all(|r| r.temperature == Some(0.0)));
+}
+
+#[tokio::test]
+async fn run_stream_emits_the_exact_event_sequence() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})).with_usage(10, 2),
+        Turn::text("Sunny and mild").with_usage(20, 3),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .build();
+    let events: Vec<RunEvent> = agent.run_stream("Weather?").collect().await;
+    let names: Vec<String> = events
+        .iter()
+        .map(|e| match e {
+            RunEvent::RunStart => "run_start".into(),
+            RunEvent::StepStart { step } => format!("step_start {step}"),
+            RunEvent::TextDelta { text } => format!("text {text}"),
+            RunEvent::ThinkingDelta { text } => format!("thinking {text}"),
+            RunEvent::ToolCallStart { index, id, name } => {
+                format!("call_start {index} {id} {name}")
+            }
+            RunEvent::ToolCallDelta { index, arguments } => {
+                format!("call_delta {index} {arguments}")
+            }
+            RunEvent::ToolCallReady { call } => format!("ready {} {}", call.id, call.input),
+            RunEvent::ToolCallResult { id, result, .. } => {
+                format!("result {id} {}", result.content.to_text())
+            }
+            RunEvent::StepFinish {
+                step,
+                stop_reason,
+                usage,
+            } => {
+                format!("step_finish {step} {stop_reason} {}", usage.total_tokens())
+            }
+            RunEvent::Error { error } => format!("error {error}"),
+            RunEvent::RunFinish { result } => format!("run_finish {}", result.stop_reason),
+        })
+        .collect();
+    let args = json!({"city": "Paris"}).to_string();
+    let mut expected = vec![
+        "run_start".to_owned(),
+        "step_start 0".into(),
+        "call_start 0 call_0_0 get_weather".into(),
+    ];
+    expected.extend(
+        agentloop_testkit::split_pieces(&args, 4)
+            .iter()
+            .map(|p| format!("call_delta 0 {p}")),
+    );
+    expected.extend([
+        r#"ready call_0_0 {"city":"Paris"}"#.to_owned(),
+        r#"result call_0_0 {"city":"Paris","temperature_c":18}"#.into(),
+        "step_finish 0 tool_use 12".into(),
+        "step_start 1".into(),
+    ]);
+    expected.extend(
+        agentloop_testkit::split_pieces("Sunny and mild", 3)
+            .iter()
+            .map(|p| format!("text {p}")),
+    );
+    expected.extend([
+        "step_finish 1 end_turn 23".into(),
+        "run_finish end_turn".into(),
+    ]);
+    assert_eq!(
+        expected.len(),
+        16,
+        "four argument fragments and three text deltas"
+    );
+    assert_eq!(names, expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_stream_cancels_the_run() {
+    let model = ScriptedModel::new([Turn::tool_call("slow", json!({})), Turn::text("never")]);
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(model.clone())
+        .tool(slow_tool("slow", Duration::from_secs(5), log.clone()))
+        .build();
+    let mut stream = agent.run_stream("go");
+    while let Some(event) = stream.next().await {
+        if matches!(event, RunEvent::ToolCallReady { .. }) {
+            break;
+        }
+    }
+    drop(stream);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(log.lock().unwrap().is_empty(), "the tool was aborted");
+    assert_eq!(model.calls(), 1);
+}
+
+#[tokio::test]
+async fn tools_without_arguments_work_streamed_and_blocking() {
+    for streamed in [false, true] {
+        let model = ScriptedModel::new([Turn::tool_call_raw("now", ""), Turn::text("noon")]);
+        let agent = Agent::builder(model.clone())
+            .tool(Tool::function("now", "time", |_: Empty| async {
+                Ok::<_, String>("12:00")
+            }))
+            .build();
+        let result = if streamed {
+            agent.run_stream("time?").into_result().await.unwrap()
+        } else {
+            agent.run("time?").await.unwrap()
+        };
+        assert_eq!(result.steps[0].tool_results[0].content.to_text(), "12:00");
+        assert!(!result.steps[0].tool_results[0].is_error);
+        assert_eq!(result.text(), "noon");
+    }
+}
+
+#[tokio::test]
+async fn a_model_error_ends_the_run_with_the_error() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::error(Error::Overloaded {
+            provider: "scripted".into(),
+            message: "busy".into(),
+        }),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert!(matches!(result.error, Some(Error::Overloaded { .. })));
+    history::validate(&result.messages).unwrap();
+    assert_eq!(result.messages.last().unwrap().role, Role::User);
+    let error = result.finished().unwrap_err();
+    assert_eq!(error.to_string(), "scripted is overloaded: busy");
+}
+
+#[tokio::test(start_paused = true)]
+async fn layered_timeouts_for_streams_and_steps() {
+    // First chunk: the model waits 10 s before answering.
+    let model = ScriptedModel::new([Turn::text("late").with_delay(Duration::from_secs(10))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| o.first_chunk_timeout = Some(Duration::from_secs(2)))
+        .build();
+    let started = Instant::now();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert_eq!(
+        result.error.unwrap().to_string(),
+        "first chunk timeout after 2.0s"
+    );
+
+    // Idle: chunks arrive every 3 s, the idle timeout is 1 s.
+    let model =
+        ScriptedModel::new([Turn::text("slow stream").with_chunk_delay(Duration::from_secs(3))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| o.idle_timeout = Some(Duration::from_secs(1)))
+        .build();
+    let started = Instant::now();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    assert_eq!(
+        result.error.unwrap().to_string(),
+        "idle between chunks timeout after 1.0s"
+    );
+
+    // Chunks every 500 ms with a 1 s idle timeout finish fine.
+    let model =
+        ScriptedModel::new([Turn::text("steady").with_chunk_delay(Duration::from_millis(500))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| o.idle_timeout = Some(Duration::from_secs(1)))
+        .build();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    assert_eq!(result.text(), "steady");
+
+    // Step: the second step's model call takes too long.
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "A"})),
+        Turn::text("slow").with_delay(Duration::from_secs(30)),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .with_options(|o| o.step_timeout = Some(Duration::from_secs(5)))
+        .build();
+    let started = Instant::now();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(result.stop_reason, RunStopReason::Timeout);
+    assert_eq!(result.turns, 1);
+    history::validate(&result.messages).unwrap();
+}
+
+#[tokio::test]
+async fn interrupted_streams_keep_partial_text_only() {
+    let model = ScriptedModel::new([Turn::text("Hello there, friend")
+        .then_tool_call("get_weather", json!({"city": "A"}))
+        .fail_after(
+            3,
+            Error::Interrupted {
+                message: "connection reset".into(),
+            },
+        )]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .build();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::Error);
+    assert!(matches!(result.error, Some(Error::Interrupted { .. })));
+    history::validate(&result.messages).unwrap();
+}

@@ -1,0 +1,37 @@
+//! The SSE parser on arbitrary bytes: never panics, and any split of the input gives the same
+//! events as feeding it whole.
+#![no_main]
+
+use agentloop::sse::SseParser;
+use libfuzzer_sys::fuzz_target;
+
+type Owned = (String, String, Option<String>, Option<u64>);
+
+fn parse(chunks: &[&[u8]]) -> Vec<Owned> {
+    let mut parser = SseParser::new();
+    let mut out = Vec::new();
+    let mut push = |e: agentloop::sse::SseEvent<'_>| {
+        out.push((
+            e.event.to_owned(),
+            e.data.into_owned(),
+            e.id.map(str::to_owned),
+            e.retry,
+        ))
+    };
+    for chunk in chunks {
+        parser.feed(chunk, &mut push);
+    }
+    parser.finish(&mut push);
+    out
+}
+
+fuzz_target!(|data: &[u8]| {
+    // The first byte picks the split size, so the fuzzer explores splits too.
+    let Some((&split, body)) = data.split_first() else {
+        return;
+    };
+    let whole = parse(&[body]);
+    let size = usize::from(split % 16) + 1;
+    let pieces: Vec<&[u8]> = body.chunks(size).collect();
+    assert_eq!(whole, parse(&pieces));
+});
