@@ -36,7 +36,11 @@ pub fn demo_turn_for(messages: &[Message]) -> Turn {
                 .iter()
                 .any(|b| matches!(b, agentloop::ContentBlock::ToolResult(_)))
     });
-    if after_tool { turns.remove(1) } else { turns.remove(0) }
+    if after_tool {
+        turns.remove(1)
+    } else {
+        turns.remove(0)
+    }
 }
 
 /// The built-in mock model.

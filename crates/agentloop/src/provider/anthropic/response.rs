@@ -56,6 +56,25 @@ impl WireUsage {
 }
 
 pub(super) fn parse(value: Value) -> Result<Response> {
+    if !value.is_object() {
+        return Err(Error::parse(
+            "Anthropic response",
+            "expected a JSON object (a Message)",
+        ));
+    }
+    // Some gateways answer 200 with an error body.
+    if value.get("type").and_then(Value::as_str) == Some("error") {
+        let error = value.get("error");
+        let field = |key: &str| error.and_then(|e| e.get(key)).and_then(Value::as_str);
+        return Err(Error::Api {
+            provider: PROVIDER_NAME.to_owned(),
+            status: 200,
+            error_type: field("type").map(str::to_owned),
+            message: field("message")
+                .unwrap_or("error without a message")
+                .to_owned(),
+        });
+    }
     let wire: WireResponse =
         serde_json::from_value(value).map_err(|e| Error::parse("Anthropic response", e))?;
     let content: Vec<ContentBlock> = wire.content.into_iter().map(block).collect();
@@ -133,5 +152,120 @@ fn take_string(map: &mut Map<String, Value>, key: &str) -> Option<String> {
             None
         }
         None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_messages_response_becomes_canonical_blocks() {
+        // Shape from the Messages API reference and the extended thinking / web search pages.
+        let wire = json!({
+            "id": "msg_01",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5-20250929",
+            "content": [
+                {"type": "thinking", "thinking": "Let me search.", "signature": "EqQB"},
+                {"type": "redacted_thinking", "data": "EmwK"},
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}},
+                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                {"type": "text", "text": "Rust is", "citations": [{"type": "web_search_result_location", "url": "https://rust-lang.org"}]},
+                {"type": "tool_use", "id": "toolu_1", "name": "save", "input": {"note": "rust"}}
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": null,
+            "usage": {
+                "input_tokens": 2095,
+                "output_tokens": 503,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 1800,
+                "server_tool_use": {"web_search_requests": 1}
+            }
+        });
+        let response = parse(wire).expect("parses");
+        assert_eq!(response.id, "msg_01");
+        assert_eq!(response.model, "claude-sonnet-4-5-20250929");
+        assert_eq!(response.stop_reason, StopReason::ToolUse);
+        assert_eq!(
+            response.usage,
+            Usage {
+                input_tokens: 2095,
+                output_tokens: 503,
+                cache_read_tokens: 1800,
+                cache_write_tokens: 0,
+            }
+        );
+        let anthropic = || Some(PROVIDER_NAME.to_owned());
+        assert_eq!(
+            response.content,
+            vec![
+                ContentBlock::Thinking {
+                    thinking: "Let me search.".into(),
+                    signature: Some("EqQB".into()),
+                    provider: anthropic(),
+                },
+                ContentBlock::RedactedThinking {
+                    data: "EmwK".into(),
+                    provider: anthropic(),
+                },
+                ContentBlock::Native {
+                    provider: PROVIDER_NAME.into(),
+                    value: json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}}),
+                },
+                ContentBlock::Native {
+                    provider: PROVIDER_NAME.into(),
+                    value: json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}),
+                },
+                ContentBlock::text("Rust is"),
+                ContentBlock::ToolUse {
+                    id: "toolu_1".into(),
+                    name: "save".into(),
+                    input: json!({"note": "rust"}),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_fields_and_odd_blocks_do_not_fail() {
+        let response = parse(json!({
+            "content": [
+                {"type": "text"},
+                {"type": "tool_use", "id": "t", "name": "f"},
+                "not an object"
+            ],
+            "stop_reason": null,
+            "usage": {"input_tokens": 3, "output_tokens": 4, "cache_read_input_tokens": null}
+        }))
+        .expect("parses");
+        assert_eq!(response.stop_reason, StopReason::ToolUse);
+        assert_eq!(response.usage.input_tokens, 3);
+        assert_eq!(
+            response.content,
+            vec![
+                ContentBlock::Native {
+                    provider: PROVIDER_NAME.into(),
+                    value: json!({"type": "text"}),
+                },
+                ContentBlock::ToolUse {
+                    id: "t".into(),
+                    name: "f".into(),
+                    input: json!({}),
+                },
+                ContentBlock::Native {
+                    provider: PROVIDER_NAME.into(),
+                    value: json!("not an object"),
+                },
+            ]
+        );
+        assert!(matches!(parse(json!([])), Err(Error::Parse { .. })));
+        assert!(matches!(
+            parse(json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+            Err(Error::Api { status: 200, error_type: Some(t), .. }) if t == "overloaded_error"
+        ));
     }
 }
