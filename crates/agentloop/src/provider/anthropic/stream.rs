@@ -39,17 +39,18 @@ struct WireEvent<'a> {
     kind: Cow<'a, str>,
     #[serde(default)]
     index: Option<u64>,
+    // Boxed: rare, and a smaller event struct is cheaper to build for every delta.
     #[serde(default, borrow)]
-    message: Option<StartMessage<'a>>,
+    message: Option<Box<StartMessage<'a>>>,
     /// Parsed whole: once per block, and unknown blocks are kept verbatim anyway.
     #[serde(default)]
     content_block: Option<Value>,
     #[serde(default, borrow)]
     delta: Option<WireDelta<'a>>,
     #[serde(default)]
-    usage: Option<WireUsage>,
+    usage: Option<Box<WireUsage>>,
     #[serde(default, borrow)]
-    error: Option<WireError<'a>>,
+    error: Option<Box<WireError<'a>>>,
 }
 
 #[derive(Deserialize)]
@@ -149,7 +150,7 @@ impl AnthropicDecoder {
 
     fn on_message_start(
         &mut self,
-        message: Option<StartMessage<'_>>,
+        message: Option<Box<StartMessage<'_>>>,
         out: &mut VecDeque<StreamEvent>,
     ) {
         // A repeated message_start (seen in the wild) must not reset anything.
@@ -158,7 +159,10 @@ impl AnthropicDecoder {
         }
         self.started = true;
         let (id, model, usage) = match message {
-            Some(m) => (m.id, m.model, m.usage),
+            Some(m) => {
+                let StartMessage { id, model, usage } = *m;
+                (id, model, usage)
+            }
             None => (None, None, None),
         };
         out.push_back(StreamEvent::MessageStart {
@@ -310,7 +314,7 @@ impl AnthropicDecoder {
     fn on_message_delta(
         &mut self,
         delta: Option<WireDelta<'_>>,
-        usage: Option<WireUsage>,
+        usage: Option<Box<WireUsage>>,
         out: &mut VecDeque<StreamEvent>,
     ) {
         if let Some(reason) = delta.and_then(|d| d.stop_reason).filter(|r| !r.is_empty()) {
@@ -444,9 +448,12 @@ fn is_noise(data: &str) -> bool {
     data.is_empty() || data == "[DONE]"
 }
 
-fn stream_error(error: Option<WireError<'_>>, data: &str) -> Error {
+fn stream_error(error: Option<Box<WireError<'_>>>, data: &str) -> Error {
     let (error_type, message) = match error {
-        Some(e) => (e.kind.map(Cow::into_owned), e.message.map(Cow::into_owned)),
+        Some(e) => {
+            let WireError { kind, message } = *e;
+            (kind.map(Cow::into_owned), message.map(Cow::into_owned))
+        }
         None => (None, None),
     };
     let message = message.unwrap_or_else(|| excerpt(data.as_bytes()));
