@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod http;
+pub mod openai;
 
 use std::pin::Pin;
 use std::sync::Arc;

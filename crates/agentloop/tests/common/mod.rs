@@ -100,3 +100,21 @@ pub fn canonical_request() -> Request {
         extensions: None,
     }
 }
+
+/// A path under the project's `shared/` directory (conformance streams, specs), which sits
+/// beside the repository: found by walking up from this crate, so it works from the main
+/// checkout, a worktree or CI's clone alike.
+pub fn shared_path(relative: &str) -> std::path::PathBuf {
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .map(|dir| dir.join("shared"))
+        .find(|shared| shared.join("conformance").is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "no shared/conformance directory above {}",
+                crate_dir.display()
+            )
+        })
+        .join(relative)
+}
