@@ -3,6 +3,7 @@
 //! `tests/conformance/anthropic/*.json` (format: `tests/conformance/README.md`).
 
 mod anthropic_support;
+mod common;
 
 use std::path::{Path, PathBuf};
 
@@ -11,23 +12,8 @@ use anthropic_support::assemble;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-/// The recordings live in the shared folder next to the checkout (`/work/shared` for both
-/// `/work/main` and the worktrees under `/work/wt`), so look for it upwards.
 fn streams_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("AGENTLOOP_CONFORMANCE_STREAMS") {
-        return PathBuf::from(dir).join("anthropic");
-    }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .map(|dir| dir.join("shared/conformance/streams/anthropic"))
-        .find(|dir| dir.is_dir())
-        .unwrap_or_else(|| {
-            panic!(
-                "no shared/conformance/streams/anthropic above {}; set AGENTLOOP_CONFORMANCE_STREAMS",
-                manifest.display()
-            )
-        })
+    common::shared_path("conformance/streams/anthropic")
 }
 
 fn expected_dir() -> PathBuf {

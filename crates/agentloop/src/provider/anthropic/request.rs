@@ -374,7 +374,7 @@ fn shape_schema(schema: &Value) -> Cow<'_, Value> {
     }
     let mut shaped = inline_refs(schema);
     if let Value::Object(map) = &mut shaped {
-        map.remove("$schema");
+        map.shift_remove("$schema");
     }
     Cow::Owned(shaped)
 }

@@ -116,7 +116,7 @@ pub(super) fn block(value: Value) -> ContentBlock {
             id: take_string(&mut map, "id").unwrap_or_default(),
             name: take_string(&mut map, "name").unwrap_or_default(),
             input: map
-                .remove("input")
+                .shift_remove("input")
                 .filter(|input| !input.is_null())
                 .unwrap_or_else(|| Value::Object(Map::new())),
         },
@@ -144,7 +144,7 @@ fn native(value: Value) -> ContentBlock {
 }
 
 fn take_string(map: &mut Map<String, Value>, key: &str) -> Option<String> {
-    match map.remove(key) {
+    match map.shift_remove(key) {
         Some(Value::String(s)) => Some(s),
         Some(other) => {
             // Not a string: put it back so a Native fallback stays verbatim.
