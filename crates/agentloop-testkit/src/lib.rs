@@ -4,6 +4,8 @@
 #![warn(missing_docs)]
 
 pub mod demo;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod scripted;
 mod turn;
 

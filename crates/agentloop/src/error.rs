@@ -154,6 +154,20 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// A tool file could not be loaded, or a tool could not be added to a registry.
+    #[error("{}", load_message(path, tool.as_deref(), *line, *column, message))]
+    ToolLoad {
+        /// The file (or the tool's source, such as an MCP server).
+        path: String,
+        /// The tool, when the problem belongs to one.
+        tool: Option<String>,
+        /// 1-based line in the file, when the parser gave one.
+        line: Option<usize>,
+        /// 1-based column in the file, when the parser gave one.
+        column: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
     /// A tool failed where failure cannot be fed back to the model (e.g. a direct call).
     #[error("tool `{tool}` failed: {message}")]
     ToolExecution {
@@ -235,6 +249,7 @@ impl Error {
             Self::Cancelled => "cancelled",
             Self::ToolArgumentParse { .. } => "tool_argument_parse",
             Self::InvalidToolSchema { .. } => "invalid_tool_schema",
+            Self::ToolLoad { .. } => "tool_load",
             Self::ToolExecution { .. } => "tool_execution",
             Self::HookBlocked { .. } => "hook_blocked",
             Self::Unsupported { .. } => "unsupported",
@@ -256,6 +271,29 @@ impl Error {
             message: message.to_string(),
         }
     }
+}
+
+/// `file:line:column: tool `name`: message`, leaving out what is unknown.
+fn load_message(
+    path: &str,
+    tool: Option<&str>,
+    line: Option<usize>,
+    column: Option<usize>,
+    message: &str,
+) -> String {
+    let mut out = path.to_owned();
+    if let Some(line) = line {
+        out.push_str(&format!(":{line}"));
+        if let Some(column) = column {
+            out.push_str(&format!(":{column}"));
+        }
+    }
+    out.push_str(": ");
+    if let Some(tool) = tool {
+        out.push_str(&format!("tool `{tool}`: "));
+    }
+    out.push_str(message);
+    out
 }
 
 impl Serialize for Error {

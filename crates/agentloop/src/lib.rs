@@ -4,15 +4,109 @@
 //! agentloop at a model, and run a loop that calls the model, runs the tools it asks for, feeds
 //! the results back and stops at the answer or a limit — blocking or streamed — with a history
 //! that is always valid to send again.
+//!
+//! ## Tool files and the registry
+//!
+//! With the `registry` feature (on by default), tools can also be described as data and
+//! loaded into a [`Registry`]: from JSON or YAML files, `kind: Tool` manifests, or a whole
+//! directory ([`Registry::load_dir`]); from MCP servers (feature `mcp`, also on by default); and
+//! from Rust ([`Registry::register`]). `registry.tools()` gives the run loop ordinary [`Tool`]s.
+//!
+//! A descriptor has a `name`, a `description`, an `input_schema` (JSON Schema of the arguments;
+//! `{"type": "object", "properties": {}}` when left out), an optional `output_schema` every
+//! result must match, a `mode` saying how it runs, the section for that mode, and `timeout_ms`.
+//! The modes: `function` (a handler bound in code with [`Registry::bind`]), `mock` (a
+//! `response`, a minijinja `template` rendered with the arguments, or a `sequence` with
+//! `on_exhausted: repeat_last | error`), `http` (`url`, `method` — POST by default —,
+//! `headers` whose values may say `${ENV_VAR}`, `allowed_hosts`) and `mcp` (listed from a
+//! server). `mode` can be left out when exactly one section is present. Multi-word keys may
+//! also be written in camelCase (`inputSchema`, `outputSchema`, `timeoutMs`).
+//!
+//! ```yaml
+//! # tools/weather.yaml: one tool per YAML document (separate several with `---`)
+//! name: get_weather
+//! description: Current weather for a city
+//! input_schema:
+//!   type: object
+//!   properties:
+//!     city: {type: string}
+//!   required: [city]
+//! output_schema: {type: object, required: [temp_c]}
+//! mock:
+//!   template: '{"city": {{ city | tojson }}, "temp_c": 18}'
+//! timeout_ms: 5000
+//! ```
+//!
+//! ```json
+//! {
+//!   "name": "lookup_order",
+//!   "description": "Look up an order",
+//!   "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+//!   "mode": "http",
+//!   "http": {
+//!     "url": "https://shop.example.com/api/orders/lookup",
+//!     "headers": {"Authorization": "Bearer ${SHOP_TOKEN}"},
+//!     "allowed_hosts": ["shop.example.com"]
+//!   },
+//!   "mock": {"response": {"id": 1, "state": "shipped"}},
+//!   "timeout_ms": 10000
+//! }
+//! ```
+//!
+//! The manifest style puts the name in `metadata` and the descriptor in `spec`:
+//!
+//! ```yaml
+//! apiVersion: agentloop/v1
+//! kind: Tool
+//! metadata: {name: deploy_status}
+//! spec:
+//!   description: Status of the latest deployment
+//!   mock:
+//!     sequence: [{status: pending}, {status: done}]
+//!     on_exhausted: repeat_last
+//! ```
+//!
+//! Loading one of them and calling it:
+//!
+//! ```
+//! # #[cfg(feature = "registry")] {
+//! use agentloop::registry::{Format, Registry, parse_descriptors};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let yaml = r#"
+//! name: get_weather
+//! input_schema:
+//!   type: object
+//!   properties: {city: {type: string}}
+//!   required: [city]
+//! mock:
+//!   template: '{"city": {{ city | tojson }}, "temp_c": 18}'
+//! "#;
+//! let mut registry = Registry::new();
+//! for descriptor in parse_descriptors(yaml, Format::Yaml, "weather.yaml")? {
+//!     registry.add_descriptor(descriptor)?;
+//! }
+//! let output = registry.call("get_weather", serde_json::json!({"city": "Paris"})).await;
+//! assert_eq!(output.unwrap().0.to_text(), r#"{"city":"Paris","temp_c":18}"#);
+//! # Ok::<(), agentloop::Error>(()) }).unwrap();
+//! # }
+//! ```
+//!
+//! Every load error names the file, the tool and the problem, with line and column where the
+//! parser gives them (`tools/weather.yaml:7:13: tool `get_weather`: timeout_ms: invalid type:
+//! string "soon", expected u64`).
 
 #![warn(missing_docs)]
 
 mod agent;
 pub mod conversation;
 pub mod error;
+#[cfg(feature = "registry")]
+pub mod executor;
 pub mod history;
 pub mod message;
 pub mod provider;
+#[cfg(feature = "registry")]
+pub mod registry;
 pub mod run;
 pub mod sse;
 pub mod stream;
@@ -25,6 +119,8 @@ pub use message::{
     ToolResultContent, Usage,
 };
 pub use provider::{EventStream, Provider};
+#[cfg(feature = "registry")]
+pub use registry::{Registry, ToolDescriptor};
 pub use run::{RunEvent, RunOptions, RunResult, RunStopReason};
 pub use stream::{Accumulator, StreamEvent};
 pub use tool::{

@@ -1,0 +1,330 @@
+//! Running one chat answer: the agent's run in a task of its own, its events recorded as frames,
+//! and the history saved after every step.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use agentloop::run::{PrepareStep, RunStopReason};
+use agentloop::{Message, RunEvent, history};
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::error::ServerError;
+use crate::events::{ChatEvent, Frame};
+use crate::runs::RunLog;
+use crate::state::AppState;
+use crate::store::Store;
+
+/// A chat answer to start.
+pub(crate) struct ChatStart {
+    pub(crate) conversation_id: String,
+    /// Create the conversation (with this title) before running.
+    pub(crate) create: Option<String>,
+    /// The whole history the model gets, ending with the new user message.
+    pub(crate) history: Vec<Message>,
+    /// How many leading messages of `history` are stored already, at the same positions.
+    pub(crate) stored: usize,
+}
+
+/// Why a chat could not start.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// The conversation has an answer running; its message id.
+    Busy(String),
+    /// The history would not be valid to send.
+    InvalidHistory(String),
+    /// The database failed.
+    Store(ServerError),
+}
+
+/// A fresh random id with a readable prefix.
+pub(crate) fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{:032x}", rand::random::<u128>())
+}
+
+/// Start the answer; its frames are in the returned log.
+pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunLog>, StartError> {
+    history::validate(&start.history).map_err(|e| StartError::InvalidHistory(e.to_string()))?;
+    let inner = &state.inner;
+    let message_id = new_id("msg");
+    let run = inner
+        .runs
+        .start(
+            message_id.clone(),
+            start.conversation_id.clone(),
+            inner.config.disconnect_grace,
+            inner.shutdown.child_token(),
+        )
+        .map_err(|busy| StartError::Busy(busy.message_id))?;
+    if let Some(title) = &start.create
+        && let Err(e) = inner
+            .store
+            .create(start.conversation_id.clone(), title.clone())
+            .await
+    {
+        run.finish();
+        inner.runs.release(&run);
+        inner.runs.forget(&message_id);
+        return Err(StartError::Store(e));
+    }
+    run.push(Frame::Chat(ChatEvent::MessageStart {
+        conversation_id: start.conversation_id.clone(),
+        message_id,
+    }));
+    let created = start.create.is_some();
+    inner.tasks.spawn(drive(
+        state.clone(),
+        run.clone(),
+        start.history,
+        start.stored,
+        created,
+    ));
+    Ok(run)
+}
+
+/// Saves the history as the run goes; only appended messages are written.
+#[derive(Clone)]
+struct Saver {
+    store: Store,
+    conversation_id: String,
+    stored: Arc<tokio::sync::Mutex<usize>>,
+}
+
+impl Saver {
+    async fn save(&self, messages: &[Message]) -> Result<(), String> {
+        let mut stored = self.stored.lock().await;
+        if messages.len() <= *stored {
+            return Ok(());
+        }
+        history::validate(messages).map_err(|e| format!("the history is not valid: {e}"))?;
+        self.store
+            .save_tail(
+                self.conversation_id.clone(),
+                *stored,
+                messages[*stored..].to_vec(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        *stored = messages.len();
+        Ok(())
+    }
+
+    async fn saved(&self) -> usize {
+        *self.stored.lock().await
+    }
+}
+
+/// Ends the log however the run ends (a panic included) and frees the conversation.
+struct Finisher {
+    state: AppState,
+    run: Arc<RunLog>,
+}
+
+impl Drop for Finisher {
+    fn drop(&mut self) {
+        if !self.run.is_finished() {
+            self.run.push(Frame::Chat(ChatEvent::MessageEnd {
+                stop_reason: RunStopReason::Error.as_str().into(),
+                usage: Default::default(),
+            }));
+            self.run.push(Frame::Chat(ChatEvent::Error {
+                message: "the chat stopped unexpectedly".into(),
+            }));
+            self.run.finish();
+        }
+        let inner = &self.state.inner;
+        inner.runs.release(&self.run);
+        let state = self.state.clone();
+        let message_id = self.run.message_id.clone();
+        let retain = inner.config.retain_finished;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(retain).await;
+                state.inner.runs.forget(&message_id);
+            });
+        } else {
+            inner.runs.forget(&message_id);
+        }
+    }
+}
+
+/// Why a run that ended with `reason` did not complete its answer, when it is worth an `error`.
+fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<String> {
+    Some(match reason {
+        RunStopReason::MaxTurns => format!(
+            "the model was still calling tools after {max_tool_iterations} tool iterations \
+             (the server's max_tool_iterations limit); send another message to let it go on"
+        ),
+        RunStopReason::MaxToolCalls => "the max_tool_calls limit of the agent was reached".into(),
+        RunStopReason::TokenBudget => {
+            "the token budget (max_total_tokens) of the agent was used up".into()
+        }
+        RunStopReason::Timeout => "the answer took longer than the agent's timeout".into(),
+        RunStopReason::RepeatedInvalidCall(tool) => {
+            format!("the model repeated the same invalid call to `{tool}`")
+        }
+        RunStopReason::AwaitingToolResults => {
+            "the agent is in manual tool mode, which the server does not support".into()
+        }
+        RunStopReason::EndTurn
+        | RunStopReason::MaxTokens
+        | RunStopReason::Custom(_)
+        | RunStopReason::Interrupted
+        | RunStopReason::Error => return None,
+    })
+}
+
+/// Tool calls of the current step, to name their frames and to announce calls that get a
+/// result without having been run (those past a tool-call limit).
+#[derive(Default)]
+struct StepCalls {
+    by_index: HashMap<usize, String>,
+    raw: HashMap<String, (String, String)>,
+    announced: HashSet<String>,
+}
+
+impl StepCalls {
+    fn announce(&mut self, run: &RunLog, id: String, name: String, arguments: Value) {
+        self.announced.insert(id.clone());
+        run.push(Frame::Chat(ChatEvent::ToolCallStart {
+            id,
+            name,
+            arguments,
+        }));
+    }
+
+    fn announce_unrun(&mut self, run: &RunLog, id: &str, name: &str) {
+        if self.announced.contains(id) {
+            return;
+        }
+        let raw = self
+            .raw
+            .get(id)
+            .map(|(_, args)| args.clone())
+            .unwrap_or_default();
+        let arguments = match raw.trim() {
+            "" => Value::Object(Default::default()),
+            text => serde_json::from_str(text).unwrap_or(Value::String(raw)),
+        };
+        self.announce(run, id.to_owned(), name.to_owned(), arguments);
+    }
+}
+
+async fn drive(
+    state: AppState,
+    run: Arc<RunLog>,
+    history: Vec<Message>,
+    stored: usize,
+    created: bool,
+) {
+    let finisher = Finisher {
+        state: state.clone(),
+        run: run.clone(),
+    };
+    let inner = &state.inner;
+    let saver = Saver {
+        store: inner.store.clone(),
+        conversation_id: run.conversation_id.clone(),
+        stored: Arc::new(tokio::sync::Mutex::new(stored)),
+    };
+    let mut options = inner.agent.options();
+    options.limits.max_turns = inner.config.max_tool_iterations;
+    options.cancel = run.cancel.clone();
+    let step_saver = saver.clone();
+    options.hooks = std::mem::take(&mut options.hooks).prepare_step(move |step| {
+        let saver = step_saver.clone();
+        async move {
+            // Between steps the history is complete: save it, so a crash loses at most the
+            // step about to run.
+            if let Err(e) = saver.save(&step.messages).await {
+                tracing::warn!(conversation = %saver.conversation_id, "could not save a step: {e}");
+            }
+            PrepareStep::default()
+        }
+    });
+
+    let mut events = inner.agent.stream_with(history, options);
+    let mut calls = StepCalls::default();
+    let mut failure: Option<String> = None;
+    let mut ended = false;
+    while let Some(event) = events.next().await {
+        match event {
+            RunEvent::RunStart => {}
+            RunEvent::StepStart { .. } => {
+                calls = StepCalls::default();
+                run.push(Frame::StepStart);
+            }
+            RunEvent::TextDelta { text } => run.push(Frame::Chat(ChatEvent::TextDelta { text })),
+            RunEvent::ThinkingDelta { text } => {
+                run.push(Frame::Chat(ChatEvent::ThinkingDelta { text }))
+            }
+            RunEvent::ToolCallStart { index, id, name } => {
+                calls.by_index.insert(index, id.clone());
+                calls.raw.insert(id.clone(), (name.clone(), String::new()));
+                run.push(Frame::ToolInputStart { id, name });
+            }
+            RunEvent::ToolCallDelta { index, arguments } => {
+                if let Some(id) = calls.by_index.get(&index).cloned() {
+                    if let Some((_, raw)) = calls.raw.get_mut(&id) {
+                        raw.push_str(&arguments);
+                    }
+                    run.push(Frame::ToolInputDelta {
+                        id,
+                        delta: arguments,
+                    });
+                }
+            }
+            RunEvent::ToolCallReady { call } => {
+                calls.announce(&run, call.id, call.name, call.input);
+            }
+            RunEvent::ToolCallResult {
+                id, name, result, ..
+            } => {
+                calls.announce_unrun(&run, &id, &name);
+                run.push(Frame::Chat(ChatEvent::ToolCallResult {
+                    id,
+                    content: result.content,
+                    is_error: result.is_error,
+                }));
+            }
+            RunEvent::StepFinish { .. } => run.push(Frame::StepFinish),
+            RunEvent::Error { error } => failure = Some(error.to_string()),
+            RunEvent::RunFinish { result } => {
+                ended = true;
+                if let Err(e) = saver.save(&result.messages).await {
+                    tracing::error!(conversation = %run.conversation_id, "could not save the answer: {e}");
+                    failure.get_or_insert(format!("the answer could not be saved: {e}"));
+                }
+                let reason = result.stop_reason;
+                run.push(Frame::Chat(ChatEvent::MessageEnd {
+                    stop_reason: reason.as_str().into(),
+                    usage: result.usage,
+                }));
+                if let Some(message) = failure
+                    .take()
+                    .or_else(|| limit_message(&reason, inner.config.max_tool_iterations))
+                {
+                    run.push(Frame::Chat(ChatEvent::Error { message }));
+                }
+            }
+        }
+    }
+    if !ended {
+        // The run never started (the prompt hook refused the message).
+        run.push(Frame::Chat(ChatEvent::MessageEnd {
+            stop_reason: RunStopReason::Error.as_str().into(),
+            usage: Default::default(),
+        }));
+        run.push(Frame::Chat(ChatEvent::Error {
+            message: failure.unwrap_or_else(|| "the run ended without a result".into()),
+        }));
+        if created
+            && saver.saved().await == 0
+            && let Err(e) = inner.store.delete(run.conversation_id.clone()).await
+        {
+            tracing::warn!(conversation = %run.conversation_id, "could not remove an empty conversation: {e}");
+        }
+    }
+    run.finish();
+    drop(finisher);
+}

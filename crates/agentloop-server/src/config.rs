@@ -1,0 +1,182 @@
+//! What a server is built from: the agent it talks through, where it stores conversations, and
+//! its limits.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentloop::Agent;
+
+use crate::skills::SandboxLimits;
+
+/// The environment variable [`ServerConfig::token_from_env`] reads.
+pub const TOKEN_ENV: &str = "AGENTLOOP_TOKEN";
+
+/// The database file used when none is configured, relative to the working directory.
+pub const DEFAULT_DATABASE: &str = "agentloop.db";
+
+/// Where conversations are stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite file (created, and migrated, at start).
+    File(PathBuf),
+    /// An SQLite database in memory, gone when the server stops (tests, demos).
+    InMemory,
+}
+
+/// Everything a server needs. Build it with [`ServerConfig::new`] and the builder methods, then
+/// hand it to [`crate::AppState::new`] or [`crate::serve`].
+///
+/// ```no_run
+/// # use agentloop::Agent;
+/// # use agentloop_server::ServerConfig;
+/// # fn agent() -> Agent { unimplemented!() }
+/// let config = ServerConfig::new(agent())
+///     .database("chats.db")
+///     .sandbox("./workspace")
+///     .max_tool_iterations(8)
+///     .token_from_env();
+/// ```
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// The agent every chat runs through (provider, model, system prompt, tools, hooks).
+    pub agent: Agent,
+    /// Where conversations are stored.
+    pub database: Database,
+    /// When set, the file skills (`read_file`, `list_dir`, `write_file`, `search_files`) are
+    /// offered, confined to this directory.
+    pub sandbox: Option<PathBuf>,
+    /// Size limits of the file skills.
+    pub sandbox_limits: SandboxLimits,
+    /// When set, every `/v1` request must carry `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Model calls per chat message; a chat whose model still calls tools after this many ends
+    /// with an `error` event naming the limit.
+    pub max_tool_iterations: u32,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// How long a chat keeps running after its last listener disconnected, waiting for a
+    /// reconnect; after that it is cancelled and what it produced so far is saved.
+    pub disconnect_grace: Duration,
+    /// How long the events of a finished chat stay available for reconnecting clients.
+    pub retain_finished: Duration,
+    /// Interval of keep-alive comments on idle event streams.
+    pub keep_alive: Duration,
+    /// Origins allowed to call the API from a browser (`*` for any). Empty: CORS is off.
+    pub cors_origins: Vec<String>,
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("agent", &self.agent)
+            .field("database", &self.database)
+            .field("sandbox", &self.sandbox)
+            .field("sandbox_limits", &self.sandbox_limits)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_tool_iterations", &self.max_tool_iterations)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("disconnect_grace", &self.disconnect_grace)
+            .field("retain_finished", &self.retain_finished)
+            .field("keep_alive", &self.keep_alive)
+            .field("cors_origins", &self.cors_origins)
+            .finish()
+    }
+}
+
+impl ServerConfig {
+    /// A configuration for `agent` with the defaults: database [`DEFAULT_DATABASE`] in the
+    /// working directory, no sandbox, no token, the agent's turn limit (10 unless set) as the
+    /// tool-iteration limit, 1 MiB request bodies, a 10 s reconnect grace, finished chats kept
+    /// 60 s for reconnects, keep-alive every 15 s, CORS off.
+    pub fn new(agent: Agent) -> Self {
+        let max_tool_iterations = agent.options().limits.max_turns;
+        Self {
+            agent,
+            database: Database::File(PathBuf::from(DEFAULT_DATABASE)),
+            sandbox: None,
+            sandbox_limits: SandboxLimits::default(),
+            token: None,
+            max_tool_iterations,
+            max_body_bytes: 1024 * 1024,
+            disconnect_grace: Duration::from_secs(10),
+            retain_finished: Duration::from_secs(60),
+            keep_alive: Duration::from_secs(15),
+            cors_origins: Vec::new(),
+        }
+    }
+
+    /// Store conversations in this SQLite file.
+    pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
+        self.database = Database::File(path.into());
+        self
+    }
+
+    /// Keep conversations in memory only.
+    pub fn in_memory_database(mut self) -> Self {
+        self.database = Database::InMemory;
+        self
+    }
+
+    /// Offer the file skills, confined to `dir`.
+    pub fn sandbox(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.sandbox = Some(dir.into());
+        self
+    }
+
+    /// Size limits of the file skills.
+    pub fn sandbox_limits(mut self, limits: SandboxLimits) -> Self {
+        self.sandbox_limits = limits;
+        self
+    }
+
+    /// Require this bearer token (`None`: no authentication).
+    pub fn token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Require the bearer token in `AGENTLOOP_TOKEN`, when that variable is set and not empty
+    /// and no token was configured explicitly.
+    pub fn token_from_env(mut self) -> Self {
+        if self.token.is_none() {
+            self.token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+        }
+        self
+    }
+
+    /// Model calls per chat message (at least 1).
+    pub fn max_tool_iterations(mut self, n: u32) -> Self {
+        self.max_tool_iterations = n.max(1);
+        self
+    }
+
+    /// Largest accepted request body, in bytes.
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.max_body_bytes = n;
+        self
+    }
+
+    /// How long a chat waits for a reconnect after its last listener left.
+    pub fn disconnect_grace(mut self, d: Duration) -> Self {
+        self.disconnect_grace = d;
+        self
+    }
+
+    /// How long a finished chat's events stay available for reconnects.
+    pub fn retain_finished(mut self, d: Duration) -> Self {
+        self.retain_finished = d;
+        self
+    }
+
+    /// Interval of keep-alive comments.
+    pub fn keep_alive(mut self, d: Duration) -> Self {
+        self.keep_alive = d;
+        self
+    }
+
+    /// Allow browser calls from these origins (`*` for any).
+    pub fn cors_origins<S: Into<String>>(mut self, origins: impl IntoIterator<Item = S>) -> Self {
+        self.cors_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+}

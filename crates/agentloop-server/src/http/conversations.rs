@@ -1,0 +1,72 @@
+//! Stored conversations: list, fetch, delete.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Serialize;
+
+use super::ApiError;
+use crate::state::AppState;
+use crate::store::{ConversationSummary, StoredConversation};
+
+#[derive(Serialize)]
+pub(crate) struct ConversationList {
+    conversations: Vec<ConversationSummary>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct ConversationDetail {
+    #[serde(flatten)]
+    conversation: StoredConversation,
+    /// The answer running now, to reconnect to with `GET /v1/chat/{id}/events`.
+    active_message_id: Option<String>,
+}
+
+pub(crate) async fn list(
+    State(state): State<AppState>,
+) -> Result<Json<ConversationList>, ApiError> {
+    Ok(Json(ConversationList {
+        conversations: state.conversations().await?,
+    }))
+}
+
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<ConversationDetail>, ApiError> {
+    let conversation = state
+        .conversation(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no conversation has the id `{id}`")))?;
+    let active_message_id = state
+        .inner
+        .runs
+        .active_in(&id)
+        .map(|run| run.message_id.clone());
+    Ok(Json(ConversationDetail {
+        conversation,
+        active_message_id,
+    }))
+}
+
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if let Some(run) = state.inner.runs.active_in(&id) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "the conversation is still answering (message `{}`); cancel it first",
+                run.message_id
+            ),
+        ));
+    }
+    if state.inner.store.delete(id.clone()).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!(
+            "no conversation has the id `{id}`"
+        )))
+    }
+}

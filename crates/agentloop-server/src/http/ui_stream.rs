@@ -1,0 +1,572 @@
+//! The same chat in the Vercel AI SDK's UI message stream protocol (v1), so frontends built on
+//! `useChat` / `DefaultChatTransport` talk to agentloop unchanged.
+//!
+//! Protocol reference: the AI SDK documentation "Stream Protocols" (ai-sdk.dev, docs/ai-sdk-ui/
+//! stream-protocol, section "Data Stream Protocol") and the `uiMessageChunkSchema` in the `ai`
+//! package (packages/ai/src/ui-message-stream/ui-message-chunks.ts). Every chunk is an SSE
+//! `data: <json>` event; the stream ends with `data: [DONE]`; the response carries
+//! `x-vercel-ai-ui-message-stream: v1`. Only fields every version from 5 to 7 of the package
+//! accepts are sent (version 5 rejects unknown fields).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use agentloop::{ContentBlock, Message, Role, ToolResult, ToolResultContent};
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::chat::stream_headers;
+use super::{ApiError, check_conversation_id};
+use crate::chat::{self, ChatStart};
+use crate::events::{ChatEvent, Frame};
+use crate::runs::RunLog;
+use crate::state::AppState;
+use crate::store::title_from;
+
+/// The header that marks a UI message stream.
+pub(crate) const UI_STREAM_HEADER: &str = "x-vercel-ai-ui-message-stream";
+
+/// The body `DefaultChatTransport` sends: the chat id, all its UI messages, and why.
+#[derive(Debug, Deserialize)]
+pub(crate) struct UiChatRequest {
+    id: String,
+    messages: Vec<UiMessage>,
+    /// `submit-message` (default) or `regenerate-message`.
+    #[serde(default)]
+    trigger: Option<String>,
+}
+
+/// An AI SDK `UIMessage`; parts stay raw JSON because only some kinds matter here.
+#[derive(Debug, Deserialize)]
+pub(crate) struct UiMessage {
+    role: String,
+    #[serde(default)]
+    parts: Vec<Value>,
+}
+
+fn part_type(part: &Value) -> &str {
+    part.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+fn str_field<'a>(part: &'a Value, name: &str) -> Option<&'a str> {
+    part.get(name).and_then(Value::as_str)
+}
+
+/// A user UI message as a canonical message: its text parts and its image files.
+fn user_message(message: &UiMessage) -> Option<Message> {
+    let mut blocks = Vec::new();
+    for part in &message.parts {
+        match part_type(part) {
+            "text" => {
+                if let Some(text) = str_field(part, "text").filter(|t| !t.is_empty()) {
+                    blocks.push(ContentBlock::text(text));
+                }
+            }
+            "file" => {
+                let media = str_field(part, "mediaType").unwrap_or("");
+                if let (true, Some(url)) = (media.starts_with("image/"), str_field(part, "url")) {
+                    blocks.push(image_block(media, url));
+                }
+            }
+            _ => {}
+        }
+    }
+    (!blocks.is_empty()).then(|| Message::new(Role::User, blocks))
+}
+
+fn image_block(media_type: &str, url: &str) -> ContentBlock {
+    match url
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(";base64,"))
+    {
+        Some((_, data)) => ContentBlock::image_base64(media_type, data),
+        None => ContentBlock::image_url(url),
+    }
+}
+
+/// One step of an assistant UI message: its text and tool uses, and the tools' results.
+#[derive(Default)]
+struct StepBuilder {
+    blocks: Vec<ContentBlock>,
+    results: Vec<ToolResult>,
+}
+
+impl StepBuilder {
+    fn flush(&mut self, history: &mut Vec<Message>) {
+        let blocks = std::mem::take(&mut self.blocks);
+        let results = std::mem::take(&mut self.results);
+        if !blocks.is_empty() {
+            // Text-only steps continue the assistant message before them.
+            match history.last_mut() {
+                Some(last)
+                    if last.role == Role::Assistant
+                        && !last
+                            .content
+                            .iter()
+                            .any(|b| matches!(b, ContentBlock::ToolUse { .. })) =>
+                {
+                    last.content.extend(blocks);
+                }
+                _ => history.push(Message::new(Role::Assistant, blocks)),
+            }
+        }
+        if !results.is_empty() {
+            history.push(Message::tool_results(results));
+        }
+    }
+}
+
+/// A finished tool part (`tool-<name>` or `dynamic-tool`) as a tool use and its result; parts
+/// still waiting for output are left out (they would leave the history invalid).
+fn tool_part(part: &Value) -> Option<(ContentBlock, ToolResult)> {
+    let kind = part_type(part);
+    let name = match kind.strip_prefix("tool-") {
+        Some(name) => name,
+        None if kind == "dynamic-tool" => str_field(part, "toolName")?,
+        None => return None,
+    };
+    let id = str_field(part, "toolCallId")?;
+    let result = match str_field(part, "state")? {
+        "output-available" => {
+            let content = match part.get("output") {
+                Some(Value::String(text)) => text.clone(),
+                Some(value) => value.to_string(),
+                None => String::new(),
+            };
+            ToolResult::text(id, content)
+        }
+        "output-error" => ToolResult::error(id, str_field(part, "errorText").unwrap_or("error")),
+        _ => return None,
+    };
+    let input = part.get("input").cloned().unwrap_or(json!({}));
+    let tool_use = ContentBlock::ToolUse {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        input,
+    };
+    Some((tool_use, result))
+}
+
+/// A whole UI conversation as a canonical history.
+fn history_from_ui(messages: &[UiMessage]) -> Vec<Message> {
+    let mut history = Vec::new();
+    for message in messages {
+        match message.role.as_str() {
+            "user" => history.extend(user_message(message)),
+            "assistant" => {
+                let mut step = StepBuilder::default();
+                for part in &message.parts {
+                    match part_type(part) {
+                        "step-start" => step.flush(&mut history),
+                        "text" => {
+                            if !step.results.is_empty() {
+                                step.flush(&mut history);
+                            }
+                            if let Some(text) = str_field(part, "text").filter(|t| !t.is_empty()) {
+                                step.blocks.push(ContentBlock::text(text));
+                            }
+                        }
+                        _ => {
+                            if let Some((tool_use, result)) = tool_part(part) {
+                                step.blocks.push(tool_use);
+                                step.results.push(result);
+                            }
+                        }
+                    }
+                }
+                step.flush(&mut history);
+            }
+            // The server's own system prompt applies.
+            _ => {}
+        }
+    }
+    history
+}
+
+fn is_prompt(message: &Message) -> bool {
+    message.role == Role::User
+        && !message
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolResult(_)))
+}
+
+fn last_user_message(request: &UiChatRequest) -> Result<Message, ApiError> {
+    request
+        .messages
+        .last()
+        .filter(|m| m.role == "user")
+        .and_then(user_message)
+        .ok_or_else(|| ApiError::bad_request("the last message must be a user message with text"))
+}
+
+pub(crate) async fn post_ui_stream(
+    State(state): State<AppState>,
+    body: Result<Json<UiChatRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    check_conversation_id(&request.id)?;
+    let regenerate = match request.trigger.as_deref() {
+        None | Some("submit-message") => false,
+        Some("regenerate-message") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown trigger `{other}`; expected `submit-message` or `regenerate-message`"
+            )));
+        }
+    };
+    let start = match state.conversation(&request.id).await? {
+        // The server's history is the faithful one (exact tool results, reasoning
+        // signatures); the client only contributes the new prompt.
+        Some(stored) => {
+            let mut history = stored.messages;
+            if regenerate {
+                let last_prompt = history.iter().rposition(is_prompt).ok_or_else(|| {
+                    ApiError::bad_request("the conversation has no user message to answer again")
+                })?;
+                history.truncate(last_prompt + 1);
+                let stored = history.len();
+                ChatStart {
+                    conversation_id: request.id,
+                    create: None,
+                    history,
+                    stored,
+                }
+            } else {
+                let stored = history.len();
+                history.push(last_user_message(&request)?);
+                ChatStart {
+                    conversation_id: request.id,
+                    create: None,
+                    history,
+                    stored,
+                }
+            }
+        }
+        None => {
+            last_user_message(&request)?;
+            let history = history_from_ui(&request.messages);
+            let title = history
+                .iter()
+                .find(|m| is_prompt(m))
+                .map(|m| title_from(&m.text()))
+                .unwrap_or_default();
+            ChatStart {
+                conversation_id: request.id,
+                create: Some(title),
+                history,
+                stored: 0,
+            }
+        }
+    };
+    let run = chat::start(&state, start).await?;
+    Ok(ui_event_stream(&state, run))
+}
+
+/// `GET /v1/chat/ui-stream/{chat_id}/stream`: the AI SDK's resume request. Replays the running
+/// answer of the chat from its start (the transport's default `resumeStreamIsReplay`), or
+/// answers 204 when none is running.
+pub(crate) async fn resume(State(state): State<AppState>, Path(chat_id): Path<String>) -> Response {
+    match state.inner.runs.active_in(&chat_id) {
+        Some(run) => ui_event_stream(&state, run),
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+fn ui_event_stream(state: &AppState, run: Arc<RunLog>) -> Response {
+    let mut headers = stream_headers(&run);
+    headers.insert(
+        HeaderName::from_static(UI_STREAM_HEADER),
+        HeaderValue::from_static("v1"),
+    );
+    let frames = Box::pin(run.follow(0));
+    let chunks = futures::stream::unfold(
+        (frames, UiTranslator::default(), VecDeque::new(), false),
+        |(mut frames, mut translator, mut queue, mut done)| async move {
+            loop {
+                if let Some(data) = queue.pop_front() {
+                    let event = Ok::<_, Infallible>(Event::default().data(data));
+                    return Some((event, (frames, translator, queue, done)));
+                }
+                if done {
+                    return None;
+                }
+                match frames.next().await {
+                    Some((_, frame)) => translator.frame(&frame, &mut queue),
+                    None => {
+                        translator.end(&mut queue);
+                        done = true;
+                    }
+                }
+            }
+        },
+    );
+    let keep_alive = KeepAlive::new()
+        .interval(state.config().keep_alive)
+        .text("keep-alive");
+    (headers, Sse::new(chunks).keep_alive(keep_alive)).into_response()
+}
+
+/// Turns frames into UI message chunks (as JSON text), tracking which text or reasoning part
+/// is open and whether a step is.
+#[derive(Debug, Default)]
+struct UiTranslator {
+    open_text: Option<String>,
+    open_reasoning: Option<String>,
+    step_open: bool,
+    parts: usize,
+    finish_reason: Option<&'static str>,
+}
+
+/// The AI SDK's `finishReason` for a run's stop reason (values all versions accept).
+fn finish_reason(stop_reason: &str) -> &'static str {
+    match stop_reason {
+        "end_turn" | "custom" => "stop",
+        "max_tokens" => "length",
+        "max_turns" | "max_tool_calls" | "token_budget" | "repeated_invalid_call" => "tool-calls",
+        "error" => "error",
+        _ => "other",
+    }
+}
+
+/// A tool's text output as the value a frontend expects: JSON objects and arrays (what typed
+/// tools return) are passed parsed, other text as a string.
+fn output_value(content: &ToolResultContent) -> Value {
+    match content {
+        ToolResultContent::Text(text) => {
+            let trimmed = text.trim_start();
+            if (trimmed.starts_with('{') || trimmed.starts_with('['))
+                && let Ok(value) = serde_json::from_str(text)
+            {
+                return value;
+            }
+            Value::String(text.clone())
+        }
+        ToolResultContent::Blocks(blocks) => json!(blocks),
+    }
+}
+
+impl UiTranslator {
+    fn push(queue: &mut VecDeque<String>, chunk: Value) {
+        queue.push_back(chunk.to_string());
+    }
+
+    fn next_id(&mut self, prefix: &str) -> String {
+        self.parts += 1;
+        format!("{prefix}_{}", self.parts)
+    }
+
+    fn close_parts(&mut self, queue: &mut VecDeque<String>) {
+        if let Some(id) = self.open_text.take() {
+            Self::push(queue, json!({"type": "text-end", "id": id}));
+        }
+        if let Some(id) = self.open_reasoning.take() {
+            Self::push(queue, json!({"type": "reasoning-end", "id": id}));
+        }
+    }
+
+    fn frame(&mut self, frame: &Frame, queue: &mut VecDeque<String>) {
+        match frame {
+            Frame::Chat(ChatEvent::MessageStart { message_id, .. }) => {
+                Self::push(queue, json!({"type": "start", "messageId": message_id}));
+            }
+            Frame::StepStart => {
+                self.close_parts(queue);
+                self.step_open = true;
+                Self::push(queue, json!({"type": "start-step"}));
+            }
+            Frame::Chat(ChatEvent::TextDelta { text }) => {
+                if let Some(id) = self.open_reasoning.take() {
+                    Self::push(queue, json!({"type": "reasoning-end", "id": id}));
+                }
+                let id = match &self.open_text {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = self.next_id("text");
+                        Self::push(queue, json!({"type": "text-start", "id": id}));
+                        self.open_text = Some(id.clone());
+                        id
+                    }
+                };
+                Self::push(
+                    queue,
+                    json!({"type": "text-delta", "id": id, "delta": text}),
+                );
+            }
+            Frame::Chat(ChatEvent::ThinkingDelta { text }) => {
+                if let Some(id) = self.open_text.take() {
+                    Self::push(queue, json!({"type": "text-end", "id": id}));
+                }
+                let id = match &self.open_reasoning {
+                    Some(id) => id.clone(),
+                    None => {
+                        let id = self.next_id("reasoning");
+                        Self::push(queue, json!({"type": "reasoning-start", "id": id}));
+                        self.open_reasoning = Some(id.clone());
+                        id
+                    }
+                };
+                Self::push(
+                    queue,
+                    json!({"type": "reasoning-delta", "id": id, "delta": text}),
+                );
+            }
+            Frame::ToolInputStart { id, name } => {
+                self.close_parts(queue);
+                Self::push(
+                    queue,
+                    json!({"type": "tool-input-start", "toolCallId": id, "toolName": name}),
+                );
+            }
+            Frame::ToolInputDelta { id, delta } => Self::push(
+                queue,
+                json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": delta}),
+            ),
+            Frame::Chat(ChatEvent::ToolCallStart {
+                id,
+                name,
+                arguments,
+            }) => {
+                self.close_parts(queue);
+                Self::push(
+                    queue,
+                    json!({"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": arguments}),
+                );
+            }
+            Frame::Chat(ChatEvent::ToolCallResult {
+                id,
+                content,
+                is_error,
+            }) => {
+                let chunk = if *is_error {
+                    json!({"type": "tool-output-error", "toolCallId": id, "errorText": content.to_text()})
+                } else {
+                    json!({"type": "tool-output-available", "toolCallId": id, "output": output_value(content)})
+                };
+                Self::push(queue, chunk);
+            }
+            Frame::StepFinish => {
+                self.close_parts(queue);
+                if self.step_open {
+                    self.step_open = false;
+                    Self::push(queue, json!({"type": "finish-step"}));
+                }
+            }
+            Frame::Chat(ChatEvent::MessageEnd { stop_reason, .. }) => {
+                self.close_parts(queue);
+                if self.step_open {
+                    self.step_open = false;
+                    Self::push(queue, json!({"type": "finish-step"}));
+                }
+                self.finish_reason = Some(finish_reason(stop_reason));
+            }
+            Frame::Chat(ChatEvent::Error { message }) => {
+                self.close_parts(queue);
+                self.finish_reason = Some("error");
+                Self::push(queue, json!({"type": "error", "errorText": message}));
+            }
+        }
+    }
+
+    fn end(&mut self, queue: &mut VecDeque<String>) {
+        self.close_parts(queue);
+        let chunk = match self.finish_reason {
+            Some(reason) => json!({"type": "finish", "finishReason": reason}),
+            None => json!({"type": "finish"}),
+        };
+        Self::push(queue, chunk);
+        queue.push_back("[DONE]".into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ui(value: Value) -> Vec<UiMessage> {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn ui_messages_with_tool_parts_become_a_valid_history() {
+        let messages = ui(json!([
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Weather in Paris?"}]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "text", "text": "Let me look."},
+                {"type": "tool-get_weather", "toolCallId": "call_1", "state": "output-available",
+                 "input": {"city": "Paris"}, "output": {"temp": 18}},
+                {"type": "tool-get_weather", "toolCallId": "call_2", "state": "input-streaming",
+                 "input": {"city": "Pa"}},
+                {"type": "step-start"},
+                {"type": "text", "text": "It is 18 °C."}
+            ]},
+            {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "Thanks"}]}
+        ]));
+        let history = history_from_ui(&messages);
+        assert_eq!(
+            history,
+            vec![
+                Message::user("Weather in Paris?"),
+                Message::new(
+                    Role::Assistant,
+                    vec![
+                        ContentBlock::text("Let me look."),
+                        ContentBlock::ToolUse {
+                            id: "call_1".into(),
+                            name: "get_weather".into(),
+                            input: json!({"city": "Paris"})
+                        }
+                    ]
+                ),
+                Message::tool_results([ToolResult::text("call_1", r#"{"temp":18}"#)]),
+                Message::assistant("It is 18 °C."),
+                Message::user("Thanks"),
+            ]
+        );
+        agentloop::history::validate(&history).unwrap();
+    }
+
+    #[test]
+    fn text_after_a_tool_without_step_marker_starts_a_new_step() {
+        let messages = ui(json!([
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "dynamic-tool", "toolName": "lookup", "toolCallId": "c1",
+                 "state": "output-error", "input": {}, "errorText": "boom"},
+                {"type": "text", "text": "Sorry."}
+            ]}
+        ]));
+        let history = history_from_ui(&messages);
+        assert_eq!(history.len(), 4);
+        assert_eq!(
+            history[2],
+            Message::tool_results([ToolResult::error("c1", "boom")])
+        );
+        assert_eq!(history[3], Message::assistant("Sorry."));
+    }
+
+    #[test]
+    fn json_text_outputs_are_passed_as_values() {
+        assert_eq!(
+            output_value(&ToolResultContent::Text(r#"{"a":1}"#.into())),
+            json!({"a": 1})
+        );
+        assert_eq!(
+            output_value(&ToolResultContent::Text("18 °C".into())),
+            json!("18 °C")
+        );
+        assert_eq!(
+            output_value(&ToolResultContent::Text("{not json".into())),
+            json!("{not json")
+        );
+    }
+}

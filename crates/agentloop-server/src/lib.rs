@@ -1,0 +1,192 @@
+//! # agentloop-server
+//!
+//! A chat server for an [`agentloop::Agent`]: streamed chat with tool calls over Server-Sent
+//! Events, the same chat in the Vercel AI SDK's UI message stream protocol, conversations stored
+//! in SQLite, sandboxed file skills, and a web page.
+//!
+//! ```no_run
+//! # async fn demo(agent: agentloop::Agent) -> Result<(), agentloop_server::ServerError> {
+//! use agentloop_server::{ServerConfig, serve};
+//! let config = ServerConfig::new(agent).database("chats.db").sandbox("./workspace");
+//! serve("127.0.0.1:8080".parse().unwrap(), config).await
+//! # }
+//! ```
+//!
+//! To mount the routes in an app of your own, build an [`AppState`] and call [`router`]:
+//!
+//! ```no_run
+//! # async fn demo(agent: agentloop::Agent) -> Result<(), agentloop_server::ServerError> {
+//! let state = agentloop_server::AppState::new(agentloop_server::ServerConfig::new(agent)).await?;
+//! let app = axum::Router::new().merge(agentloop_server::router(state));
+//! # let _ = app; Ok(()) }
+//! ```
+//!
+//! ## Endpoints
+//!
+//! | method and path | what it does |
+//! | --- | --- |
+//! | `GET /` | the web page |
+//! | `POST /v1/chat` | send a message, answer streamed as chat events (below) |
+//! | `GET /v1/chat/{message_id}/events` | reconnect to an answer: the events after `Last-Event-ID` |
+//! | `POST /v1/chat/{message_id}/cancel` | stop an answer (202); what it produced is kept |
+//! | `POST /v1/chat/ui-stream` | the same chat for AI SDK frontends (UI message stream v1) |
+//! | `GET /v1/chat/ui-stream/{chat_id}/stream` | the AI SDK's resume request (replay, or 204) |
+//! | `GET /v1/conversations` | `{"conversations": [{id, title, created_at, updated_at, message_count}]}` |
+//! | `GET /v1/conversations/{id}` | one conversation with `messages` (canonical agentloop messages) and `active_message_id` |
+//! | `DELETE /v1/conversations/{id}` | delete it (204) |
+//!
+//! When a token is configured, every `/v1` request needs `Authorization: Bearer <token>`
+//! (401 otherwise). Errors are JSON: `{"error": {"message": "..."}}`. Request bodies larger than
+//! the configured limit get 413. A conversation answers one message at a time (409 while busy).
+//!
+//! ## The chat event protocol, version 1
+//!
+//! `POST /v1/chat` takes `{"conversation_id"?: "...", "message": "..."}` (no id: a new
+//! conversation; an unknown id: 404) and answers `text/event-stream` with the header
+//! `x-agentloop-protocol: 1`, plus `x-agentloop-conversation-id` and `x-agentloop-message-id`.
+//! Every event is `id: <n>`, `event: <name>`, `data: <json>`; the names and fields are those of
+//! the library's run events, in snake_case (see [`ChatEvent`]):
+//!
+//! | event | data |
+//! | --- | --- |
+//! | `message_start` | `{conversation_id, message_id}` — always first |
+//! | `text_delta` | `{text}` |
+//! | `thinking_delta` | `{text}` — reasoning, from models that stream it |
+//! | `tool_call_start` | `{id, name, arguments}` — the call is complete and about to run |
+//! | `tool_call_result` | `{id, content, is_error}` — `content` is a string, or content blocks |
+//! | `message_end` | `{stop_reason, usage}` — always sent |
+//! | `error` | `{message}` — after `message_end` when the answer did not complete |
+//!
+//! A chat without tool use is `message_start`, `text_delta`s, `message_end`. An answer that hits
+//! the tool-iteration limit, fails at the model, or has its prompt refused by a hook ends with
+//! `message_end` followed by `error` naming the cause. Clients should ignore events they do not
+//! know: new events may be added within version 1; a change to existing ones bumps the version.
+//! Idle streams carry `: keep-alive` comments.
+//!
+//! **Reconnecting.** An answer runs in a task of its own; the HTTP response only follows it.
+//! Event ids increase (they may skip numbers). A client that lost the connection calls
+//! `GET /v1/chat/{message_id}/events` with `Last-Event-ID: <last id it saw>` and receives the
+//! events it missed, then the rest live — no duplicates. Without the header it gets the whole
+//! answer again. A finished answer stays available for reconnects for a while (default 60 s).
+//! When no client has followed an answer for the grace period (default 10 s) it is cancelled:
+//! the text produced so far is saved, unfinished tool calls get an error result saying they were
+//! not run, and the history stays valid.
+//!
+//! **Persistence.** The history is saved after every step (each model call and its tools), so
+//! a crash loses at most the step in flight. Continuing a conversation sends the model its whole
+//! stored history.
+//!
+//! ## The AI SDK UI message stream
+//!
+//! `POST /v1/chat/ui-stream` takes what the AI SDK's `DefaultChatTransport` sends
+//! (`{id, messages, trigger, ...}`) and answers with the UI message stream protocol v1 (`data:
+//! <chunk json>` events: `start`, `start-step`, `text-start`/`text-delta`/`text-end`,
+//! `reasoning-*`, `tool-input-start`/`tool-input-delta`/`tool-input-available`,
+//! `tool-output-available`/`tool-output-error`, `finish-step`, `error`, `finish`, then
+//! `data: [DONE]`; header `x-vercel-ai-ui-message-stream: v1`). The chat id is the conversation
+//! id. For a conversation the server knows, only the client's last user message is used (the
+//! stored history is the faithful one); `regenerate-message` answers the last prompt again. For
+//! an unknown id the client's messages (text and finished tool parts) become the history.
+//! Tool outputs that are JSON objects or arrays are sent parsed.
+
+#![warn(missing_docs)]
+
+mod chat;
+mod config;
+mod error;
+mod events;
+mod http;
+mod runs;
+pub mod skills;
+mod state;
+mod store;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+pub use config::{DEFAULT_DATABASE, Database, ServerConfig, TOKEN_ENV};
+pub use error::ServerError;
+pub use events::{ChatEvent, PROTOCOL_HEADER, PROTOCOL_VERSION};
+pub use http::{CONVERSATION_HEADER, MESSAGE_HEADER, router};
+pub use state::AppState;
+pub use store::{ConversationSummary, StoredConversation};
+
+/// A server bound to its address, not serving yet. Bind to port 0 and read
+/// [`Server::local_addr`] to get a free port.
+#[derive(Debug)]
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Open the database, prepare the agent and bind `addr`.
+    pub async fn bind(addr: SocketAddr, config: ServerConfig) -> Result<Self, ServerError> {
+        let state = AppState::new(config).await?;
+        let listener =
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| ServerError::Serve {
+                    addr: addr.to_string(),
+                    message: e.to_string(),
+                })?;
+        let addr = listener.local_addr().map_err(|e| ServerError::Serve {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            listener,
+            state,
+            addr,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The shared state (to inspect conversations or wait for answers).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serve until `shutdown` completes; then cancel the answers in flight, wait until they are
+    /// saved, and return.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let state = self.state.clone();
+        let served = axum::serve(self.listener, router(self.state))
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                // Streams end when their answers end, which lets the connections close.
+                state.shutdown().await;
+            })
+            .await;
+        served.map_err(|e| ServerError::Serve {
+            addr: self.addr.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Serve until Ctrl-C (SIGINT).
+    pub async fn run(self) -> Result<(), ServerError> {
+        self.run_until(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+    }
+}
+
+/// Serve `config` on `addr` until Ctrl-C: what `agentloop serve` runs.
+pub async fn serve(addr: SocketAddr, config: ServerConfig) -> Result<(), ServerError> {
+    let server = Server::bind(addr, config).await?;
+    tracing::info!(
+        "agentloop server listening on http://{}",
+        server.local_addr()
+    );
+    server.run().await
+}

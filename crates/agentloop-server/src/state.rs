@@ -1,0 +1,116 @@
+//! The shared state behind the router.
+
+use std::sync::Arc;
+
+use agentloop::Agent;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::ServerConfig;
+use crate::error::ServerError;
+use crate::runs::Runs;
+use crate::skills::Sandbox;
+use crate::store::{ConversationSummary, Store, StoredConversation};
+
+/// What every request handler shares: the configuration, the agent (with the file skills when
+/// a sandbox is configured), the database and the chats in flight. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: ServerConfig,
+    pub(crate) agent: Agent,
+    pub(crate) store: Store,
+    pub(crate) runs: Runs,
+    pub(crate) tasks: TaskTracker,
+    /// Parent of every chat's cancellation token.
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The agent with the file skills added (the agent's own tools win on a name clash).
+fn agent_with_skills(config: &ServerConfig) -> Result<Agent, ServerError> {
+    let Some(dir) = &config.sandbox else {
+        return Ok(config.agent.clone());
+    };
+    let sandbox = Sandbox::new(dir, config.sandbox_limits.clone()).map_err(|message| {
+        ServerError::Sandbox {
+            path: dir.clone(),
+            message,
+        }
+    })?;
+    let agent = &config.agent;
+    let base = agent.base_request().clone();
+    Ok(Agent::builder_shared(agent.provider().clone())
+        .request(move |request| *request = base)
+        .tools(Arc::new(sandbox).tools())
+        .tools(agent.tools().iter().cloned())
+        .options(agent.options())
+        .build())
+}
+
+impl AppState {
+    /// Open the database (running migrations) and prepare the agent.
+    pub async fn new(config: ServerConfig) -> Result<Self, ServerError> {
+        let agent = agent_with_skills(&config)?;
+        let store = Store::open(config.database.clone()).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                shutdown: agent.options().cancel.child_token(),
+                config,
+                agent,
+                store,
+                runs: Runs::default(),
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// The agent chats run through (the configured one plus the file skills).
+    pub fn agent(&self) -> &Agent {
+        &self.inner.agent
+    }
+
+    /// All stored conversations, most recently changed first.
+    pub async fn conversations(&self) -> Result<Vec<ConversationSummary>, ServerError> {
+        self.inner.store.list().await
+    }
+
+    /// One stored conversation with its history.
+    pub async fn conversation(&self, id: &str) -> Result<Option<StoredConversation>, ServerError> {
+        self.inner.store.get(id.to_owned()).await
+    }
+
+    /// Wait until the chat answer `message_id` has finished and been saved. `false` when no
+    /// such answer is known (never started, or finished long ago).
+    pub async fn wait_for_message(&self, message_id: &str) -> bool {
+        match self.inner.runs.get(message_id) {
+            Some(run) => {
+                run.finished().await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Cancel every chat in flight and wait until each has saved what it produced.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+    }
+}

@@ -1,0 +1,304 @@
+//! The web page in a real headless Chromium, driven through chromedriver's WebDriver HTTP API.
+//! Skips (with a notice) when chromium or chromedriver is not installed
+//! (`apt-get install -y chromium chromium-driver`). Screenshots go to
+//! `<target>/tmp/agentloop-server/`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentloop::{Agent, Tool};
+use agentloop_server::ServerConfig;
+use agentloop_testkit::{ScriptedModel, Turn};
+use base64::Engine;
+use common::TestServer;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A chromedriver process with one browser session.
+struct Browser {
+    http: reqwest::Client,
+    session: String,
+    _driver: tokio::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let driver = tokio::process::Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver starts");
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        wait_for("chromedriver to be ready", || async {
+            let ready = http.get(format!("{base}/status")).send().await.ok()?;
+            let status: Value = ready.json().await.ok()?;
+            status["value"]["ready"].as_bool().filter(|r| *r)
+        })
+        .await;
+        let profile = tempfile::tempdir().unwrap();
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,860",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([format!("--user-data-dir={}", profile.path().display())])
+        .collect::<Vec<_>>();
+        let created: Value = http
+            .post(format!("{base}/session"))
+            .json(&json!({"capabilities": {"alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {"binary": CHROMIUM, "args": args}
+            }}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a session was created: {created}"));
+        Self {
+            session: format!("{base}/session/{session}"),
+            http,
+            _driver: driver,
+            _profile: profile,
+        }
+    }
+
+    async fn command(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut request = self.http.request(method, format!("{}{path}", self.session));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let answer: Value = request.send().await.unwrap().json().await.unwrap();
+        if answer["value"]["error"].is_string() {
+            panic!("WebDriver {path} failed: {answer}");
+        }
+        answer["value"].clone()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        self.command(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn open(&self, url: &str) {
+        self.post("/url", json!({ "url": url })).await;
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let found = self
+            .post("/element", json!({"using": "css selector", "value": css}))
+            .await;
+        found[ELEMENT_KEY].as_str().unwrap().to_owned()
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.post(&format!("/element/{id}/value"), json!({ "text": text }))
+            .await;
+    }
+
+    async fn click(&self, css: &str) {
+        let id = self.element(css).await;
+        self.post(&format!("/element/{id}/click"), json!({})).await;
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.post("/execute/sync", json!({"script": script, "args": []}))
+            .await
+    }
+
+    async fn resize(&self, width: u32, height: u32) {
+        self.post("/window/rect", json!({"width": width, "height": height}))
+            .await;
+    }
+
+    async fn screenshot(&self, path: &Path) {
+        let data = self
+            .command(reqwest::Method::GET, "/screenshot", None)
+            .await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(data.as_str().unwrap())
+            .unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+
+    /// What the page shows: the answer text, the tool cards, the conversation list.
+    async fn page_state(&self) -> Value {
+        self.script(
+            "return {
+                answer: [...document.querySelectorAll('.bubble.answer')].map(b => b.textContent),
+                users: [...document.querySelectorAll('.message.user .bubble')].map(b => b.textContent),
+                cards: [...document.querySelectorAll('.tool-card')].map(c => ({
+                    name: c.querySelector('.tool-name').textContent,
+                    state: c.querySelector('.tool-state').textContent,
+                    classes: c.className,
+                    arguments: JSON.parse(c.querySelector('.tool-arguments pre').textContent),
+                    result: c.querySelector('.tool-result pre')?.textContent ?? null,
+                })),
+                conversations: [...document.querySelectorAll('#conversations button')].map(b => b.textContent),
+                busy: !document.getElementById('stop').hidden,
+                overflow: document.documentElement.scrollWidth > document.documentElement.clientWidth,
+            };",
+        )
+        .await
+    }
+}
+
+/// Poll until `check` gives a value (an external process is getting ready, or the page is
+/// rendering); panics after 30 s.
+async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct City {
+    city: String,
+}
+
+fn weather_tool() -> Tool {
+    Tool::function("get_weather", "Current weather", |c: City| async move {
+        if c.city == "Atlantis" {
+            Err(format!("no weather station in {}", c.city))
+        } else {
+            Ok(format!("18 °C in {}", c.city))
+        }
+    })
+}
+
+fn artifacts() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("agentloop-server");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_streams_the_answer_and_shows_tool_cards() {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        eprintln!(
+            "SKIPPED: chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)"
+        );
+        return;
+    }
+    let answer = "Paris has 18 °C; Atlantis has no weather station.";
+    let model = ScriptedModel::new([
+        Turn::text("Let me check both.")
+            .then_tool_call("get_weather", json!({"city": "Paris"}))
+            .then_tool_call("get_weather", json!({"city": "Atlantis"})),
+        Turn::text(answer).with_chunk_delay(Duration::from_millis(30)),
+    ]);
+    let agent = Agent::builder(model.clone()).tool(weather_tool()).build();
+    let server = TestServer::start(ServerConfig::new(agent).in_memory_database()).await;
+    let browser = Browser::start().await;
+
+    browser.open(&server.url("/")).await;
+    browser
+        .type_into("#input", "Weather in Paris and Atlantis?")
+        .await;
+    browser.click("#send").await;
+    let shown = wait_for("the streamed answer", || async {
+        let state = browser.page_state().await;
+        (state["answer"].as_array().map(Vec::len) == Some(2) && state["busy"] == json!(false))
+            .then_some(state)
+    })
+    .await;
+    assert_eq!(shown["users"], json!(["Weather in Paris and Atlantis?"]));
+    assert_eq!(shown["answer"], json!(["Let me check both.", answer]));
+    assert_eq!(
+        shown["cards"],
+        json!([
+            {"name": "get_weather", "state": "done", "classes": "tool-card done",
+             "arguments": {"city": "Paris"}, "result": "18 °C in Paris"},
+            {"name": "get_weather", "state": "error", "classes": "tool-card error",
+             "arguments": {"city": "Atlantis"}, "result": "Error: no weather station in Atlantis"},
+        ])
+    );
+    assert_eq!(
+        shown["conversations"],
+        json!(["Weather in Paris and Atlantis?"])
+    );
+    assert_eq!(shown["overflow"], json!(false));
+    let dir = artifacts();
+    browser.screenshot(&dir.join("page-wide.png")).await;
+
+    // A past conversation loads from the list with its cards.
+    browser.click("#new-chat").await;
+    wait_for("an empty chat", || async {
+        let state = browser.page_state().await;
+        (state["cards"] == json!([])).then_some(())
+    })
+    .await;
+    browser.click("#conversations button").await;
+    let loaded = wait_for("the loaded conversation", || async {
+        let state = browser.page_state().await;
+        (state["cards"].as_array().map(Vec::len) == Some(2)).then_some(state)
+    })
+    .await;
+    assert_eq!(loaded["cards"], shown["cards"]);
+    assert_eq!(loaded["answer"], shown["answer"]);
+
+    // A phone-sized window: no horizontal scrolling, the list folds away.
+    browser.resize(390, 844).await;
+    let folded = "const r = document.getElementById('sidebar').getBoundingClientRect();
+        return r.right <= 0 && getComputedStyle(document.getElementById('toggle-sidebar')).display !== 'none';";
+    wait_for("the list to fold away", || async {
+        (browser.script(folded).await == json!(true)).then_some(())
+    })
+    .await;
+    let narrow = browser.page_state().await;
+    assert_eq!(narrow["overflow"], json!(false));
+    browser.screenshot(&dir.join("page-narrow.png")).await;
+    browser.click("#toggle-sidebar").await;
+    let open = "return document.getElementById('sidebar').getBoundingClientRect().left >= 0;";
+    wait_for("the list to slide in", || async {
+        (browser.script(open).await == json!(true)).then_some(())
+    })
+    .await;
+    // Let the slide finish before the picture: the transition takes 0.2 s.
+    wait_for("the slide to settle", || async {
+        let moving = browser
+            .script("return document.getElementById('sidebar').getAnimations().length > 0;")
+            .await;
+        (moving == json!(false)).then_some(())
+    })
+    .await;
+    browser.screenshot(&dir.join("page-narrow-list.png")).await;
+    model.assert_complete();
+}

@@ -1,0 +1,181 @@
+//! Conversations survive a restart, and continuing one sends the model its whole history.
+
+mod common;
+
+use std::convert::Infallible;
+
+use agentloop::{Agent, Message, Tool};
+use agentloop_server::ServerConfig;
+use agentloop_testkit::{ScriptedModel, Turn};
+use common::{EventReader, TestServer, client, post_chat};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize, JsonSchema)]
+struct City {
+    city: String,
+}
+
+fn weather_tool() -> Tool {
+    Tool::function("get_weather", "Current weather", |c: City| async move {
+        Ok::<_, Infallible>(format!("18 °C in {}", c.city))
+    })
+}
+
+fn server_config(model: &ScriptedModel, db: &std::path::Path) -> ServerConfig {
+    ServerConfig::new(Agent::builder(model.clone()).tool(weather_tool()).build()).database(db)
+}
+
+async fn chat(server: &TestServer, body: Value) -> Vec<common::Received> {
+    let response = post_chat(server, body).await;
+    assert_eq!(response.status(), 200);
+    EventReader::new(response).rest().await
+}
+
+#[tokio::test]
+async fn a_conversation_continues_after_a_restart_with_its_whole_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("chats.db");
+
+    let first_model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::text("It is 18 °C in Paris."),
+    ]);
+    let first = TestServer::start(server_config(&first_model, &db)).await;
+    let events = chat(&first, json!({"message": "Weather in Paris?"})).await;
+    let conversation_id = events[0].data["conversation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let saved: Value = client()
+        .get(first.url(&format!("/v1/conversations/{conversation_id}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let history: Vec<Message> = serde_json::from_value(saved["messages"].clone()).unwrap();
+    assert_eq!(history.len(), 4);
+    first.stop().await;
+
+    // A new process on the same file: migrations find the schema in place.
+    let second_model = ScriptedModel::new([Turn::text("Tomorrow too.")]);
+    let second = TestServer::start(server_config(&second_model, &db)).await;
+    let events = chat(
+        &second,
+        json!({"conversation_id": conversation_id, "message": "And tomorrow?"}),
+    )
+    .await;
+    assert_eq!(
+        events[0].data["conversation_id"].as_str(),
+        Some(conversation_id.as_str())
+    );
+    assert_eq!(events.last().unwrap().event, "message_end");
+
+    let mut expected = history.clone();
+    expected.push(Message::user("And tomorrow?"));
+    assert_eq!(second_model.requests()[0].messages, expected);
+
+    let stored = second
+        .state
+        .conversation(&conversation_id)
+        .await
+        .unwrap()
+        .unwrap();
+    expected.push(Message::assistant("Tomorrow too."));
+    assert_eq!(stored.messages, expected);
+    agentloop::history::validate(&stored.messages).unwrap();
+}
+
+#[tokio::test]
+async fn conversations_can_be_listed_fetched_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::new([Turn::text("One."), Turn::text("Two.")]);
+    let server = TestServer::start(server_config(&model, &dir.path().join("c.db"))).await;
+    let a = chat(&server, json!({"message": "First   question\nhere"})).await;
+    let b = chat(&server, json!({"message": "Second question"})).await;
+    let id_a = a[0].data["conversation_id"].as_str().unwrap().to_owned();
+    let id_b = b[0].data["conversation_id"].as_str().unwrap().to_owned();
+
+    let list: Value = client()
+        .get(server.url("/v1/conversations"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = list["conversations"].as_array().unwrap();
+    let summary: Vec<(&str, &str, i64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap(),
+                r["title"].as_str().unwrap(),
+                r["message_count"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // Most recently changed first.
+    assert_eq!(
+        summary,
+        vec![
+            (id_b.as_str(), "Second question", 2),
+            (id_a.as_str(), "First question here", 2)
+        ]
+    );
+
+    let one: Value = client()
+        .get(server.url(&format!("/v1/conversations/{id_a}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one["id"], json!(id_a));
+    assert_eq!(one["active_message_id"], Value::Null);
+    assert_eq!(
+        one["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "First   question\nhere"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "One."}]}
+        ])
+    );
+
+    let deleted = client()
+        .delete(server.url(&format!("/v1/conversations/{id_a}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    for request in [
+        client().get(server.url(&format!("/v1/conversations/{id_a}"))),
+        client().delete(server.url(&format!("/v1/conversations/{id_a}"))),
+    ] {
+        assert_eq!(request.send().await.unwrap().status(), 404);
+    }
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_server_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("future.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+    }
+    let model = ScriptedModel::new([]);
+    let error = agentloop_server::AppState::new(server_config(&model, &db))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "database error: `{}` has schema version 99, newer than this server knows (1); use a newer agentloop",
+            db.display()
+        )
+    );
+}

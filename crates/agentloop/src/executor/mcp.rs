@@ -1,0 +1,494 @@
+//! MCP servers as tool sources, through the official Rust SDK (`rmcp`): connect over stdio (a
+//! child process) or streamable HTTP, list the server's tools as descriptors, call them.
+//!
+//! One connection per server, shared by its tools and reused across calls. A stdio server
+//! runs in its own process group and is killed with it when the connection goes away (the
+//! registry and every tool taken from it dropped), so no child outlives its registry.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    Implementation, ResourceContents,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{Peer, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::OutputCheck;
+use super::http::expand_env;
+use crate::message::ContentBlock;
+use crate::registry::{McpSource, ToolDescriptor, ToolMode};
+use crate::tool::{ToolContext, ToolError, ToolHandler, ToolOutput};
+
+/// How long a server gets to answer the MCP handshake unless told otherwise.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many of a stdio server's last stderr lines are kept for error messages.
+const STDERR_LINES: usize = 20;
+
+/// An MCP server started as a child process speaking MCP on its stdin/stdout.
+///
+/// ```
+/// use agentloop::executor::McpStdio;
+/// let server = McpStdio::new("node")
+///     .args(["server-everything/dist/index.js", "stdio"])
+///     .env("LOG_LEVEL", "warn")
+///     .prefix("everything_");
+/// ```
+#[derive(Debug, Clone)]
+pub struct McpStdio {
+    command: String,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    current_dir: Option<PathBuf>,
+    prefix: Option<String>,
+    connect_timeout: Duration,
+}
+
+impl McpStdio {
+    /// Run `command` (looked up in `PATH` when it has no `/`).
+    pub fn new(command: impl Into<String>) -> Self {
+        Self {
+            command: command.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            current_dir: None,
+            prefix: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Add one argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Add arguments.
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Set an environment variable for the server (it inherits ours otherwise).
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Run the server in this directory.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
+    /// Register the server's tools as `<prefix><name>` (to keep two servers' names apart).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How long the server gets to complete the handshake (default 30 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    pub(crate) fn label(&self) -> String {
+        std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// An MCP server reached over streamable HTTP.
+#[derive(Clone)]
+pub struct McpHttp {
+    url: String,
+    headers: BTreeMap<String, String>,
+    prefix: Option<String>,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for McpHttp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<&str> = self.headers.keys().map(String::as_str).collect();
+        f.debug_struct("McpHttp")
+            .field("url", &self.url)
+            .field("headers", &headers)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpHttp {
+    /// The server's MCP endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: BTreeMap::new(),
+            prefix: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// Send a header with every request; the value may reference `${VAR}` (expanded from
+    /// the environment when connecting).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Register the server's tools as `<prefix><name>`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How long the server gets to complete the handshake (default 30 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+}
+
+impl McpHttp {
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub(crate) fn name_prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+}
+
+impl McpStdio {
+    pub(crate) fn name_prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+}
+
+/// What connecting to an MCP server added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerInfo {
+    /// The server as configured: its command line or URL.
+    pub server: String,
+    /// The name the server gave in the handshake.
+    pub name: Option<String>,
+    /// The version the server gave in the handshake.
+    pub version: Option<String>,
+    /// The registered tool names (prefixed when a prefix was set).
+    pub tools: Vec<String>,
+    /// The child's process id (stdio servers).
+    pub process_id: Option<u32>,
+}
+
+type Service = RunningService<RoleClient, ClientConfig>;
+
+/// One live MCP session.
+pub(crate) struct McpConnection {
+    label: String,
+    peer: Peer<RoleClient>,
+    /// Held so that dropping the connection ends the session (and kills a stdio child).
+    service: tokio::sync::Mutex<Option<Service>>,
+    process_id: Option<u32>,
+}
+
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("agentloop", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+impl McpConnection {
+    pub(crate) async fn connect_stdio(spec: &McpStdio) -> Result<Self, String> {
+        let label = spec.label();
+        let mut command = tokio::process::Command::new(&spec.command);
+        command.args(&spec.args).envs(&spec.env);
+        if let Some(dir) = &spec.current_dir {
+            command.current_dir(dir);
+        }
+        let mut wrapped = process_wrap::tokio::CommandWrap::from(command);
+        // Killed on drop even when no runtime is left to run a graceful shutdown; and, in a
+        // process group of its own, together with anything it started (`npx`, `sh -c`).
+        wrapped.wrap(process_wrap::tokio::KillOnDrop);
+        #[cfg(unix)]
+        wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+        let (transport, stderr) = TokioChildProcess::builder(wrapped)
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("could not start `{}`: {e}", spec.command))?;
+        let process_id = transport.id();
+        let stderr_tail = stderr.map(read_stderr);
+        let handshake =
+            tokio::time::timeout(spec.connect_timeout, client_config().serve(transport));
+        let reason = match handshake.await {
+            Ok(Ok(service)) => return Ok(Self::new(label, service, process_id)),
+            Ok(Err(e)) => format!("the MCP handshake failed: {e}"),
+            Err(_) => format!(
+                "the server did not complete the MCP handshake within {} ms",
+                spec.connect_timeout.as_millis()
+            ),
+        };
+        let tail = match stderr_tail {
+            Some((lines, reader)) => {
+                // A server that died has closed stderr; give the reader a moment to drain
+                // it so the error can quote it.
+                let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+                lines
+                    .lock()
+                    .map(|l| l.iter().cloned().collect::<Vec<_>>())
+                    .unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        Err(if tail.is_empty() {
+            reason
+        } else {
+            format!("{reason}; its stderr ended with:\n{}", tail.join("\n"))
+        })
+    }
+
+    pub(crate) async fn connect_http(spec: &McpHttp) -> Result<Self, String> {
+        let mut headers = std::collections::HashMap::new();
+        for (name, template) in &spec.headers {
+            let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("`{name}` is not a valid header name"))?;
+            let (value, _) = expand_env(template, |var| std::env::var(var).ok())
+                .map_err(|e| format!("header `{name}`: {e}"))?;
+            let mut value = reqwest::header::HeaderValue::from_str(&value).map_err(|_| {
+                format!("header `{name}`: the value contains characters not allowed in a header")
+            })?;
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+        let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
+            .custom_headers(headers);
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let service = tokio::time::timeout(spec.connect_timeout, client_config().serve(transport))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the server did not complete the MCP handshake within {} ms",
+                    spec.connect_timeout.as_millis()
+                )
+            })?
+            .map_err(|e| format!("the MCP handshake failed: {e}"))?;
+        Ok(Self::new(spec.url.clone(), service, None))
+    }
+
+    fn new(label: String, service: Service, process_id: Option<u32>) -> Self {
+        Self {
+            label,
+            peer: service.peer().clone(),
+            service: tokio::sync::Mutex::new(Some(service)),
+            process_id,
+        }
+    }
+
+    /// The server's tools as descriptors (registered as `<prefix><name>`).
+    pub(crate) async fn descriptors(
+        &self,
+        prefix: Option<&str>,
+    ) -> Result<Vec<ToolDescriptor>, String> {
+        let tools = self
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("listing the server's tools failed: {e}"))?;
+        Ok(tools
+            .into_iter()
+            .map(|tool| ToolDescriptor {
+                name: format!("{}{}", prefix.unwrap_or_default(), tool.name),
+                description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
+                input_schema: Value::Object((*tool.input_schema).clone()),
+                output_schema: tool.output_schema.map(|s| Value::Object((*s).clone())),
+                mode: ToolMode::Mcp,
+                mock: None,
+                http: None,
+                mcp: Some(McpSource {
+                    server: self.label.clone(),
+                    tool: tool.name.into_owned(),
+                }),
+                timeout_ms: None,
+            })
+            .collect())
+    }
+
+    pub(crate) fn info(&self, tools: Vec<String>) -> McpServerInfo {
+        let implementation = self.peer.peer_info().and_then(|p| p.server_info.clone());
+        McpServerInfo {
+            server: self.label.clone(),
+            name: implementation.as_ref().map(|i| i.name.clone()),
+            version: implementation.map(|i| i.version),
+            tools,
+            process_id: self.process_id,
+        }
+    }
+
+    /// End the session: stdin closed, then (for a child that does not exit) SIGTERM and
+    /// SIGKILL, as the MCP stdio shutdown sequence says. Later calls fail cleanly.
+    pub(crate) async fn close(&self) {
+        let service = self.service.lock().await.take();
+        if let Some(service) = service {
+            let _ = service.cancel().await;
+        }
+    }
+}
+
+/// Keep the last lines a child writes to stderr (and log them), so a failed start can say why.
+fn read_stderr(
+    stderr: tokio::process::ChildStderr,
+) -> (Arc<Mutex<VecDeque<String>>>, tokio::task::JoinHandle<()>) {
+    let lines = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_LINES)));
+    let kept = lines.clone();
+    // Reading must go on for the child's whole life, or a chatty child blocks on a full pipe.
+    let reader = tokio::spawn(async move {
+        let mut stderr = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = stderr.next_line().await {
+            tracing::debug!(target: "agentloop::mcp", "server stderr: {line}");
+            if let Ok(mut kept) = kept.lock() {
+                if kept.len() == STDERR_LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        }
+    });
+    (lines, reader)
+}
+
+/// Calls one tool of an MCP server over the shared connection.
+pub struct McpExecutor {
+    connection: Arc<McpConnection>,
+    tool: String,
+    output: Option<Arc<OutputCheck>>,
+}
+
+impl std::fmt::Debug for McpExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpExecutor")
+            .field("server", &self.connection.label)
+            .field("tool", &self.tool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpExecutor {
+    pub(crate) fn new(
+        connection: Arc<McpConnection>,
+        tool: String,
+        output: Option<Arc<OutputCheck>>,
+    ) -> Self {
+        Self {
+            connection,
+            tool,
+            output,
+        }
+    }
+}
+
+impl ToolHandler for McpExecutor {
+    fn call(
+        &self,
+        _ctx: ToolContext,
+        input: Value,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        let connection = self.connection.clone();
+        let tool = self.tool.clone();
+        let output = self.output.clone();
+        Box::pin(async move {
+            let arguments = match input {
+                Value::Object(map) => map,
+                Value::Null => Default::default(),
+                other => {
+                    return Err(ToolError::Failed(format!(
+                        "MCP tool arguments must be an object, got {other}"
+                    )));
+                }
+            };
+            let request = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
+            let response = connection.peer.call_tool_once(request).await.map_err(|e| {
+                ToolError::Failed(format!(
+                    "calling `{tool}` on MCP server `{}` failed: {e}",
+                    connection.label
+                ))
+            })?;
+            let CallToolResponse::Complete(result) = response else {
+                return Err(ToolError::Failed(format!(
+                    "MCP tool `{tool}` did not return a result: it asked for client input or started a task, which agentloop does not support"
+                )));
+            };
+            convert_result(result, output.as_deref())
+        })
+    }
+}
+
+/// An MCP result as tool output: `isError` becomes an error result; structured content is
+/// checked against the output schema; content blocks become text (and images).
+fn convert_result(
+    result: CallToolResult,
+    output: Option<&OutputCheck>,
+) -> Result<ToolOutput, ToolError> {
+    let blocks: Vec<ContentBlock> = result.content.into_iter().map(convert_block).collect();
+    if result.is_error == Some(true) {
+        let text = blocks
+            .iter()
+            .filter_map(ContentBlock::as_text)
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Err(ToolError::Failed(if text.is_empty() {
+            "the MCP tool reported an error without a message".to_owned()
+        } else {
+            text
+        }));
+    }
+    if let (Some(check), Some(structured)) = (output, &result.structured_content) {
+        check.check(structured)?;
+    }
+    if blocks.is_empty() {
+        return Ok(ToolOutput::json(
+            result.structured_content.unwrap_or(Value::Null),
+        ));
+    }
+    if let [ContentBlock::Text { text }] = blocks.as_slice() {
+        return Ok(ToolOutput::text(text.clone()));
+    }
+    Ok(ToolOutput::blocks(blocks))
+}
+
+fn convert_block(block: rmcp::model::ContentBlock) -> ContentBlock {
+    use rmcp::model::ContentBlock as Mcp;
+    match block {
+        Mcp::Text(text) => ContentBlock::text(text.text),
+        Mcp::Image(image) => ContentBlock::image_base64(image.mime_type, image.data),
+        Mcp::Audio(audio) => {
+            ContentBlock::text(format!("[audio content of type {}]", audio.mime_type))
+        }
+        Mcp::Resource(embedded) => match embedded.resource {
+            ResourceContents::TextResourceContents { text, .. } => ContentBlock::text(text),
+            ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
+                ContentBlock::text(format!(
+                    "[binary resource {uri}{}]",
+                    mime_type.map(|m| format!(" ({m})")).unwrap_or_default()
+                ))
+            }
+            other => ContentBlock::text(serde_json::to_string(&other).unwrap_or_default()),
+        },
+        Mcp::ResourceLink(link) => {
+            ContentBlock::text(format!("[resource {}: {}]", link.name, link.uri))
+        }
+        // Kinds newer than this code: their JSON is the most faithful text we can give.
+        other => ContentBlock::text(serde_json::to_string(&other).unwrap_or_default()),
+    }
+}

@@ -1,0 +1,524 @@
+//! The tool registry: one place that holds every tool — typed Rust functions, descriptors
+//! loaded from files (mock and HTTP executors), and the tools of connected MCP servers — and
+//! hands them to the run loop, the conversation client, the server and the CLI as ordinary
+//! [`Tool`]s.
+//!
+//! Arguments are checked against each tool's input schema by the run loop before the tool
+//! runs ([`Tool::validate`]); results are checked against the output schema, when the
+//! descriptor has one, by the executor.
+
+mod descriptor;
+mod load;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::executor::{FunctionExecutor, HttpExecutor, MockExecutor, OutputCheck};
+use crate::tool::{Tool, ToolContext, ToolError, ToolHandler, ToolOutput};
+
+pub use descriptor::{
+    HttpSpec, McpSource, MockSpec, OnExhausted, ToolDescriptor, ToolMode, empty_object_schema,
+};
+pub use load::{Format, parse_descriptors, read_descriptors, tool_files};
+
+pub(crate) use load::load_error;
+
+/// The HTTP executor's timeout when the descriptor sets none (the run's default tool
+/// timeout).
+const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a registered tool came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolSource {
+    /// Registered in code.
+    Code,
+    /// Loaded from this file.
+    File(PathBuf),
+    /// Listed by this MCP server (command line or URL).
+    Mcp(String),
+}
+
+impl std::fmt::Display for ToolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Code => f.write_str("code"),
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::Mcp(server) => write!(f, "MCP server `{server}`"),
+        }
+    }
+}
+
+struct Entry {
+    descriptor: ToolDescriptor,
+    tool: Tool,
+    source: ToolSource,
+}
+
+/// Tools by name, with their descriptors and executors.
+///
+/// ```
+/// use agentloop::registry::Registry;
+/// use agentloop::Tool;
+///
+/// # fn main() -> agentloop::Result<()> {
+/// let mut registry = Registry::new();
+/// registry.register(Tool::function("add", "Add two numbers", |a: Add| async move {
+///     Ok::<_, std::convert::Infallible>(a.x + a.y)
+/// }))?;
+/// assert_eq!(registry.descriptors()[0].name, "add");
+/// assert!(registry.get("add").is_some());
+/// # Ok(()) }
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Add { x: i64, y: i64 }
+/// ```
+#[derive(Default)]
+pub struct Registry {
+    entries: Vec<Entry>,
+    http: OnceLock<reqwest::Client>,
+    #[cfg(feature = "mcp")]
+    mcp: Vec<Arc<crate::executor::mcp::McpConnection>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self
+            .entries
+            .iter()
+            .map(|e| e.descriptor.name.as_str())
+            .collect();
+        f.debug_struct("Registry")
+            .field("tools", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry holding the tools of one descriptor file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let mut registry = Self::new();
+        registry.add_file(path)?;
+        Ok(registry)
+    }
+
+    /// A registry holding the tools of every `.json`, `.yaml` and `.yml` file under `dir`
+    /// (recursively, in path order). Fails at the first problem, naming the file.
+    pub fn load_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let mut registry = Self::new();
+        registry.add_dir(dir)?;
+        Ok(registry)
+    }
+
+    /// Add the tools of one descriptor file; returns their names.
+    pub fn add_file(&mut self, path: impl AsRef<Path>) -> Result<Vec<String>> {
+        let path = path.as_ref();
+        let descriptors = read_descriptors(path)?;
+        self.add_all(descriptors, ToolSource::File(path.to_owned()))
+    }
+
+    /// Add the tools of every descriptor file under `dir`; returns their names.
+    pub fn add_dir(&mut self, dir: impl AsRef<Path>) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for file in tool_files(dir.as_ref())? {
+            names.extend(self.add_file(file)?);
+        }
+        Ok(names)
+    }
+
+    /// Add a descriptor built in code. A `function` descriptor is definition-only until a
+    /// handler is attached with [`Registry::bind`].
+    pub fn add_descriptor(&mut self, descriptor: ToolDescriptor) -> Result<()> {
+        self.add_all(vec![descriptor], ToolSource::Code).map(drop)
+    }
+
+    /// Register an in-code tool (typed function tools from [`Tool::function`] included).
+    pub fn register(&mut self, tool: Tool) -> Result<()> {
+        let name = tool.tool_name().to_owned();
+        self.check_free(&name, &ToolSource::Code)?;
+        let definition = tool.definition();
+        let descriptor = ToolDescriptor {
+            name: name.clone(),
+            description: definition.description.clone(),
+            input_schema: definition.input_schema.clone(),
+            output_schema: None,
+            mode: ToolMode::Function,
+            mock: None,
+            http: None,
+            mcp: None,
+            timeout_ms: tool
+                .get_timeout()
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        };
+        self.entries.push(Entry {
+            descriptor,
+            tool,
+            source: ToolSource::Code,
+        });
+        Ok(())
+    }
+
+    /// Attach an in-process handler to the `function` tool `name` (for instance one whose
+    /// definition came from a file). Its results are checked against the output schema.
+    pub fn bind(&mut self, name: &str, handler: impl ToolHandler) -> Result<()> {
+        let index = self
+            .entries
+            .iter()
+            .position(|e| e.descriptor.name == name)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "cannot bind a handler: there is no tool named `{name}`"
+                ))
+            })?;
+        let entry = &self.entries[index];
+        if entry.descriptor.mode != ToolMode::Function {
+            return Err(Error::config(format!(
+                "cannot bind a handler to tool `{name}`: it runs in `{}` mode, not `function`",
+                entry.descriptor.mode
+            )));
+        }
+        let handler: Arc<dyn ToolHandler> = Arc::new(handler);
+        let tool = build_tool(&entry.descriptor, Some(handler), self.http_client_lazy())
+            .map_err(|message| load_error(&entry.source.to_string(), Some(name), message))?;
+        self.entries[index].tool = tool;
+        Ok(())
+    }
+
+    /// Every tool, in registration order, ready for [`crate::Agent`] or [`crate::run::run`].
+    pub fn tools(&self) -> Vec<Tool> {
+        self.entries.iter().map(|e| e.tool.clone()).collect()
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.entry(name).map(|e| &e.tool)
+    }
+
+    /// The descriptor of the tool named `name`.
+    pub fn descriptor(&self, name: &str) -> Option<&ToolDescriptor> {
+        self.entry(name).map(|e| &e.descriptor)
+    }
+
+    /// Where the tool named `name` came from.
+    pub fn source(&self, name: &str) -> Option<&ToolSource> {
+        self.entry(name).map(|e| &e.source)
+    }
+
+    /// Every descriptor, in registration order.
+    pub fn descriptors(&self) -> Vec<&ToolDescriptor> {
+        self.entries.iter().map(|e| &e.descriptor).collect()
+    }
+
+    /// The tool names, in registration order.
+    pub fn names(&self) -> Vec<&str> {
+        self.entries
+            .iter()
+            .map(|e| e.descriptor.name.as_str())
+            .collect()
+    }
+
+    /// How many tools there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Remove a tool; returns whether it was there.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.descriptor.name != name);
+        self.entries.len() != before
+    }
+
+    /// Call a tool directly, outside a run: the arguments are checked against the input
+    /// schema first and the tool's timeout applies.
+    pub async fn call(
+        &self,
+        name: &str,
+        input: Value,
+    ) -> std::result::Result<ToolOutput, ToolError> {
+        let tool = self
+            .get(name)
+            .ok_or_else(|| ToolError::Failed(format!("there is no tool named `{name}`")))?;
+        let input = if input.is_null() {
+            Value::Object(Default::default())
+        } else {
+            input
+        };
+        tool.validate(&input).map_err(ToolError::InvalidArguments)?;
+        let handler = tool.get_handler().ok_or_else(|| {
+            ToolError::Failed(format!(
+                "tool `{name}` has no handler; register one for it to be callable"
+            ))
+        })?;
+        let cancel = CancellationToken::new();
+        let ctx = ToolContext::new(format!("direct_{name}"), name, cancel.clone(), None);
+        let _cancel_on_exit = cancel.drop_guard();
+        match tool.get_timeout() {
+            Some(timeout) => tokio::time::timeout(timeout, handler.call(ctx, input))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ToolError::Failed(format!(
+                        "tool `{name}` timed out after {} ms",
+                        timeout.as_millis()
+                    )))
+                }),
+            None => handler.call(ctx, input).await,
+        }
+    }
+
+    fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.descriptor.name == name)
+    }
+
+    fn check_free(&self, name: &str, source: &ToolSource) -> Result<()> {
+        match self.entry(name) {
+            Some(existing) => Err(load_error(
+                &source.to_string(),
+                Some(name),
+                format!(
+                    "duplicate tool name: it is already defined in {}",
+                    existing.source
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn http_client_lazy(
+        &self,
+    ) -> impl FnOnce() -> std::result::Result<reqwest::Client, String> + '_ {
+        move || {
+            if let Some(client) = self.http.get() {
+                return Ok(client.clone());
+            }
+            let client = crate::executor::http_client()?;
+            Ok(self.http.get_or_init(|| client).clone())
+        }
+    }
+
+    /// Build every descriptor first, so that a bad one adds nothing.
+    fn add_all(
+        &mut self,
+        descriptors: Vec<ToolDescriptor>,
+        source: ToolSource,
+    ) -> Result<Vec<String>> {
+        let origin = source.to_string();
+        let mut built: Vec<Entry> = Vec::with_capacity(descriptors.len());
+        for descriptor in descriptors {
+            let name = descriptor.name.clone();
+            self.check_free(&name, &source)?;
+            if built.iter().any(|e| e.descriptor.name == name) {
+                return Err(load_error(
+                    &origin,
+                    Some(&name),
+                    "duplicate tool name: it is defined twice in this file",
+                ));
+            }
+            let tool = build_tool(&descriptor, None, self.http_client_lazy())
+                .map_err(|message| load_error(&origin, Some(&name), message))?;
+            built.push(Entry {
+                descriptor,
+                tool,
+                source: source.clone(),
+            });
+        }
+        let names = built.iter().map(|e| e.descriptor.name.clone()).collect();
+        self.entries.extend(built);
+        Ok(names)
+    }
+}
+
+/// A descriptor's [`Tool`]: definition, timeout, and the executor its mode names.
+fn build_tool(
+    descriptor: &ToolDescriptor,
+    handler: Option<Arc<dyn ToolHandler>>,
+    http_client: impl FnOnce() -> std::result::Result<reqwest::Client, String>,
+) -> std::result::Result<Tool, String> {
+    let name = &descriptor.name;
+    let (tool, output) = definition(descriptor)?;
+    let executor: Option<Arc<dyn ToolHandler>> = match descriptor.mode {
+        ToolMode::Function => {
+            handler.map(|h| Arc::new(FunctionExecutor::new(h, output)) as Arc<dyn ToolHandler>)
+        }
+        ToolMode::Mock => {
+            let spec = descriptor
+                .mock
+                .as_ref()
+                .ok_or("`mode: mock` needs a `mock` section")?;
+            Some(Arc::new(MockExecutor::new(name, spec, output)?))
+        }
+        ToolMode::Http => {
+            let spec = descriptor
+                .http
+                .as_ref()
+                .ok_or("`mode: http` needs an `http` section")?;
+            let timeout = descriptor.timeout().unwrap_or(DEFAULT_HTTP_TIMEOUT);
+            Some(Arc::new(HttpExecutor::new(
+                name,
+                spec,
+                timeout,
+                http_client()?,
+                output,
+            )?))
+        }
+        ToolMode::Mcp => {
+            return Err(
+                "`mode: mcp` tools are listed by their server: connect it with `Registry::add_mcp_stdio` or `Registry::add_mcp_http`"
+                    .to_owned(),
+            );
+        }
+    };
+    Ok(finish(tool, executor, descriptor))
+}
+
+/// The definition (input schema checked) and the compiled output schema.
+fn definition(
+    descriptor: &ToolDescriptor,
+) -> std::result::Result<(Tool, Option<Arc<OutputCheck>>), String> {
+    if descriptor.timeout_ms == Some(0) {
+        return Err("`timeout_ms` must be greater than 0".to_owned());
+    }
+    let tool = Tool::from_schema(
+        descriptor.name.clone(),
+        descriptor.description.clone(),
+        descriptor.input_schema.clone(),
+    )
+    .map_err(|e| match e {
+        Error::InvalidToolSchema { message, .. } => format!("invalid input schema: {message}"),
+        other => other.to_string(),
+    })?;
+    let output = descriptor
+        .output_schema
+        .as_ref()
+        .map(|schema| OutputCheck::compile(&descriptor.name, schema).map(Arc::new))
+        .transpose()?;
+    Ok((tool, output))
+}
+
+fn finish(
+    mut tool: Tool,
+    executor: Option<Arc<dyn ToolHandler>>,
+    descriptor: &ToolDescriptor,
+) -> Tool {
+    if let Some(executor) = executor {
+        tool = tool.handler_arc(executor);
+    }
+    if let Some(timeout) = descriptor.timeout() {
+        tool = tool.timeout(timeout);
+    }
+    tool
+}
+
+#[cfg(feature = "mcp")]
+mod mcp_sources {
+    use std::sync::Arc;
+
+    use super::{Entry, Registry, ToolSource, definition, finish, load_error};
+    use crate::error::Result;
+    use crate::executor::mcp::McpConnection;
+    use crate::executor::{McpExecutor, McpHttp, McpServerInfo, McpStdio};
+
+    impl Registry {
+        /// Start an MCP server as a child process (stdio), list its tools and register them.
+        /// The connection is shared by its tools and reused across calls; the child is
+        /// killed when the registry (and every tool taken from it) is dropped, or cleanly
+        /// stopped by [`Registry::close`].
+        pub async fn add_mcp_stdio(&mut self, server: McpStdio) -> Result<McpServerInfo> {
+            let origin = ToolSource::Mcp(server.label()).to_string();
+            let connection = McpConnection::connect_stdio(&server)
+                .await
+                .map_err(|message| load_error(&origin, None, message))?;
+            self.add_mcp(connection, server.name_prefix()).await
+        }
+
+        /// Connect to an MCP server over streamable HTTP, list its tools and register them.
+        pub async fn add_mcp_http(&mut self, server: McpHttp) -> Result<McpServerInfo> {
+            let origin = ToolSource::Mcp(server.url().to_owned()).to_string();
+            let connection = McpConnection::connect_http(&server)
+                .await
+                .map_err(|message| load_error(&origin, None, message))?;
+            self.add_mcp(connection, server.name_prefix()).await
+        }
+
+        async fn add_mcp(
+            &mut self,
+            connection: McpConnection,
+            prefix: Option<&str>,
+        ) -> Result<McpServerInfo> {
+            let connection = Arc::new(connection);
+            match self.mcp_entries(&connection, prefix).await {
+                Ok(entries) => {
+                    let names: Vec<String> =
+                        entries.iter().map(|e| e.descriptor.name.clone()).collect();
+                    self.entries.extend(entries);
+                    self.mcp.push(connection.clone());
+                    Ok(connection.info(names))
+                }
+                Err(error) => {
+                    connection.close().await;
+                    Err(error)
+                }
+            }
+        }
+
+        async fn mcp_entries(
+            &self,
+            connection: &Arc<McpConnection>,
+            prefix: Option<&str>,
+        ) -> Result<Vec<Entry>> {
+            let source = ToolSource::Mcp(connection.info(Vec::new()).server);
+            let label = source.to_string();
+            let descriptors = connection
+                .descriptors(prefix)
+                .await
+                .map_err(|message| load_error(&label, None, message))?;
+            let mut entries: Vec<Entry> = Vec::with_capacity(descriptors.len());
+            for descriptor in descriptors {
+                let name = descriptor.name.clone();
+                self.check_free(&name, &source)?;
+                if entries.iter().any(|e| e.descriptor.name == name) {
+                    return Err(load_error(
+                        &label,
+                        Some(&name),
+                        "duplicate tool name: the server lists it twice",
+                    ));
+                }
+                let remote = descriptor
+                    .mcp
+                    .as_ref()
+                    .map_or_else(|| name.clone(), |m| m.tool.clone());
+                let (tool, output) = definition(&descriptor)
+                    .map_err(|message| load_error(&label, Some(&name), message))?;
+                let executor = McpExecutor::new(connection.clone(), remote, output);
+                let tool = finish(tool, Some(Arc::new(executor)), &descriptor);
+                entries.push(Entry {
+                    descriptor,
+                    tool,
+                    source: source.clone(),
+                });
+            }
+            Ok(entries)
+        }
+
+        /// Close every MCP connection (stdio children are asked to exit, then stopped).
+        /// Their tools stay registered but fail with a clear error when called.
+        pub async fn close(&mut self) {
+            for connection in self.mcp.drain(..) {
+                connection.close().await;
+            }
+        }
+    }
+}
