@@ -3,6 +3,7 @@
 //! A provider turns a canonical [`Request`] into its wire format, and the answer back into
 //! normalized [`StreamEvent`]s. Everything provider-specific stays behind this trait.
 
+pub mod anthropic;
 pub mod http;
 pub mod openai;
 
