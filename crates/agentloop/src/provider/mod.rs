@@ -6,6 +6,8 @@
 pub mod anthropic;
 pub mod http;
 pub mod openai;
+pub mod replay;
+pub mod route;
 
 use std::pin::Pin;
 use std::sync::Arc;
