@@ -434,3 +434,96 @@ fn chat_through_stdin_keeps_history_and_clears() {
     let after_clear = stdout.split("(conversation cleared)").nth(1).unwrap();
     assert!(after_clear.contains("(no messages)"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_answers_a_chat_over_sse() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bin()
+        .args(["serve", "--addr", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("chat.db"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let url = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let line = std::io::BufReader::new(stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .unwrap();
+        line.trim_start_matches("serving on ").to_owned()
+    })
+    .await
+    .unwrap();
+    let body = reqwest::Client::new()
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Weather in Paris?"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(events.first(), Some(&"message_start"), "{body}");
+    assert!(events.contains(&"tool_call_start"), "{body}");
+    assert!(events.contains(&"tool_call_result"), "{body}");
+    assert_eq!(events.last(), Some(&"message_end"), "{body}");
+    assert!(body.contains("It is 18"), "{body}");
+}
+
+/// Against the real model (see crates/agentloop/tests/real_model.rs); skipped without it.
+#[test]
+fn real_model_run_json_with_a_mock_descriptor_tool() {
+    let Some(url) = std::env::var("AGENTLOOP_REAL_MODEL_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        println!("real-model test skipped: AGENTLOOP_REAL_MODEL_URL is not set");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("weather.yaml"),
+        "name: get_weather\ndescription: Get the current weather for a city\ninput_schema:\n  type: object\n  properties:\n    city: {type: string}\n  required: [city]\nmock:\n  response: {temperature_c: 18}\n",
+    )
+    .unwrap();
+    let output = run(bin()
+        .args([
+            "run",
+            "--json",
+            "--model",
+            "llamacpp/gemma",
+            "--temperature",
+            "0",
+            "--max-turns",
+            "3",
+            "--base-url",
+            &url,
+            "--tools",
+        ])
+        .arg(dir.path())
+        .arg("What is the weather in Paris? Use the tool."));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc = stdout_json(&output);
+    assert_eq!(doc["stop_reason"], "end_turn", "{doc}");
+    assert_eq!(doc["tool_calls"], 1, "{doc}");
+    let call = &doc["steps"][0]["tool_calls"][0];
+    assert_eq!(call["name"], "get_weather");
+    assert_eq!(call["input"]["city"], "Paris");
+    assert_eq!(call["outcome"], "completed");
+    assert_eq!(call["result"]["content"], "{\"temperature_c\":18}");
+    assert!(doc["text"].as_str().unwrap().contains("18"), "{doc}");
+    assert!(doc["usage"]["input_tokens"].as_u64().unwrap() > 0);
+}
