@@ -6,6 +6,8 @@ use std::time::Duration;
 use agentloop::{Error, StopReason, StreamEvent, Usage};
 use serde_json::Value;
 
+use crate::server::Fault;
+
 /// One piece of a scripted answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnItem {
@@ -30,6 +32,13 @@ pub enum TurnItem {
     },
 }
 
+/// How many deltas a text item is streamed in (the wire servers use the same split).
+pub(crate) const TEXT_PIECES: usize = 3;
+/// How many deltas a reasoning item is streamed in.
+pub(crate) const THINKING_PIECES: usize = 2;
+/// How many fragments tool-call arguments are streamed in.
+pub(crate) const ARGUMENT_PIECES: usize = 4;
+
 /// What the model answers to one call.
 #[derive(Debug, Clone)]
 pub struct Turn {
@@ -43,10 +52,14 @@ pub struct Turn {
     pub delay: Option<Duration>,
     /// Wait this long between streamed events.
     pub chunk_delay: Option<Duration>,
-    /// Fail instead of answering.
+    /// Fail instead of answering (how the mock servers play each error: see
+    /// [`crate::server`]).
     pub error: Option<Error>,
-    /// Fail after this many streamed events (a stream cut mid-way).
+    /// Fail after this many streamed events (a stream cut mid-way); the mock servers count SSE
+    /// events.
     pub fail_after_events: Option<(usize, Error)>,
+    /// Wire-level faults, played by the mock servers only (the scripted model ignores them).
+    pub faults: Vec<Fault>,
 }
 
 impl Default for Turn {
@@ -63,6 +76,7 @@ impl Default for Turn {
             chunk_delay: None,
             error: None,
             fail_after_events: None,
+            faults: Vec::new(),
         }
     }
 }
@@ -114,6 +128,12 @@ impl Turn {
             error: Some(error),
             ..Self::default()
         }
+    }
+
+    /// A turn that is only a wire fault, e.g. `Turn::fault(Fault::Overloaded)`: a rejection
+    /// answers this call with an error status (a retry then gets the next turn).
+    pub fn fault(fault: Fault) -> Self {
+        Self::default().with_fault(fault)
     }
 
     /// Add text after what is there.
@@ -183,6 +203,12 @@ impl Turn {
         self
     }
 
+    /// Deliver this turn with a wire fault (mock servers only; see [`Fault`]).
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        self.faults.push(fault);
+        self
+    }
+
     /// Cut the stream with `error` after `events` events.
     pub fn fail_after(mut self, events: usize, error: Error) -> Self {
         self.fail_after_events = Some((events, error));
@@ -238,12 +264,12 @@ impl Turn {
         for item in &self.items {
             match item {
                 TurnItem::Text(text) => {
-                    for piece in split_pieces(text, 3) {
+                    for piece in split_pieces(text, TEXT_PIECES) {
                         events.push(StreamEvent::TextDelta { text: piece });
                     }
                 }
                 TurnItem::Thinking { text, signature } => {
-                    for piece in split_pieces(text, 2) {
+                    for piece in split_pieces(text, THINKING_PIECES) {
                         events.push(StreamEvent::ThinkingDelta { text: piece });
                     }
                     if let Some(signature) = signature {
@@ -266,7 +292,7 @@ impl Turn {
                             .unwrap_or_else(|| format!("call_{turn_index}_{index}")),
                         name: name.clone(),
                     });
-                    for piece in split_pieces(arguments, 4) {
+                    for piece in split_pieces(arguments, ARGUMENT_PIECES) {
                         events.push(StreamEvent::ToolCallDelta {
                             index,
                             arguments: piece,
