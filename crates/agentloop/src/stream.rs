@@ -186,7 +186,7 @@ impl Accumulator {
         }) = self.open_thinking.and_then(|i| self.content.get_mut(i))
             // A signature closes a reasoning block (Anthropic sends it last): new reasoning
             // text after it is a new block, or two signed blocks would merge into one.
-            && !(sig.is_some() && !text.is_empty())
+            && (sig.is_none() || text.is_empty())
         {
             thinking.push_str(text);
             if let Some(s) = signature {

@@ -691,3 +691,24 @@ async fn native_tools_send_their_beta_header() {
         Some("code-execution-2025-08-25")
     );
 }
+
+#[tokio::test]
+async fn a_base_url_ending_in_v1_reaches_the_same_endpoint() {
+    let (script, url) = serve(vec![json_reply(message(
+        "msg_1",
+        json!([{"type": "text", "text": "ok"}]),
+        "end_turn",
+        (1, 1),
+    ))])
+    .await;
+    let anthropic = provider(&format!("{url}/v1/"), RetryPolicy::none());
+    let response = anthropic
+        .complete(&Request::new(
+            "claude-sonnet-4-5",
+            vec![Message::user("hi")],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(response.text(), "ok");
+    assert_eq!(script.seen().len(), 1);
+}

@@ -122,11 +122,13 @@ pub struct Anthropic {
     /// `anthropic-beta` values from the configured headers: a per-call beta header replaces
     /// the configured one, so it must repeat them.
     configured_betas: Vec<String>,
+    /// `/v1/messages`, or `/messages` when the base URL already ends with `/v1`.
+    messages_path: &'static str,
 }
 
 impl Anthropic {
     /// A provider for `config` with default options. The base URL is the API root
-    /// (`https://api.anthropic.com`, without `/v1`).
+    /// (`https://api.anthropic.com`); one ending in `/v1` works too.
     pub fn new(config: HttpConfig) -> Result<Self> {
         Self::with_options(config, AnthropicOptions::default())
     }
@@ -161,11 +163,19 @@ impl Anthropic {
             // No key: a gateway in front of the API may add it.
             None => Vec::new(),
         };
+        // The API root is the convention (`ANTHROPIC_BASE_URL`), but a base URL copied from an
+        // OpenAI-style setup often ends in `/v1`: accept both rather than call `/v1/v1/...`.
+        let messages_path = if config.base_url.trim_end_matches('/').ends_with("/v1") {
+            "/messages"
+        } else {
+            MESSAGES_PATH
+        };
         let transport = Transport::new(PROVIDER_NAME, config, auth, map_error)?;
         Ok(Self {
             transport: Arc::new(transport),
             options,
             configured_betas,
+            messages_path,
         })
     }
 
@@ -226,7 +236,7 @@ impl Provider for Anthropic {
     fn stream(&self, request: &Request) -> EventStream {
         match self.prepare(request, true) {
             Ok(wire) => self.transport.post_stream(
-                MESSAGES_PATH,
+                self.messages_path,
                 wire.body,
                 wire.headers,
                 AnthropicDecoder::new(),
@@ -238,11 +248,10 @@ impl Provider for Anthropic {
     fn complete(&self, request: &Request) -> BoxFuture<'static, Result<Response>> {
         let prepared = self.prepare(request, false);
         let transport = Arc::clone(&self.transport);
+        let path = self.messages_path;
         Box::pin(async move {
             let wire = prepared?;
-            let value = transport
-                .post_json(MESSAGES_PATH, wire.body, wire.headers)
-                .await?;
+            let value = transport.post_json(path, wire.body, wire.headers).await?;
             response::parse(value)
         })
     }
