@@ -10,7 +10,7 @@
 //!     RouteOptions::default(),
 //! ).unwrap();
 //! assert_eq!((provider.name(), model.as_str()), ("ollama", "qwen2.5"));
-//! let error = route::from_model("mistral-cloud/large", RouteOptions::default()).unwrap_err();
+//! let error = route::from_model("mistral-cloud/large", RouteOptions::default()).err().unwrap();
 //! assert!(error.to_string().contains("known providers: anthropic, openai, xai"));
 //! ```
 
