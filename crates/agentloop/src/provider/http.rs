@@ -307,16 +307,21 @@ impl Transport {
 
     /// POST a JSON body and return the JSON answer (non-streamed calls).
     pub async fn post_json(&self, path: &str, body: Bytes, extra: HeaderMap) -> Result<Value> {
+        let bytes = self.post_bytes(path, body, extra).await?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::parse(format!("{} response", self.provider), e))
+    }
+
+    /// POST a JSON body and return the answer's bytes (non-streamed calls), for providers that
+    /// read it straight into borrowed structs instead of building a [`Value`] first.
+    pub async fn post_bytes(&self, path: &str, body: Bytes, extra: HeaderMap) -> Result<Bytes> {
         let mut attempt = 0;
         loop {
             let response = self
                 .send(path, &body, &extra, Some(self.config.request_timeout))
                 .await?;
             match response.bytes().await {
-                Ok(bytes) => {
-                    return serde_json::from_slice(&bytes)
-                        .map_err(|e| Error::parse(format!("{} response", self.provider), e));
-                }
+                Ok(bytes) => return Ok(bytes),
                 // The body failed before we used any of it: the whole call may be retried.
                 Err(e) => {
                     let error = self.transport_error(e);
