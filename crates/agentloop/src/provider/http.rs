@@ -3,6 +3,7 @@
 //! SSE streams decoded into normalized events with an idle timeout that costs nothing per chunk.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -175,6 +176,9 @@ pub struct Transport {
     provider: String,
     headers: HeaderMap,
     map_error: ErrorMapper,
+    /// Endpoint URLs by path, parsed once: parsing one costs more than building the rest of a
+    /// request.
+    endpoints: Arc<Mutex<Vec<(String, reqwest::Url)>>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -222,6 +226,7 @@ impl Transport {
             provider,
             headers,
             map_error,
+            endpoints: Arc::default(),
         })
     }
 
@@ -234,6 +239,30 @@ impl Transport {
         format!("{}{}", self.config.base_url.trim_end_matches('/'), path)
     }
 
+    /// A POST to `path`, with its URL parsed on first use only. A URL that does not parse is
+    /// handed to reqwest as text, which reports the error as it always did.
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        let cached = self.endpoints.lock().ok().and_then(|endpoints| {
+            endpoints
+                .iter()
+                .find(|(p, _)| p == path)
+                .map(|(_, url)| url.clone())
+        });
+        if let Some(url) = cached {
+            return self.client.post(url);
+        }
+        let url = self.url(path);
+        match reqwest::Url::parse(&url) {
+            Ok(parsed) => {
+                if let Ok(mut endpoints) = self.endpoints.lock() {
+                    endpoints.push((path.to_owned(), parsed.clone()));
+                }
+                self.client.post(parsed)
+            }
+            Err(_) => self.client.post(url),
+        }
+    }
+
     /// Send once; map transport failures and error statuses to typed errors.
     async fn send_once(
         &self,
@@ -243,8 +272,7 @@ impl Transport {
         timeout: Option<Duration>,
     ) -> Result<reqwest::Response> {
         let mut request = self
-            .client
-            .post(self.url(path))
+            .post(path)
             .headers(self.headers.clone())
             .headers(extra.clone())
             .body(body.clone());
@@ -307,16 +335,21 @@ impl Transport {
 
     /// POST a JSON body and return the JSON answer (non-streamed calls).
     pub async fn post_json(&self, path: &str, body: Bytes, extra: HeaderMap) -> Result<Value> {
+        let bytes = self.post_bytes(path, body, extra).await?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::parse(format!("{} response", self.provider), e))
+    }
+
+    /// POST a JSON body and return the answer's bytes (non-streamed calls), for providers that
+    /// read it straight into borrowed structs instead of building a [`Value`] first.
+    pub async fn post_bytes(&self, path: &str, body: Bytes, extra: HeaderMap) -> Result<Bytes> {
         let mut attempt = 0;
         loop {
             let response = self
                 .send(path, &body, &extra, Some(self.config.request_timeout))
                 .await?;
             match response.bytes().await {
-                Ok(bytes) => {
-                    return serde_json::from_slice(&bytes)
-                        .map_err(|e| Error::parse(format!("{} response", self.provider), e));
-                }
+                Ok(bytes) => return Ok(bytes),
                 // The body failed before we used any of it: the whole call may be retried.
                 Err(e) => {
                     let error = self.transport_error(e);

@@ -281,10 +281,14 @@ impl Driver {
         let timer = tokio::time::sleep(first.or(idle).unwrap_or(far));
         tokio::pin!(timer);
         let mut last_event: Option<Instant> = None;
+        // One stop future for the whole call: a fresh one per event would register with and
+        // leave the cancellation token's waiter list (a lock each way) for every event.
+        let stopped = stop.wait();
+        tokio::pin!(stopped);
         loop {
             tokio::select! {
                 biased;
-                reason = stop.wait() => {
+                reason = &mut stopped => {
                     acc.set_provider(self.provider.name());
                     return Err(ModelFailure::Stopped(reason, Some(acc.finish())));
                 }

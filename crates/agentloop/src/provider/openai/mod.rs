@@ -419,8 +419,8 @@ impl Provider for OpenAi {
         let transport = self.transport.clone();
         let name = self.options.name.clone();
         Box::pin(async move {
-            let value = transport.post_json(PATH, body?, HeaderMap::new()).await?;
-            parse_completion(&value, &name)
+            let bytes = transport.post_bytes(PATH, body?, HeaderMap::new()).await?;
+            response::parse_completion_slice(&bytes, &name)
         })
     }
 }

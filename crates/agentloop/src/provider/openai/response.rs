@@ -71,6 +71,18 @@ struct Function<'a> {
 pub fn parse_completion(body: &Value, provider: &str) -> Result<Response> {
     let completion = Completion::deserialize(body)
         .map_err(|e| Error::parse(format!("{provider} response"), e))?;
+    from_completion(completion, provider)
+}
+
+/// [`parse_completion`] straight from the body's bytes: strings are borrowed from them and no
+/// [`Value`] tree is built. Invalid JSON is an [`Error::Parse`] too.
+pub(crate) fn parse_completion_slice(body: &[u8], provider: &str) -> Result<Response> {
+    let completion: Completion<'_> = serde_json::from_slice(body)
+        .map_err(|e| Error::parse(format!("{provider} response"), e))?;
+    from_completion(completion, provider)
+}
+
+fn from_completion(completion: Completion<'_>, provider: &str) -> Result<Response> {
     if let Some(error) = completion.error {
         return Err(Error::Api {
             provider: provider.to_owned(),
@@ -143,4 +155,48 @@ pub fn parse_completion(body: &Value, provider: &str) -> Result<Response> {
         stop_reason,
         usage: completion.usage.0.unwrap_or_default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both entry points read the same bodies the same way.
+    #[test]
+    fn bytes_and_value_parse_alike() {
+        let bodies = [
+            r#"{"id":"chatcmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+            r#"{"id":"x","model":"m","choices":[{"message":{"reasoning_content":"think","content":[{"type":"text","text":"a \"quoted\" "},{"text":"answer"}]},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"index":1,"message":{"content":"second"}},{"index":0,"message":{"content":"first"},"finish_reason":null}]}"#,
+        ];
+        for body in bodies {
+            let value: Value = serde_json::from_str(body).unwrap();
+            assert_eq!(
+                parse_completion_slice(body.as_bytes(), "p").unwrap(),
+                parse_completion(&value, "p").unwrap(),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn bytes_report_errors_as_the_value_path_does() {
+        let error = parse_completion_slice(br#"{"error":{"message":"m","code":502}}"#, "p");
+        assert!(
+            matches!(&error, Err(Error::Api { status: 200, error_type: Some(t), message, .. })
+                if t == "502" && message == "m"),
+            "{error:?}"
+        );
+        for body in [
+            &br#"{"id":"x","choices":[]}"#[..],
+            b"{\"choices\": tru",
+            b"[]",
+        ] {
+            let error = parse_completion_slice(body, "p");
+            assert!(
+                matches!(&error, Err(Error::Parse { what, .. }) if what == "p response"),
+                "{error:?}"
+            );
+        }
+    }
 }
