@@ -10,4 +10,4 @@ mod scripted;
 mod turn;
 
 pub use scripted::ScriptedModel;
-pub use turn::{Turn, TurnItem, split_pieces};
+pub use turn::{Pieces, Turn, TurnItem, split_pieces};
