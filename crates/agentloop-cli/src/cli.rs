@@ -24,6 +24,8 @@ pub enum Command {
     Run(RunArgs),
     /// Chat interactively (/clear, /history, /model NAME, /quit; Ctrl-C interrupts an answer).
     Chat(ModelArgs),
+    /// Serve the chat API (SSE), the web page and stored conversations over HTTP.
+    Serve(ServeArgs),
     /// List or check tool descriptor files.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -117,4 +119,24 @@ pub struct MockServerArgs {
     /// Port on 127.0.0.1 (0 picks a free one).
     #[arg(long, default_value_t = 8089)]
     pub port: u16,
+}
+
+/// `agentloop serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: std::net::SocketAddr,
+    /// The model and tools.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Give the model file skills (read, list, write, search) confined to this directory.
+    #[arg(long, value_name = "DIR")]
+    pub sandbox: Option<PathBuf>,
+    /// SQLite database for conversations.
+    #[arg(long, value_name = "PATH", default_value = "agentloop.db")]
+    pub db: PathBuf,
+    /// Require this bearer token (default: AGENTLOOP_TOKEN, if set).
+    #[arg(long, env = "AGENTLOOP_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }

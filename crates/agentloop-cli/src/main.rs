@@ -18,6 +18,7 @@ async fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => commands::run::run(args).await,
         Command::Chat(args) => commands::chat::chat(args).await,
+        Command::Serve(args) => commands::serve::serve(args).await,
         Command::Tools(ToolsCommand::List { dir }) => commands::tools::list(&dir),
         Command::Tools(ToolsCommand::Validate { dir }) => commands::tools::validate(&dir),
         Command::Replay(args) => commands::replay::replay(&args),

@@ -104,6 +104,13 @@ mod store;
 use std::future::Future;
 use std::net::SocketAddr;
 
+/// The request bodies the HTTP API decodes, public so fuzzers and clients' tests can decode
+/// bytes exactly as the server does (`serde_json::from_slice::<ChatRequest>(body)`).
+pub mod requests {
+    pub use crate::http::chat::ChatRequest;
+    pub use crate::http::ui_stream::{UiChatRequest, UiMessage};
+}
+
 pub use config::{DEFAULT_DATABASE, Database, ServerConfig, TOKEN_ENV};
 pub use error::ServerError;
 pub use events::{ChatEvent, PROTOCOL_HEADER, PROTOCOL_VERSION};

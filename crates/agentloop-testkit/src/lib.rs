@@ -7,7 +7,12 @@ pub mod demo;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod scripted;
+pub mod server;
 mod turn;
 
 pub use scripted::ScriptedModel;
+pub use server::{
+    Fault, MockServer, MockServerBuilder, PrerenderedServer, RecordedRequest, Wire, WriteMode,
+    serve_prerendered, serve_prerendered_on,
+};
 pub use turn::{Pieces, Turn, TurnItem, split_pieces};

@@ -6,6 +6,8 @@ use std::time::Duration;
 use agentloop::{Error, StopReason, StreamEvent, Usage};
 use serde_json::Value;
 
+use crate::server::Fault;
+
 /// One piece of a scripted answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnItem {
@@ -66,10 +68,14 @@ pub struct Turn {
     pub delay: Option<Duration>,
     /// Wait this long between streamed events.
     pub chunk_delay: Option<Duration>,
-    /// Fail instead of answering.
+    /// Fail instead of answering (how the mock servers play each error: see
+    /// [`crate::server`]).
     pub error: Option<Error>,
-    /// Fail after this many streamed events (a stream cut mid-way).
+    /// Fail after this many streamed events (a stream cut mid-way); the mock servers count SSE
+    /// events.
     pub fail_after_events: Option<(usize, Error)>,
+    /// Wire-level faults, played by the mock servers only (the scripted model ignores them).
+    pub faults: Vec<Fault>,
     /// How the items are cut into stream deltas.
     pub pieces: Pieces,
 }
@@ -88,6 +94,7 @@ impl Default for Turn {
             chunk_delay: None,
             error: None,
             fail_after_events: None,
+            faults: Vec::new(),
             pieces: Pieces::default(),
         }
     }
@@ -140,6 +147,12 @@ impl Turn {
             error: Some(error),
             ..Self::default()
         }
+    }
+
+    /// A turn that is only a wire fault, e.g. `Turn::fault(Fault::Overloaded)`: a rejection
+    /// answers this call with an error status (a retry then gets the next turn).
+    pub fn fault(fault: Fault) -> Self {
+        Self::default().with_fault(fault)
     }
 
     /// Add text after what is there.
@@ -218,6 +231,12 @@ impl Turn {
     /// Wait between streamed events.
     pub fn with_chunk_delay(mut self, delay: Duration) -> Self {
         self.chunk_delay = Some(delay);
+        self
+    }
+
+    /// Deliver this turn with a wire fault (mock servers only; see [`Fault`]).
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        self.faults.push(fault);
         self
     }
 

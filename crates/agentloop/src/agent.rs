@@ -58,6 +58,17 @@ impl Agent {
         AgentBuilder::new(Arc::new(provider))
     }
 
+    /// Start building an agent from a `provider/model` string (`openai/gpt-4o`,
+    /// `anthropic/claude-sonnet-4-5`, `ollama/qwen2.5`, ...), with keys and base URLs from the
+    /// usual environment variables. See [`crate::provider::route`].
+    pub fn from_model(spec: &str) -> Result<AgentBuilder> {
+        let (provider, model) = crate::provider::route::from_model(
+            spec,
+            crate::provider::route::RouteOptions::default(),
+        )?;
+        Ok(AgentBuilder::new(provider).model(model))
+    }
+
     /// Start building an agent on a shared provider.
     pub fn builder_shared(provider: Arc<dyn Provider>) -> AgentBuilder {
         AgentBuilder::new(provider)

@@ -184,6 +184,9 @@ impl Accumulator {
             signature: sig,
             ..
         }) = self.open_thinking.and_then(|i| self.content.get_mut(i))
+            // A signature closes a reasoning block (Anthropic sends it last): new reasoning
+            // text after it is a new block, or two signed blocks would merge into one.
+            && (sig.is_none() || text.is_empty())
         {
             thinking.push_str(text);
             if let Some(s) = signature {
@@ -302,4 +305,50 @@ where
         acc.push(&event?);
     }
     Ok(acc.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thinking(text: &str) -> StreamEvent {
+        StreamEvent::ThinkingDelta { text: text.into() }
+    }
+
+    fn signature(sig: &str) -> StreamEvent {
+        StreamEvent::ThinkingSignature {
+            signature: sig.into(),
+        }
+    }
+
+    #[test]
+    fn a_signature_closes_the_reasoning_block() {
+        let mut acc = Accumulator::new();
+        for event in [
+            thinking("first "),
+            thinking("block"),
+            signature("sig"),
+            signature("-1"),
+            thinking("second"),
+            signature("sig-2"),
+        ] {
+            acc.push(&event);
+        }
+        let response = acc.finish();
+        assert_eq!(
+            response.content,
+            vec![
+                ContentBlock::Thinking {
+                    thinking: "first block".into(),
+                    signature: Some("sig-1".into()),
+                    provider: None,
+                },
+                ContentBlock::Thinking {
+                    thinking: "second".into(),
+                    signature: Some("sig-2".into()),
+                    provider: None,
+                },
+            ]
+        );
+    }
 }

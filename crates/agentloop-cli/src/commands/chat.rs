@@ -19,7 +19,9 @@ const HELP: &str = "commands: /clear (forget the conversation), /history (show i
 pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
     let resolved = model::resolve(args.model.as_deref(), args.base_url.as_deref())?;
     if resolved.mock {
-        eprintln!("agentloop: no model given (--model or AGENTLOOP_MODEL): using the built-in mock model");
+        eprintln!(
+            "agentloop: no model given (--model or AGENTLOOP_MODEL): using the built-in mock model"
+        );
     }
     let agent = model::agent(&args, &resolved)?;
     let mut chat = Conversation::new(&agent);
@@ -56,7 +58,10 @@ pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
         if line.is_empty() {
             continue;
         }
-        match line.split_once(' ').map_or((line, ""), |(c, rest)| (c, rest.trim())) {
+        match line
+            .split_once(' ')
+            .map_or((line, ""), |(c, rest)| (c, rest.trim()))
+        {
             ("/quit" | "/exit", _) => break,
             ("/help", _) => eprintln!("{HELP}"),
             ("/clear", _) => {
@@ -76,7 +81,10 @@ pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
                     }
                     for block in &message.content {
                         if let agentloop::ContentBlock::ToolResult(r) = block {
-                            text.push_str(&format!(" [tool result {}]", short(&r.content.to_text(), 60)));
+                            text.push_str(&format!(
+                                " [tool result {}]",
+                                short(&r.content.to_text(), 60)
+                            ));
                         }
                     }
                     println!("{role}: {}", text.trim());

@@ -4,4 +4,5 @@ pub mod chat;
 pub mod mock_server;
 pub mod replay;
 pub mod run;
+pub mod serve;
 pub mod tools;

@@ -24,7 +24,7 @@ use crate::store::title_from;
 /// The body of `POST /v1/chat`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ChatRequest {
+pub struct ChatRequest {
     #[serde(default)]
     conversation_id: Option<String>,
     message: String,

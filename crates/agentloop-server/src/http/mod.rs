@@ -1,10 +1,10 @@
 //! The HTTP surface: routes, errors, authentication, limits.
 
 mod auth;
-mod chat;
+pub(crate) mod chat;
 mod conversations;
 mod page;
-mod ui_stream;
+pub(crate) mod ui_stream;
 
 use axum::Json;
 use axum::Router;

@@ -36,7 +36,7 @@ pub(crate) const UI_STREAM_HEADER: &str = "x-vercel-ai-ui-message-stream";
 
 /// The body `DefaultChatTransport` sends: the chat id, all its UI messages, and why.
 #[derive(Debug, Deserialize)]
-pub(crate) struct UiChatRequest {
+pub struct UiChatRequest {
     id: String,
     messages: Vec<UiMessage>,
     /// `submit-message` (default) or `regenerate-message`.
@@ -46,7 +46,7 @@ pub(crate) struct UiChatRequest {
 
 /// An AI SDK `UIMessage`; parts stay raw JSON because only some kinds matter here.
 #[derive(Debug, Deserialize)]
-pub(crate) struct UiMessage {
+pub struct UiMessage {
     role: String,
     #[serde(default)]
     parts: Vec<Value>,

@@ -3,8 +3,11 @@
 //! A provider turns a canonical [`Request`] into its wire format, and the answer back into
 //! normalized [`StreamEvent`]s. Everything provider-specific stays behind this trait.
 
+pub mod anthropic;
 pub mod http;
 pub mod openai;
+pub mod replay;
+pub mod route;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -1,0 +1,529 @@
+//! The `agentloop` binary, process by process.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use agentloop_testkit::Turn;
+use agentloop_testkit::demo::demo_turns;
+use agentloop_testkit::server::{MockServer, Wire};
+use serde_json::{Value, json};
+
+fn bin() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agentloop"));
+    command.env_remove("AGENTLOOP_MODEL").env("NO_COLOR", "1");
+    command
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("the agentloop binary runs")
+}
+
+fn stdout_json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(relative)
+}
+
+/// Walk up from the crate to find `shared/` beside the repository (CI puts it there).
+fn shared_path() -> Option<PathBuf> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|p| p.join("shared/conformance/streams"))
+        .find(|p| p.is_dir())
+}
+
+fn tools_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("weather.json"),
+        serde_json::to_vec_pretty(&json!({
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            "mock": {"template": "{\"city\": {{ city | tojson }}, \"temperature_c\": 21}"}
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+fn without_durations(mut doc: Value) -> Value {
+    if let Some(steps) = doc["steps"].as_array_mut() {
+        for step in steps {
+            step.as_object_mut().unwrap().remove("duration_ms");
+        }
+    }
+    doc
+}
+
+async fn run_json_against(wire: Wire, model: &str) {
+    let server = MockServer::start(
+        wire,
+        [
+            Turn::tool_call("get_weather", json!({"city": "Lyon"})).with_usage(30, 9),
+            Turn::text("It is 21 °C in Lyon.").with_usage(50, 8),
+        ],
+    )
+    .await
+    .unwrap();
+    let tools = tools_dir();
+    let output = tokio::task::spawn_blocking({
+        let url = server.base_url();
+        let tools = tools.path().to_owned();
+        let model = model.to_owned();
+        move || {
+            run(bin()
+                .args([
+                    "run",
+                    "--json",
+                    "--model",
+                    &model,
+                    "--base-url",
+                    &url,
+                    "--tools",
+                ])
+                .arg(&tools)
+                .arg("Weather in Lyon?")
+                .env("ANTHROPIC_API_KEY", "test-key"))
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        without_durations(stdout_json(&output)),
+        json!({
+            "text": "It is 21 °C in Lyon.",
+            "stop_reason": "end_turn",
+            "turns": 2,
+            "tool_calls": 1,
+            "usage": {"input_tokens": 80, "output_tokens": 17, "cache_read_tokens": 0, "cache_write_tokens": 0},
+            "steps": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "stop_reason": "tool_use",
+                    "tool_calls": [{
+                        "id": "call_0_0",
+                        "name": "get_weather",
+                        "input": {"city": "Lyon"},
+                        "outcome": "completed",
+                        "result": {"content": "{\"city\":\"Lyon\",\"temperature_c\":21}", "is_error": false}
+                    }],
+                    "usage": {"input_tokens": 30, "output_tokens": 9, "cache_read_tokens": 0, "cache_write_tokens": 0}
+                },
+                {
+                    "index": 1,
+                    "text": "It is 21 °C in Lyon.",
+                    "stop_reason": "end_turn",
+                    "tool_calls": [],
+                    "usage": {"input_tokens": 50, "output_tokens": 8, "cache_read_tokens": 0, "cache_write_tokens": 0}
+                }
+            ]
+        })
+    );
+    server.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_json_over_the_openai_wire_with_a_descriptor_tool() {
+    run_json_against(Wire::OpenAi, "openai-compatible/test-model").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_json_over_the_anthropic_wire_with_a_descriptor_tool() {
+    run_json_against(Wire::Anthropic, "anthropic/claude-test").await;
+}
+
+#[test]
+fn run_without_a_model_uses_the_built_in_mock() {
+    let output = run(bin().args(["run", "What's the weather in Paris?"]));
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("using the built-in mock model"), "{stderr}");
+    assert!(
+        stderr.contains("get_weather"),
+        "the tool call is shown: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("It is 18 °C and sunny in Paris."),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn unknown_provider_prefix_is_an_error_listing_the_known_ones() {
+    let output = run(bin().args(["run", "--model", "nope/x", "hi"]));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown provider `nope`"), "{stderr}");
+    assert!(stderr.contains("anthropic, openai, xai"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mock_server_and_run_end_to_end() {
+    let mut server = bin()
+        .args(["mock-server", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let url = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let line = lines.next().unwrap().unwrap();
+        line.rsplit(' ').next().unwrap().to_owned()
+    })
+    .await
+    .unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let output = tokio::task::spawn_blocking(move || {
+        run(bin().args([
+            "run",
+            "--json",
+            "--model",
+            "openai-compatible/demo",
+            "--base-url",
+            &url,
+            "Weather?",
+        ]))
+    })
+    .await
+    .unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc = stdout_json(&output);
+    assert_eq!(doc["stop_reason"], "end_turn");
+    assert_eq!(doc["tool_calls"], 1);
+    assert_eq!(doc["steps"][0]["tool_calls"][0]["name"], "get_weather");
+    assert_eq!(
+        doc["steps"][0]["tool_calls"][0]["input"],
+        json!({"city": "Paris"})
+    );
+    assert_eq!(
+        doc["text"],
+        demo_turns()[1]
+            .items
+            .first()
+            .map(|i| match i {
+                agentloop_testkit::TurnItem::Text(t) => t.clone(),
+                _ => String::new(),
+            })
+            .unwrap()
+    );
+}
+
+#[test]
+fn replay_matches_every_recorded_stream() {
+    let Some(streams) = shared_path() else {
+        println!("SKIPPED: ../shared/conformance/streams not found");
+        return;
+    };
+    let expected_dir = repo_path("crates/agentloop/tests/conformance");
+    let mut checked = 0;
+    let mut folders: Vec<_> = std::fs::read_dir(&streams)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    folders.sort();
+    for folder in folders.into_iter().filter(|p| p.is_dir()) {
+        let provider = folder.file_name().unwrap().to_string_lossy().into_owned();
+        let format = if provider == "anthropic" {
+            "anthropic"
+        } else {
+            "openai"
+        };
+        let mut files: Vec<_> = std::fs::read_dir(&folder)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        for file in files
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "sse"))
+        {
+            let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+            let expected: Value = serde_json::from_slice(
+                &std::fs::read(expected_dir.join(&provider).join(format!("{stem}.json"))).unwrap(),
+            )
+            .unwrap();
+            let output = run(bin().args(["replay", "--format", format]).arg(&file));
+            let name = format!("{provider}/{stem}");
+            if let Some(error) = expected.get("error") {
+                assert!(
+                    !output.status.success(),
+                    "{name}: a stream with an error exits non-zero"
+                );
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let message = error["message"].as_str().unwrap();
+                assert!(
+                    stderr.contains(message),
+                    "{name}: stderr names the error {message:?}: {stderr}"
+                );
+                continue;
+            }
+            assert!(
+                output.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let mut want = expected.clone();
+            let want = want.as_object_mut().unwrap();
+            want.remove("thinking");
+            for call in want["tool_calls"].as_array_mut().unwrap() {
+                // The expected files say "invalid JSON"; the CLI gives the parser's reason.
+                if call.get("input_error").is_some() {
+                    call["input_error"] = Value::Null;
+                }
+            }
+            let mut got = stdout_json(&output);
+            for call in got["tool_calls"].as_array_mut().unwrap() {
+                if call.get("input_error").is_some() {
+                    assert!(
+                        call["input_error"].as_str().unwrap().contains("EOF"),
+                        "{name}: {call}"
+                    );
+                    call["input_error"] = Value::Null;
+                }
+            }
+            assert_eq!(got, Value::Object(want.clone()), "{name}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 38, "only {checked} streams checked");
+}
+
+#[test]
+fn replay_reads_stdin_with_multi_line_data_and_parallel_calls() {
+    // Multi-line `data:` joins with a newline (valid JSON whitespace); CRLF line ends; the two
+    // calls' argument fragments interleave.
+    let stream = concat!(
+        "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\r\n",
+        "data: \"content\":\"Checking \"}}]}\r\n\r\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"a\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\"\"}}]}}]}\r\n\r\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{\\\"y\\\":\"}}]}}]}\r\n\r\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]}}]}\r\n\r\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"2}\"}}]}}]}\r\n\r\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}],\r\n",
+        "data: \"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\r\n\r\n",
+        "data: [DONE]\r\n\r\n",
+    );
+    let mut child = bin()
+        .args(["replay", "--format", "openai", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stream.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout_json(&output),
+        json!({
+            "text": "Checking ",
+            "tool_calls": [
+                {"id": "a", "name": "f", "input": {"x": 1}},
+                {"id": "b", "name": "g", "input": {"y": 2}}
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 7, "output_tokens": 3}
+        })
+    );
+}
+
+#[test]
+fn tools_validate_and_list() {
+    let good = repo_path("crates/agentloop/tests/fixtures/tools/good");
+    let output = run(bin().args(["tools", "validate"]).arg(&good));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).starts_with("ok: "));
+    let output = run(bin().args(["tools", "list"]).arg(&good));
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("get_weather\tmock\t"));
+
+    let bad = repo_path("crates/agentloop/tests/fixtures/tools/bad");
+    let output = run(bin().args(["tools", "validate"]).arg(&bad));
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("wrong_type.yaml:4:13: tool `slow_tool`: timeout_ms: invalid type"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("syntax.json"), "{stderr}");
+    let files = std::fs::read_dir(&bad).unwrap().count();
+    assert!(
+        stderr.contains(&format!("{files} problem(s)")),
+        "every bad file is reported: {stderr}"
+    );
+
+    let dup = repo_path("crates/agentloop/tests/fixtures/tools/dup");
+    let output = run(bin().args(["tools", "validate"]).arg(&dup));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("duplicate tool name"));
+}
+
+#[test]
+fn chat_through_stdin_keeps_history_and_clears() {
+    let mut child = bin()
+        .arg("chat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Weather in Paris?\nAnd tomorrow?\n/history\n/clear\n/history\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // Two answers, then a history of 2 turns × (prompt, tool call, tool result, answer).
+    assert_eq!(
+        stdout.matches("It is 18 °C and sunny in Paris.").count(),
+        2 + 2,
+        "{stdout}"
+    );
+    assert!(stdout.contains("user: Weather in Paris?"), "{stdout}");
+    assert!(stdout.contains("user: And tomorrow?"), "{stdout}");
+    assert!(
+        stdout.contains("[tool call get_weather {\"city\":\"Paris\"}]"),
+        "{stdout}"
+    );
+    let after_clear = stdout.split("(conversation cleared)").nth(1).unwrap();
+    assert!(after_clear.contains("(no messages)"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_answers_a_chat_over_sse() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = bin()
+        .args(["serve", "--addr", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("chat.db"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let url = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let line = std::io::BufReader::new(stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .unwrap();
+        line.trim_start_matches("serving on ").to_owned()
+    })
+    .await
+    .unwrap();
+    let body = reqwest::Client::new()
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Weather in Paris?"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(events.first(), Some(&"message_start"), "{body}");
+    assert!(events.contains(&"tool_call_start"), "{body}");
+    assert!(events.contains(&"tool_call_result"), "{body}");
+    assert_eq!(events.last(), Some(&"message_end"), "{body}");
+    assert!(body.contains("It is 18"), "{body}");
+}
+
+/// Against the real model (see crates/agentloop/tests/real_model.rs); skipped without it.
+#[test]
+fn real_model_run_json_with_a_mock_descriptor_tool() {
+    let Some(url) = std::env::var("AGENTLOOP_REAL_MODEL_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        println!("real-model test skipped: AGENTLOOP_REAL_MODEL_URL is not set");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("weather.yaml"),
+        "name: get_weather\ndescription: Get the current weather for a city\ninput_schema:\n  type: object\n  properties:\n    city: {type: string}\n  required: [city]\nmock:\n  response: {temperature_c: 18}\n",
+    )
+    .unwrap();
+    let output = run(bin()
+        .args([
+            "run",
+            "--json",
+            "--model",
+            "llamacpp/gemma",
+            "--temperature",
+            "0",
+            "--max-turns",
+            "3",
+            "--base-url",
+            &url,
+            "--tools",
+        ])
+        .arg(dir.path())
+        .arg("What is the weather in Paris? Use the tool."));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc = stdout_json(&output);
+    assert_eq!(doc["stop_reason"], "end_turn", "{doc}");
+    assert_eq!(doc["tool_calls"], 1, "{doc}");
+    let call = &doc["steps"][0]["tool_calls"][0];
+    assert_eq!(call["name"], "get_weather");
+    assert_eq!(call["input"]["city"], "Paris");
+    assert_eq!(call["outcome"], "completed");
+    assert_eq!(call["result"]["content"], "{\"temperature_c\":18}");
+    assert!(doc["text"].as_str().unwrap().contains("18"), "{doc}");
+    assert!(doc["usage"]["input_tokens"].as_u64().unwrap() > 0);
+}

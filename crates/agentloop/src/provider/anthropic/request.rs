@@ -1,0 +1,506 @@
+//! Canonical [`Request`] → Messages API body, serialized once from structs that borrow the
+//! request (no intermediate `serde_json::Value` for the history).
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::{Map, Value, json};
+
+use super::{AnthropicOptions, ForeignThinking, PROVIDER_NAME};
+use crate::error::{Error, Result};
+use crate::message::{ContentBlock, ImageSource, Request, Role, ToolResult, ToolResultContent};
+use crate::tool::schema::inline_refs;
+use crate::tool::{FunctionDefinition, NativeTool, ToolChoice, ToolDefinition};
+
+/// Native tool type strings (docs, 2025-2026): web search and text editor and bash are
+/// generally available; code execution and computer use still need a beta header.
+const WEB_SEARCH: &str = "web_search_20250305";
+const CODE_EXECUTION: &str = "code_execution_20250825";
+const CODE_EXECUTION_BETA: &str = "code-execution-2025-08-25";
+const TEXT_EDITOR: &str = "text_editor_20250728";
+const TEXT_EDITOR_NAME: &str = "str_replace_based_edit_tool";
+const BASH: &str = "bash_20250124";
+
+/// A serialized body and the beta features it needs.
+pub(super) struct Built {
+    pub body: Bytes,
+    pub betas: Vec<&'static str>,
+}
+
+pub(super) fn build(request: &Request, options: &AnthropicOptions, stream: bool) -> Result<Built> {
+    let (system, messages) = messages(request, options);
+    let mut betas = Vec::new();
+    let tools = request
+        .tools
+        .iter()
+        .map(|tool| wire_tool(tool, options, &mut betas))
+        .collect::<Result<Vec<_>>>()?;
+    let body = Body {
+        model: &request.model,
+        max_tokens: request.max_tokens.unwrap_or(options.default_max_tokens),
+        system,
+        messages,
+        temperature: request.temperature,
+        top_p: request.top_p,
+        top_k: request.top_k,
+        stop_sequences: &request.stop_sequences,
+        tool_choice: tool_choice(request),
+        tools,
+        metadata: request
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("user_id"))
+            .filter(|id| !id.is_null())
+            .map(|user_id| Metadata { user_id }),
+        stream,
+        extensions: request.extensions.as_ref(),
+    };
+    let body = serde_json::to_vec(&body)
+        .map_err(|e| Error::parse("Anthropic request body while serializing it", e))?;
+    Ok(Built {
+        body: Bytes::from(body),
+        betas,
+    })
+}
+
+/// The top-level body. Serialized by hand so that `extensions` can replace any field without
+/// a second pass over a `Value`.
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    system: Option<Cow<'a, str>>,
+    messages: Vec<WireMessage<'a>>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<u32>,
+    stop_sequences: &'a [String],
+    tools: Vec<WireTool<'a>>,
+    tool_choice: Option<WireToolChoice<'a>>,
+    metadata: Option<Metadata<'a>>,
+    stream: bool,
+    extensions: Option<&'a Map<String, Value>>,
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ext = self.extensions;
+        let mut map = serializer.serialize_map(None)?;
+        entry(&mut map, ext, "model", self.model)?;
+        entry(&mut map, ext, "max_tokens", &self.max_tokens)?;
+        if let Some(system) = &self.system {
+            entry(&mut map, ext, "system", system)?;
+        }
+        entry(&mut map, ext, "messages", &self.messages)?;
+        if let Some(temperature) = self.temperature {
+            entry(&mut map, ext, "temperature", &temperature)?;
+        }
+        if let Some(top_p) = self.top_p {
+            entry(&mut map, ext, "top_p", &top_p)?;
+        }
+        if let Some(top_k) = self.top_k {
+            entry(&mut map, ext, "top_k", &top_k)?;
+        }
+        if !self.stop_sequences.is_empty() {
+            entry(&mut map, ext, "stop_sequences", self.stop_sequences)?;
+        }
+        if !self.tools.is_empty() {
+            entry(&mut map, ext, "tools", &self.tools)?;
+        }
+        if let Some(choice) = &self.tool_choice {
+            entry(&mut map, ext, "tool_choice", choice)?;
+        }
+        if let Some(metadata) = &self.metadata {
+            entry(&mut map, ext, "metadata", metadata)?;
+        }
+        if self.stream {
+            entry(&mut map, ext, "stream", &true)?;
+        }
+        // Extensions come last and win: every key they name was skipped above.
+        for (key, value) in ext.into_iter().flatten() {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+fn entry<M: SerializeMap, T: Serialize + ?Sized>(
+    map: &mut M,
+    extensions: Option<&Map<String, Value>>,
+    key: &str,
+    value: &T,
+) -> Result<(), M::Error> {
+    if extensions.is_some_and(|ext| ext.contains_key(key)) {
+        return Ok(());
+    }
+    map.serialize_entry(key, value)
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireBlock<'a> {
+    Typed(TypedBlock<'a>),
+    /// A block Anthropic made, sent back exactly as it came.
+    Native(&'a Value),
+}
+
+impl WireBlock<'_> {
+    fn is_tool_result(&self) -> bool {
+        matches!(self, Self::Typed(TypedBlock::ToolResult { .. }))
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum TypedBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    Image {
+        // The canonical source already has Anthropic's shape: {type: base64|url, ...}.
+        source: &'a ImageSource,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        #[serde(serialize_with = "object_or_empty")]
+        input: &'a Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: ResultContent<'a>,
+        is_error: bool,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<TypedBlock<'a>>),
+}
+
+/// Anthropic requires tool input to be an object. Arguments that were not valid JSON are
+/// kept in the history as a string (the model already got an error result for them); they
+/// go back as `{}`.
+fn object_or_empty<S: Serializer>(input: &&Value, serializer: S) -> Result<S::Ok, S::Error> {
+    match input {
+        Value::Object(_) => input.serialize(serializer),
+        _ => serializer.serialize_map(Some(0))?.end(),
+    }
+}
+
+/// The history as Anthropic messages, and the system prompt with any system messages of the
+/// history folded in.
+fn messages<'a>(
+    request: &'a Request,
+    options: &AnthropicOptions,
+) -> (Option<Cow<'a, str>>, Vec<WireMessage<'a>>) {
+    let mut system: Vec<&'a str> = request
+        .system
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .into_iter()
+        .collect();
+    let mut out: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
+    for message in &request.messages {
+        let role = match message.role {
+            Role::System => {
+                system.extend(
+                    message
+                        .content
+                        .iter()
+                        .filter_map(ContentBlock::as_text)
+                        .filter(|text| !text.is_empty()),
+                );
+                continue;
+            }
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        let blocks = message
+            .content
+            .iter()
+            .filter_map(|block| wire_block(block, options));
+        // Anthropic requires alternating roles: consecutive messages of one role (left by
+        // dropped blocks or folded system messages) become one.
+        match out.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => {
+                let content: Vec<_> = blocks.collect();
+                if !content.is_empty() {
+                    out.push(WireMessage { role, content });
+                }
+            }
+        }
+    }
+    for message in &mut out {
+        // "tool_result blocks must come first in the content array; any text must come after
+        // all tool results" (docs, "How to implement tool use"). Stable, so order is kept.
+        if message.role == "user" && message.content.iter().any(WireBlock::is_tool_result) {
+            message.content.sort_by_key(|block| !block.is_tool_result());
+        }
+    }
+    let system = match system.as_slice() {
+        [] => None,
+        [one] => Some(Cow::Borrowed(*one)),
+        many => Some(Cow::Owned(many.join("\n\n"))),
+    };
+    (system, out)
+}
+
+fn wire_block<'a>(block: &'a ContentBlock, options: &AnthropicOptions) -> Option<WireBlock<'a>> {
+    let typed = match block {
+        // The API rejects empty text blocks (a refusal leaves one in the history).
+        ContentBlock::Text { text } if text.is_empty() => return None,
+        ContentBlock::Text { text } => TypedBlock::Text { text },
+        ContentBlock::Image { source } => TypedBlock::Image { source },
+        ContentBlock::ToolUse { id, name, input } => TypedBlock::ToolUse { id, name, input },
+        ContentBlock::ToolResult(result) => tool_result(result),
+        ContentBlock::Thinking {
+            thinking,
+            signature,
+            provider,
+        } => match signature.as_deref().filter(|s| !s.is_empty()) {
+            Some(signature) if is_ours(provider.as_deref()) => TypedBlock::Thinking {
+                thinking,
+                signature,
+            },
+            // Unsigned or another provider's: Anthropic would reject it as a thinking block.
+            _ => match options.foreign_thinking {
+                ForeignThinking::AsText if !thinking.is_empty() => {
+                    TypedBlock::Text { text: thinking }
+                }
+                _ => return None,
+            },
+        },
+        ContentBlock::RedactedThinking { data, provider } if is_ours(provider.as_deref()) => {
+            TypedBlock::RedactedThinking { data }
+        }
+        ContentBlock::RedactedThinking { .. } => return None,
+        ContentBlock::Native { provider, value } if provider == PROVIDER_NAME => {
+            return Some(WireBlock::Native(value));
+        }
+        ContentBlock::Native { .. } => return None,
+    };
+    Some(WireBlock::Typed(typed))
+}
+
+/// Blocks without a provider tag predate tagging or were built by hand; trust them.
+fn is_ours(provider: Option<&str>) -> bool {
+    provider.is_none_or(|p| p == PROVIDER_NAME)
+}
+
+fn tool_result(result: &ToolResult) -> TypedBlock<'_> {
+    let content = match &result.content {
+        ToolResultContent::Text(text) => ResultContent::Text(text),
+        // A tool result holds text and images only.
+        ToolResultContent::Blocks(blocks) => ResultContent::Blocks(
+            blocks
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::Text { text } if !text.is_empty() => {
+                        Some(TypedBlock::Text { text })
+                    }
+                    ContentBlock::Image { source } => Some(TypedBlock::Image { source }),
+                    _ => None,
+                })
+                .collect(),
+        ),
+    };
+    TypedBlock::ToolResult {
+        tool_use_id: &result.tool_use_id,
+        content,
+        is_error: result.is_error,
+    }
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireTool<'a> {
+    Function {
+        name: &'a str,
+        #[serde(skip_serializing_if = "str::is_empty")]
+        description: &'a str,
+        input_schema: Cow<'a, Value>,
+    },
+    Native(Value),
+}
+
+fn wire_tool<'a>(
+    tool: &'a ToolDefinition,
+    options: &AnthropicOptions,
+    betas: &mut Vec<&'static str>,
+) -> Result<WireTool<'a>> {
+    match tool {
+        ToolDefinition::Function(FunctionDefinition {
+            name,
+            description,
+            input_schema,
+            strict: _,
+        }) => Ok(WireTool::Function {
+            name,
+            description,
+            input_schema: shape_schema(input_schema),
+        }),
+        ToolDefinition::Native(native) => native_tool(native, options, betas).map(WireTool::Native),
+    }
+}
+
+/// Anthropic takes JSON Schema but not `$schema`, and resolves no `$ref`s: inline them.
+/// Schemas that need neither are sent as they are, without a copy.
+fn shape_schema(schema: &Value) -> Cow<'_, Value> {
+    let top_level = schema.as_object().is_some_and(|map| {
+        ["$schema", "$defs", "definitions"]
+            .iter()
+            .any(|key| map.contains_key(*key))
+    });
+    if !top_level && !has_ref(schema) {
+        return Cow::Borrowed(schema);
+    }
+    let mut shaped = inline_refs(schema);
+    if let Value::Object(map) = &mut shaped {
+        map.shift_remove("$schema");
+    }
+    Cow::Owned(shaped)
+}
+
+fn has_ref(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => map.contains_key("$ref") || map.values().any(has_ref),
+        Value::Array(items) => items.iter().any(has_ref),
+        _ => false,
+    }
+}
+
+fn native_tool(
+    tool: &NativeTool,
+    options: &AnthropicOptions,
+    betas: &mut Vec<&'static str>,
+) -> Result<Value> {
+    let mut need = |beta: &'static str| {
+        if !betas.contains(&beta) {
+            betas.push(beta);
+        }
+    };
+    Ok(match tool {
+        NativeTool::WebSearch {
+            max_uses,
+            allowed_domains,
+            blocked_domains,
+            user_location,
+            // OpenAI only; Anthropic has no such knob, and dropping it keeps a request
+            // portable between the two.
+            search_context_size: _,
+        } => {
+            let mut tool = Map::new();
+            tool.insert("type".into(), WEB_SEARCH.into());
+            tool.insert("name".into(), "web_search".into());
+            if let Some(max_uses) = max_uses {
+                tool.insert("max_uses".into(), (*max_uses).into());
+            }
+            if !allowed_domains.is_empty() {
+                tool.insert("allowed_domains".into(), json!(allowed_domains));
+            }
+            if !blocked_domains.is_empty() {
+                tool.insert("blocked_domains".into(), json!(blocked_domains));
+            }
+            if let Some(location) = user_location {
+                let mut location = location.clone();
+                // Anthropic's only location kind; callers often leave it out.
+                if let Value::Object(map) = &mut location {
+                    map.entry("type").or_insert_with(|| "approximate".into());
+                }
+                tool.insert("user_location".into(), location);
+            }
+            Value::Object(tool)
+        }
+        NativeTool::CodeExecution => {
+            need(CODE_EXECUTION_BETA);
+            json!({"type": CODE_EXECUTION, "name": "code_execution"})
+        }
+        NativeTool::ComputerUse {
+            display_width,
+            display_height,
+            display_number,
+        } => {
+            let (kind, beta) = options.computer_use.wire();
+            need(beta);
+            let mut tool = json!({
+                "type": kind,
+                "name": "computer",
+                "display_width_px": display_width,
+                "display_height_px": display_height,
+            });
+            if let (Some(number), Value::Object(map)) = (display_number, &mut tool) {
+                map.insert("display_number".into(), (*number).into());
+            }
+            tool
+        }
+        NativeTool::TextEditor => json!({"type": TEXT_EDITOR, "name": TEXT_EDITOR_NAME}),
+        NativeTool::Bash => json!({"type": BASH, "name": "bash"}),
+        NativeTool::FileSearch { .. } | NativeTool::XSearch { .. } => {
+            return Err(Error::Unsupported {
+                provider: PROVIDER_NAME.to_owned(),
+                feature: tool.feature_name().to_owned(),
+            });
+        }
+    })
+}
+
+#[derive(Serialize)]
+struct WireToolChoice<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    disable_parallel_tool_use: bool,
+}
+
+/// `disable_parallel_tool_use` lives inside `tool_choice` (it has no top-level switch), so
+/// turning parallel calls off without a choice sends `auto` with the flag.
+fn tool_choice(request: &Request) -> Option<WireToolChoice<'_>> {
+    let serial = request.parallel_tool_calls == Some(false);
+    let (kind, name) = match &request.tool_choice {
+        Some(ToolChoice::Auto) => ("auto", None),
+        Some(ToolChoice::Required) => ("any", None),
+        // `none` takes no flag: no tool call at all.
+        Some(ToolChoice::None) => {
+            return Some(WireToolChoice {
+                kind: "none",
+                name: None,
+                disable_parallel_tool_use: false,
+            });
+        }
+        Some(ToolChoice::Tool { name }) => ("tool", Some(name.as_str())),
+        // A tool_choice without tools is an error on Anthropic's side.
+        None if serial && !request.tools.is_empty() => ("auto", None),
+        None => return None,
+    };
+    Some(WireToolChoice {
+        kind,
+        name,
+        disable_parallel_tool_use: serial,
+    })
+}
+
+/// Anthropic's metadata takes `user_id` only; other keys would be rejected.
+#[derive(Serialize)]
+struct Metadata<'a> {
+    user_id: &'a Value,
+}

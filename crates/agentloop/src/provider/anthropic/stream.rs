@@ -1,0 +1,470 @@
+//! Messages API SSE events → normalized [`StreamEvent`]s.
+//!
+//! Event flow (docs, "Streaming Messages"): `message_start`, then per content block a
+//! `content_block_start`, deltas and a `content_block_stop`, then `message_delta` (stop reason,
+//! cumulative usage) and `message_stop`; `ping`s anywhere, `error` events mid-stream, and new
+//! event types to be ignored. Events are deserialized into lenient borrowed structs: deltas,
+//! the hot path, copy only the text they hand on.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use super::PROVIDER_NAME;
+use super::response::WireUsage;
+use crate::error::{Error, Result};
+use crate::message::{StopReason, Usage};
+use crate::provider::http::{SseDecoder, excerpt};
+use crate::sse::SseEvent;
+use crate::stream::StreamEvent;
+
+/// Event names the API sends. Data under an unknown name that is not JSON is skipped; under
+/// one of these it is an error.
+const KNOWN_EVENTS: [&str; 8] = [
+    "",
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+];
+
+#[derive(Deserialize)]
+struct WireEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    index: Option<u64>,
+    // Boxed: rare, and a smaller event struct is cheaper to build for every delta.
+    #[serde(default, borrow)]
+    message: Option<Box<StartMessage<'a>>>,
+    /// Parsed whole: once per block, and unknown blocks are kept verbatim anyway.
+    #[serde(default)]
+    content_block: Option<Value>,
+    #[serde(default, borrow)]
+    delta: Option<WireDelta<'a>>,
+    #[serde(default)]
+    usage: Option<Box<WireUsage>>,
+    #[serde(default, borrow)]
+    error: Option<Box<WireError<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct StartMessage<'a> {
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// One shape for both `content_block_delta.delta` and `message_delta.delta`.
+#[derive(Deserialize)]
+struct WireDelta<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    partial_json: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    signature: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WireError<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    message: Option<Cow<'a, str>>,
+}
+
+/// `Option<Cow<str>>` that borrows when the JSON string has no escapes (serde's own impl for
+/// `Option<Cow>` always copies).
+fn opt_cow<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Borrowed<'de>>::deserialize(deserializer)?.map(|b| b.0))
+}
+
+/// What is known about one content block, by its Anthropic index.
+enum BlockState {
+    /// Text, thinking, or a block already finished.
+    Plain,
+    /// A client tool call: its position among this response's calls, whether argument
+    /// deltas came, and the input of the start event (used only when no deltas come).
+    Tool {
+        position: usize,
+        streamed: bool,
+        initial: Option<String>,
+    },
+    /// A server-side block, kept verbatim; `input` collects its `input_json_delta`s.
+    Native { value: Value, input: String },
+}
+
+struct Block {
+    index: u64,
+    state: BlockState,
+}
+
+/// Decodes an Anthropic Messages stream. Public so that recorded streams can be replayed
+/// through it (tests, benchmarks); [`super::Anthropic`] uses it for every streamed call.
+#[derive(Default)]
+pub struct AnthropicDecoder {
+    started: bool,
+    finished: bool,
+    stop_reason: Option<StopReason>,
+    usage: Usage,
+    reported: Usage,
+    blocks: Vec<Block>,
+    tool_calls: usize,
+}
+
+impl std::fmt::Debug for AnthropicDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicDecoder")
+            .field("started", &self.started)
+            .field("finished", &self.finished)
+            .field("stop_reason", &self.stop_reason)
+            .field("usage", &self.usage)
+            .field("blocks", &self.blocks.len())
+            .field("tool_calls", &self.tool_calls)
+            .finish()
+    }
+}
+
+impl AnthropicDecoder {
+    /// A decoder at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn on_message_start(
+        &mut self,
+        message: Option<Box<StartMessage<'_>>>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        // A repeated message_start (seen in the wild) must not reset anything.
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let (id, model, usage) = match message {
+            Some(m) => {
+                let StartMessage { id, model, usage } = *m;
+                (id, model, usage)
+            }
+            None => (None, None, None),
+        };
+        out.push_back(StreamEvent::MessageStart {
+            id: id.map(Cow::into_owned).unwrap_or_default(),
+            model: model.map(Cow::into_owned).unwrap_or_default(),
+        });
+        if let Some(usage) = usage {
+            usage.apply_to(&mut self.usage);
+        }
+        self.report_usage(out);
+    }
+
+    fn on_block_start(
+        &mut self,
+        index: Option<u64>,
+        block: Option<Value>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        let index = index.unwrap_or_else(|| self.blocks.last().map_or(0, |b| b.index + 1));
+        if self.block(index).is_some() {
+            return; // A repeated start for a block we know: keep the first.
+        }
+        let Some(block) = block else { return };
+        let text_of = |key: &str| {
+            block
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        };
+        let state = match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(text) = text_of("text") {
+                    out.push_back(StreamEvent::TextDelta { text });
+                }
+                BlockState::Plain
+            }
+            Some("thinking") => {
+                if let Some(text) = text_of("thinking") {
+                    out.push_back(StreamEvent::ThinkingDelta { text });
+                }
+                if let Some(signature) = text_of("signature") {
+                    out.push_back(StreamEvent::ThinkingSignature { signature });
+                }
+                BlockState::Plain
+            }
+            Some("redacted_thinking") => {
+                // The whole block comes in its start event.
+                if let Some(data) = text_of("data") {
+                    out.push_back(StreamEvent::RedactedThinking { data });
+                }
+                BlockState::Plain
+            }
+            Some("tool_use") => {
+                let position = self.tool_calls;
+                self.tool_calls += 1;
+                out.push_back(StreamEvent::ToolCallStart {
+                    index: position,
+                    id: text_of("id").unwrap_or_default(),
+                    name: text_of("name").unwrap_or_default(),
+                });
+                let initial = block
+                    .get("input")
+                    .filter(|input| has_content(input))
+                    .map(Value::to_string);
+                BlockState::Tool {
+                    position,
+                    streamed: false,
+                    initial,
+                }
+            }
+            // server_tool_use, web_search_tool_result, mcp_tool_use, mcp_tool_result and
+            // whatever comes next: Anthropic's to interpret, ours to send back unchanged.
+            _ => BlockState::Native {
+                value: block,
+                input: String::new(),
+            },
+        };
+        self.blocks.push(Block { index, state });
+    }
+
+    fn on_block_delta(
+        &mut self,
+        index: Option<u64>,
+        delta: Option<WireDelta<'_>>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        let Some(delta) = delta else { return };
+        let piece =
+            |text: Option<Cow<'_, str>>| text.filter(|t| !t.is_empty()).map(Cow::into_owned);
+        match delta.kind.as_deref() {
+            Some("text_delta") => {
+                if let Some(text) = piece(delta.text) {
+                    out.push_back(StreamEvent::TextDelta { text });
+                }
+            }
+            Some("thinking_delta") => {
+                if let Some(text) = piece(delta.thinking) {
+                    out.push_back(StreamEvent::ThinkingDelta { text });
+                }
+            }
+            Some("signature_delta") => {
+                if let Some(signature) = piece(delta.signature) {
+                    out.push_back(StreamEvent::ThinkingSignature { signature });
+                }
+            }
+            Some("input_json_delta") => {
+                let Some(partial) = delta.partial_json.filter(|p| !p.is_empty()) else {
+                    return;
+                };
+                let index = index.or_else(|| self.blocks.last().map(|b| b.index));
+                match index.and_then(|i| self.block(i)).map(|b| &mut b.state) {
+                    Some(BlockState::Tool {
+                        position, streamed, ..
+                    }) => {
+                        *streamed = true;
+                        out.push_back(StreamEvent::ToolCallDelta {
+                            index: *position,
+                            arguments: partial.into_owned(),
+                        });
+                    }
+                    Some(BlockState::Native { input, .. }) => input.push_str(&partial),
+                    // Arguments for no known call: without an id and name they are useless.
+                    _ => {}
+                }
+            }
+            // citations_delta: citations are not part of the canonical model. Unknown delta
+            // types are new features we do not know yet.
+            _ => {}
+        }
+    }
+
+    fn on_block_stop(&mut self, index: Option<u64>, out: &mut VecDeque<StreamEvent>) {
+        let index = index.or_else(|| self.blocks.last().map(|b| b.index));
+        if let Some(block) = index.and_then(|i| self.block(i)) {
+            let state = std::mem::replace(&mut block.state, BlockState::Plain);
+            finish_block(state, out);
+        }
+    }
+
+    /// Blocks whose stop never came (a response cut at max_tokens, a paused turn).
+    fn finish_open_blocks(&mut self, out: &mut VecDeque<StreamEvent>) {
+        for block in &mut self.blocks {
+            let state = std::mem::replace(&mut block.state, BlockState::Plain);
+            finish_block(state, out);
+        }
+    }
+
+    fn on_message_delta(
+        &mut self,
+        delta: Option<WireDelta<'_>>,
+        usage: Option<Box<WireUsage>>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        if let Some(reason) = delta.and_then(|d| d.stop_reason).filter(|r| !r.is_empty()) {
+            self.stop_reason = Some(StopReason::from_name(&reason));
+        }
+        if let Some(usage) = usage {
+            // Cumulative counts: a present value replaces the earlier one.
+            usage.apply_to(&mut self.usage);
+        }
+        self.report_usage(out);
+    }
+
+    fn on_message_stop(&mut self, out: &mut VecDeque<StreamEvent>) {
+        self.finish_open_blocks(out);
+        self.finished = true;
+        let stop_reason = self.stop_reason.clone().unwrap_or(if self.tool_calls > 0 {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        });
+        out.push_back(StreamEvent::MessageStop { stop_reason });
+    }
+
+    fn report_usage(&mut self, out: &mut VecDeque<StreamEvent>) {
+        if self.usage != self.reported {
+            self.reported = self.usage;
+            out.push_back(StreamEvent::Usage { usage: self.usage });
+        }
+    }
+
+    fn block(&mut self, index: u64) -> Option<&mut Block> {
+        // The block being streamed is almost always the last one.
+        self.blocks.iter_mut().rev().find(|b| b.index == index)
+    }
+}
+
+impl SseDecoder for AnthropicDecoder {
+    fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        let data = event.data.as_ref();
+        let wire: WireEvent<'_> = match serde_json::from_str(data) {
+            Ok(wire) => wire,
+            Err(_) if event.event == "error" => {
+                return Err(stream_error(None, data));
+            }
+            Err(e) if KNOWN_EVENTS.contains(&event.event) && !is_noise(data) => {
+                return Err(Error::parse(
+                    format!("Anthropic stream event `{}`", event.event),
+                    format_args!("{e} in {}", excerpt(data.as_bytes())),
+                ));
+            }
+            Err(_) => return Ok(()),
+        };
+        if event.event == "error" || wire.kind == "error" {
+            return Err(stream_error(wire.error, data));
+        }
+        match wire.kind.as_ref() {
+            "message_start" => self.on_message_start(wire.message, out),
+            "content_block_start" => self.on_block_start(wire.index, wire.content_block, out),
+            "content_block_delta" => self.on_block_delta(wire.index, wire.delta, out),
+            "content_block_stop" => self.on_block_stop(wire.index, out),
+            "message_delta" => self.on_message_delta(wire.delta, wire.usage, out),
+            "message_stop" => self.on_message_stop(out),
+            // ping, and event types added after this was written.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        if self.stop_reason.is_some() {
+            // The stop reason came; only the closing event is missing.
+            self.on_message_stop(out);
+            return Ok(());
+        }
+        Err(Error::Interrupted {
+            message: "the Anthropic stream ended before the message was complete (no stop reason, no message_stop); the answer may be cut short, so send the request again".to_owned(),
+        })
+    }
+}
+
+fn finish_block(state: BlockState, out: &mut VecDeque<StreamEvent>) {
+    match state {
+        BlockState::Plain => {}
+        BlockState::Tool {
+            position,
+            streamed,
+            initial,
+        } => {
+            if let (false, Some(arguments)) = (streamed, initial) {
+                out.push_back(StreamEvent::ToolCallDelta {
+                    index: position,
+                    arguments,
+                });
+            }
+            out.push_back(StreamEvent::ToolCallEnd { index: position });
+        }
+        BlockState::Native { mut value, input } => {
+            // Streamed input replaces the start's placeholder `{}`. Input that does not parse
+            // (a cut stream) leaves the placeholder: the block must stay sendable.
+            if let (false, Value::Object(map)) = (input.is_empty(), &mut value)
+                && let Ok(parsed) = serde_json::from_str::<Value>(&input)
+            {
+                map.insert("input".to_owned(), parsed);
+            }
+            out.push_back(StreamEvent::NativeBlock {
+                provider: PROVIDER_NAME.to_owned(),
+                value,
+            });
+        }
+    }
+}
+
+/// A start input worth keeping: anything but `null` and `{}`.
+fn has_content(input: &Value) -> bool {
+    match input {
+        Value::Null => false,
+        Value::Object(map) => !map.is_empty(),
+        _ => true,
+    }
+}
+
+/// Data that is not an event: blank, or an OpenAI-style terminator some proxies add.
+fn is_noise(data: &str) -> bool {
+    let data = data.trim();
+    data.is_empty() || data == "[DONE]"
+}
+
+fn stream_error(error: Option<Box<WireError<'_>>>, data: &str) -> Error {
+    let (error_type, message) = match error {
+        Some(e) => {
+            let WireError { kind, message } = *e;
+            (kind.map(Cow::into_owned), message.map(Cow::into_owned))
+        }
+        None => (None, None),
+    };
+    let message = message.unwrap_or_else(|| excerpt(data.as_bytes()));
+    let provider = PROVIDER_NAME.to_owned();
+    // The in-stream twin of HTTP 529 (docs, "Streaming Messages" → "Error events").
+    if error_type.as_deref() == Some("overloaded_error") {
+        return Error::Overloaded { provider, message };
+    }
+    Error::Stream {
+        provider,
+        error_type,
+        message,
+    }
+}

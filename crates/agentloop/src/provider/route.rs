@@ -1,0 +1,124 @@
+//! Model routing: `provider/model` strings such as `anthropic/claude-sonnet-4-5`,
+//! `openai/gpt-4o`, `xai/grok-4`, `ollama/qwen2.5` or `openai-compatible/<model>` turned into a
+//! configured provider. An unknown prefix is an error that lists the known ones, never a
+//! silent fallback.
+//!
+//! ```
+//! use agentloop::provider::route::{self, RouteOptions};
+//! let (provider, model) = route::from_model(
+//!     "ollama/qwen2.5",
+//!     RouteOptions::default(),
+//! ).unwrap();
+//! assert_eq!((provider.name(), model.as_str()), ("ollama", "qwen2.5"));
+//! let error = route::from_model("mistral-cloud/large", RouteOptions::default()).err().unwrap();
+//! assert!(error.to_string().contains("known providers: anthropic, openai, xai"));
+//! ```
+
+use std::sync::Arc;
+
+use super::Provider;
+use super::anthropic::{self, Anthropic};
+use super::http::{ApiKey, HttpConfig};
+use super::openai::{OpenAi, Preset};
+use crate::error::{Error, Result};
+
+/// Overrides for [`from_model`]; unset fields come from the provider's defaults and
+/// environment variables.
+#[derive(Debug, Clone, Default)]
+pub struct RouteOptions {
+    /// Base URL (required for `openai-compatible` unless `OPENAI_BASE_URL` is set).
+    pub base_url: Option<String>,
+    /// API key (instead of the provider's environment variable).
+    pub api_key: Option<ApiKey>,
+}
+
+/// Every provider prefix [`from_model`] knows, in the order errors list them.
+pub fn known_providers() -> Vec<&'static str> {
+    let mut names = vec![anthropic::PROVIDER_NAME];
+    names.extend(Preset::ALL.iter().map(|p| p.name()));
+    names
+}
+
+/// Split `provider/model` (the model part may itself contain slashes).
+pub fn split(spec: &str) -> Result<(&str, &str)> {
+    match spec.split_once('/') {
+        Some((provider, model)) if !provider.is_empty() && !model.is_empty() => {
+            Ok((provider, model))
+        }
+        _ => Err(Error::config(format!(
+            "model `{spec}` is not of the form provider/model (e.g. openai/gpt-4o); known providers: {}",
+            known_providers().join(", ")
+        ))),
+    }
+}
+
+/// The provider and model name for `spec`.
+pub fn from_model(spec: &str, options: RouteOptions) -> Result<(Arc<dyn Provider>, String)> {
+    let (prefix, model) = split(spec)?;
+    let provider: Arc<dyn Provider> = if prefix == anthropic::PROVIDER_NAME {
+        Arc::new(anthropic_provider(options)?)
+    } else if let Some(preset) = Preset::from_name(prefix) {
+        Arc::new(openai_provider(preset, options)?)
+    } else {
+        return Err(Error::config(format!(
+            "unknown provider `{prefix}` in model `{spec}`; known providers: {}",
+            known_providers().join(", ")
+        )));
+    };
+    Ok((provider, model.to_owned()))
+}
+
+fn env(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn anthropic_provider(options: RouteOptions) -> Result<Anthropic> {
+    let Some(base_url) = options
+        .base_url
+        .clone()
+        .or_else(|| env(anthropic::BASE_URL_ENV))
+    else {
+        return match options.api_key {
+            Some(key) => {
+                let mut config = HttpConfig::new(anthropic::DEFAULT_BASE_URL);
+                config.api_key = Some(key);
+                Anthropic::new(config)
+            }
+            None => Anthropic::from_env(),
+        };
+    };
+    // A custom endpoint (a proxy, a gateway, the testkit server) may need no key.
+    let mut config = HttpConfig::new(base_url);
+    config.api_key = options
+        .api_key
+        .or_else(|| ApiKey::from_env(anthropic::API_KEY_ENV));
+    Anthropic::new(config)
+}
+
+fn openai_provider(preset: Preset, options: RouteOptions) -> Result<OpenAi> {
+    let Some(base_url) = options.base_url else {
+        return match options.api_key {
+            Some(key) => {
+                let url = preset
+                    .default_base_url()
+                    .map(str::to_owned)
+                    .or_else(|| env("OPENAI_BASE_URL"))
+                    .ok_or_else(|| {
+                        Error::config(format!(
+                            "the {} preset needs a base URL: pass one (--base-url) or set OPENAI_BASE_URL",
+                            preset.name()
+                        ))
+                    })?;
+                let mut config = HttpConfig::new(url);
+                config.api_key = Some(key);
+                OpenAi::from_preset(preset, config)
+            }
+            None => OpenAi::preset(preset.name()),
+        };
+    };
+    let mut config = HttpConfig::new(base_url);
+    config.api_key = options
+        .api_key
+        .or_else(|| preset.api_key_var().and_then(ApiKey::from_env));
+    OpenAi::from_preset(preset, config)
+}

@@ -1,0 +1,423 @@
+//! Golden request bodies for the Anthropic Messages API. The expected JSON files in
+//! `tests/golden/anthropic/` were written from the API reference; their sources are listed in
+//! `tests/golden/anthropic/README.md`.
+
+mod common;
+
+use agentloop::provider::anthropic::{
+    Anthropic, AnthropicOptions, ComputerUseVersion, ForeignThinking,
+};
+use agentloop::provider::http::{ApiKey, HttpConfig};
+use agentloop::{
+    ContentBlock, Error, FunctionDefinition, Message, NativeTool, Request, Role, ToolChoice,
+    ToolDefinition, ToolResult,
+};
+use serde_json::{Value, json};
+
+fn provider(options: AnthropicOptions) -> Anthropic {
+    Anthropic::with_options(HttpConfig::new("http://127.0.0.1:9"), options).expect("provider")
+}
+
+fn body(provider: &Anthropic, request: &Request, stream: bool) -> Value {
+    let wire = provider.prepare(request, stream).expect("request prepares");
+    serde_json::from_slice(&wire.body).expect("body is JSON")
+}
+
+fn golden(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/golden/anthropic/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn assert_golden(actual: &Value, name: &str) {
+    let expected = golden(name);
+    assert!(
+        actual == &expected,
+        "{name}.json differs\nexpected: {}\nactual:   {}",
+        serde_json::to_string_pretty(&expected).unwrap_or_default(),
+        serde_json::to_string_pretty(actual).unwrap_or_default(),
+    );
+}
+
+#[test]
+fn canonical_request_not_streamed() {
+    let actual = body(
+        &provider(AnthropicOptions::default()),
+        &common::canonical_request(),
+        false,
+    );
+    assert_golden(&actual, "canonical");
+}
+
+#[test]
+fn canonical_request_streamed() {
+    let actual = body(
+        &provider(AnthropicOptions::default()),
+        &common::canonical_request(),
+        true,
+    );
+    assert_golden(&actual, "canonical_stream");
+}
+
+fn replay_request() -> Request {
+    Request::new(
+        "claude-sonnet-4-5",
+        vec![
+            Message::user("Find the cheapest flight to Lisbon and book it."),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::Thinking {
+                        thinking: "I should search first.".into(),
+                        signature: Some("sig-anthropic".into()),
+                        provider: Some("anthropic".into()),
+                    },
+                    ContentBlock::RedactedThinking {
+                        data: "opaque-anthropic".into(),
+                        provider: Some("anthropic".into()),
+                    },
+                    ContentBlock::Thinking {
+                        thinking: "OpenAI reasoning about fares.".into(),
+                        signature: Some("encrypted-openai".into()),
+                        provider: Some("openai".into()),
+                    },
+                    ContentBlock::RedactedThinking {
+                        data: "opaque-openai".into(),
+                        provider: Some("openai".into()),
+                    },
+                    ContentBlock::Thinking {
+                        thinking: "Signed, from before tagging.".into(),
+                        signature: Some("sig-untagged".into()),
+                        provider: None,
+                    },
+                    ContentBlock::Thinking {
+                        thinking: "Cut off before its signature.".into(),
+                        signature: None,
+                        provider: Some("anthropic".into()),
+                    },
+                    ContentBlock::Native {
+                        provider: "anthropic".into(),
+                        value: json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "cheap flights Lisbon"}}),
+                    },
+                    ContentBlock::Native {
+                        provider: "anthropic".into(),
+                        value: json!({
+                            "type": "web_search_tool_result",
+                            "tool_use_id": "srvtoolu_1",
+                            "content": [{"type": "web_search_result", "title": "Flights", "url": "https://flights.example", "encrypted_content": "EqgfCioIARgB", "page_age": null}]
+                        }),
+                    },
+                    ContentBlock::Native {
+                        provider: "openai".into(),
+                        value: json!({"type": "web_search_call", "id": "ws_1", "status": "completed"}),
+                    },
+                    ContentBlock::text("The cheapest is TP1234."),
+                    ContentBlock::ToolUse {
+                        id: "toolu_book".into(),
+                        name: "book_flight".into(),
+                        input: json!({"flight": "TP1234"}),
+                    },
+                ],
+            ),
+            Message::tool_results([ToolResult::text("toolu_book", "booked")]),
+        ],
+    )
+}
+
+#[test]
+fn thinking_is_kept_for_anthropic_and_dropped_for_other_providers() {
+    let actual = body(
+        &provider(AnthropicOptions::default()),
+        &replay_request(),
+        false,
+    );
+    assert_golden(&actual, "thinking_kept");
+}
+
+#[test]
+fn thinking_anthropic_cannot_verify_can_go_as_text() {
+    let options = AnthropicOptions {
+        foreign_thinking: ForeignThinking::AsText,
+        ..AnthropicOptions::default()
+    };
+    let actual = body(&provider(options), &replay_request(), false);
+    assert_golden(&actual, "thinking_as_text");
+}
+
+fn native_tools_request() -> Request {
+    let mut request = Request::new(
+        "claude-sonnet-4-5",
+        vec![Message::user("Look around and fix the build.")],
+    );
+    request.max_tokens = Some(2048);
+    request.tools = vec![
+        ToolDefinition::Native(NativeTool::WebSearch {
+            max_uses: Some(3),
+            allowed_domains: vec!["docs.rs".into(), "crates.io".into()],
+            blocked_domains: vec![],
+            user_location: Some(
+                json!({"city": "Lisbon", "country": "PT", "timezone": "Europe/Lisbon"}),
+            ),
+            // OpenAI's knob: not sent to Anthropic.
+            search_context_size: Some("high".into()),
+        }),
+        ToolDefinition::Native(NativeTool::WebSearch {
+            max_uses: None,
+            allowed_domains: vec![],
+            blocked_domains: vec!["example.com".into()],
+            user_location: None,
+            search_context_size: None,
+        }),
+        ToolDefinition::Native(NativeTool::CodeExecution),
+        ToolDefinition::Native(NativeTool::ComputerUse {
+            display_width: 1024,
+            display_height: 768,
+            display_number: Some(1),
+        }),
+        ToolDefinition::Native(NativeTool::TextEditor),
+        ToolDefinition::Native(NativeTool::Bash),
+    ];
+    request
+}
+
+#[test]
+fn native_tools_with_their_type_strings_and_beta_header() {
+    let anthropic = provider(AnthropicOptions::default());
+    let request = native_tools_request();
+    assert_golden(&body(&anthropic, &request, false), "native_tools");
+    let wire = anthropic.prepare(&request, false).expect("prepares");
+    assert_eq!(
+        wire.headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok()),
+        Some("code-execution-2025-08-25,computer-use-2025-01-24")
+    );
+}
+
+#[test]
+fn generally_available_tools_need_no_beta_header() {
+    let mut request = native_tools_request();
+    request.tools.retain(|tool| {
+        !matches!(
+            tool,
+            ToolDefinition::Native(NativeTool::CodeExecution | NativeTool::ComputerUse { .. })
+        )
+    });
+    let wire = provider(AnthropicOptions::default())
+        .prepare(&request, true)
+        .expect("prepares");
+    assert!(wire.headers.is_empty(), "{:?}", wire.headers);
+}
+
+#[test]
+fn the_newer_computer_tool_and_configured_betas_are_combined() {
+    let mut config = HttpConfig::new("http://127.0.0.1:9");
+    config.headers = vec![(
+        "Anthropic-Beta".into(),
+        "context-1m-2025-08-07, code-execution-2025-08-25".into(),
+    )];
+    let options = AnthropicOptions {
+        computer_use: ComputerUseVersion::V20251124,
+        ..AnthropicOptions::default()
+    };
+    let anthropic = Anthropic::with_options(config, options).expect("provider");
+    let wire = anthropic
+        .prepare(&native_tools_request(), false)
+        .expect("prepares");
+    // The per-call header replaces the configured one, so it repeats it (once).
+    assert_eq!(
+        wire.headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok()),
+        Some("context-1m-2025-08-07,code-execution-2025-08-25,computer-use-2025-11-24")
+    );
+    let body: Value = serde_json::from_slice(&wire.body).expect("JSON");
+    assert_eq!(body["tools"][3]["type"], "computer_20251124");
+}
+
+#[test]
+fn file_search_and_x_search_are_unsupported() {
+    let anthropic = provider(AnthropicOptions::default());
+    for (tool, feature) in [
+        (
+            NativeTool::FileSearch {
+                vector_store_ids: vec!["vs_1".into()],
+                max_num_results: None,
+            },
+            "native tool file_search",
+        ),
+        (
+            NativeTool::XSearch {
+                allowed_x_handles: vec![],
+                excluded_x_handles: vec![],
+            },
+            "native tool x_search",
+        ),
+    ] {
+        let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("hi")]);
+        request.tools = vec![ToolDefinition::Native(tool)];
+        match anthropic.prepare(&request, false) {
+            Err(Error::Unsupported {
+                provider,
+                feature: f,
+            }) => {
+                assert_eq!(provider, "anthropic");
+                assert_eq!(f, feature);
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+}
+
+fn shaping_request() -> Request {
+    let schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"place": {"$ref": "#/$defs/Place"}},
+        "required": ["place"],
+        "$defs": {
+            "Place": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"]
+            }
+        }
+    });
+    let mut extensions = serde_json::Map::new();
+    extensions.insert("temperature".into(), json!(1.0));
+    extensions.insert(
+        "thinking".into(),
+        json!({"type": "enabled", "budget_tokens": 2048}),
+    );
+    Request {
+        model: "claude-haiku-4-5".into(),
+        system: Some("Be brief.".into()),
+        messages: vec![
+            Message::system("Answer in French."),
+            Message::user("Hi"),
+            Message::new(
+                Role::User,
+                vec![ContentBlock::image_url("https://example.com/cat.png")],
+            ),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::text(""),
+                    ContentBlock::ToolUse {
+                        id: "toolu_bad".into(),
+                        name: "lookup".into(),
+                        // Invalid arguments are kept in the history as their raw text.
+                        input: json!("{\"place\": "),
+                    },
+                ],
+            ),
+            Message::new(
+                Role::User,
+                vec![
+                    ContentBlock::text("And this too."),
+                    ContentBlock::ToolResult(ToolResult::blocks(
+                        "toolu_bad",
+                        vec![
+                            ContentBlock::text("partial result"),
+                            ContentBlock::text(""),
+                            ContentBlock::image_base64("image/png", "iVBORw0KGgo="),
+                        ],
+                    )),
+                ],
+            ),
+            Message::system("Never guess prices."),
+            Message::new(
+                Role::Assistant,
+                vec![ContentBlock::Thinking {
+                    thinking: "openai-only reasoning".into(),
+                    signature: None,
+                    provider: Some("openai".into()),
+                }],
+            ),
+            Message::user("Continue."),
+        ],
+        max_tokens: None,
+        temperature: Some(0.2),
+        top_p: Some(0.9),
+        top_k: Some(40),
+        stop_sequences: vec![],
+        tools: vec![ToolDefinition::Function(FunctionDefinition {
+            name: "lookup".into(),
+            description: String::new(),
+            input_schema: schema,
+            strict: true,
+        })],
+        tool_choice: None,
+        parallel_tool_calls: Some(false),
+        metadata: Some(json!({"user_id": "user-42", "trace_id": "abc"})),
+        extensions: Some(extensions),
+    }
+}
+
+#[test]
+fn history_is_shaped_into_what_anthropic_accepts() {
+    let options = AnthropicOptions {
+        default_max_tokens: 8000,
+        ..AnthropicOptions::default()
+    };
+    let actual = body(&provider(options), &shaping_request(), false);
+    assert_golden(&actual, "history_shaping");
+}
+
+#[test]
+fn tool_choice_variants() {
+    let anthropic = provider(AnthropicOptions::default());
+    let mut request = common::canonical_request();
+    let cases = [
+        (Some(ToolChoice::Auto), None, json!({"type": "auto"})),
+        (Some(ToolChoice::Required), None, json!({"type": "any"})),
+        (
+            Some(ToolChoice::Required),
+            Some(false),
+            json!({"type": "any", "disable_parallel_tool_use": true}),
+        ),
+        (Some(ToolChoice::None), Some(false), json!({"type": "none"})),
+        (
+            Some(ToolChoice::tool("get_weather")),
+            Some(true),
+            json!({"type": "tool", "name": "get_weather"}),
+        ),
+        (None, Some(true), Value::Null),
+        (None, None, Value::Null),
+    ];
+    for (choice, parallel, expected) in cases {
+        request.tool_choice = choice.clone();
+        request.parallel_tool_calls = parallel;
+        let actual = body(&anthropic, &request, false);
+        assert_eq!(
+            actual.get("tool_choice").cloned().unwrap_or(Value::Null),
+            expected,
+            "{choice:?} {parallel:?}"
+        );
+    }
+    // Parallel calls off without tools: no tool_choice (Anthropic rejects one without tools).
+    request.tools.clear();
+    request.tool_choice = None;
+    request.parallel_tool_calls = Some(false);
+    assert!(
+        body(&anthropic, &request, false)
+            .get("tool_choice")
+            .is_none()
+    );
+}
+
+#[test]
+fn debug_output_never_shows_the_key() {
+    let mut config = HttpConfig::new("https://api.anthropic.com");
+    config.api_key = Some(ApiKey::new("sk-ant-api03-very-secret"));
+    config.headers = vec![("x-api-key".into(), "sk-ant-api03-header-secret".into())];
+    let anthropic = Anthropic::new(config).expect("provider");
+    for shown in [format!("{anthropic:?}"), format!("{anthropic:#?}")] {
+        assert!(!shown.contains("very-secret"), "{shown}");
+        assert!(!shown.contains("header-secret"), "{shown}");
+        assert!(shown.contains("api.anthropic.com"), "{shown}");
+    }
+}

@@ -1,0 +1,74 @@
+//! Helpers shared by the Anthropic test files: replay SSE bytes through the parser and the
+//! decoder the way the HTTP transport does.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+
+use agentloop::provider::anthropic::AnthropicDecoder;
+use agentloop::provider::http::SseDecoder;
+use agentloop::sse::SseParser;
+use agentloop::{Accumulator, Error, Response, StreamEvent};
+
+/// Feed `chunks` like the transport: events after a decoder error are not decoded, and the
+/// end of the body is signalled only when no error came.
+pub fn assemble<'a>(
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> (Vec<StreamEvent>, Option<Error>) {
+    let mut parser = SseParser::new();
+    let mut decoder = AnthropicDecoder::new();
+    let mut out = VecDeque::new();
+    let mut failure = None;
+    for chunk in chunks {
+        parser.feed(chunk, |event| {
+            if failure.is_none()
+                && let Err(e) = decoder.event(&event, &mut out)
+            {
+                failure = Some(e);
+            }
+        });
+        if failure.is_some() {
+            return (out.into(), failure);
+        }
+    }
+    parser.finish(|event| {
+        if failure.is_none()
+            && let Err(e) = decoder.event(&event, &mut out)
+        {
+            failure = Some(e);
+        }
+    });
+    if failure.is_none()
+        && let Err(e) = decoder.end(&mut out)
+    {
+        failure = Some(e);
+    }
+    (out.into(), failure)
+}
+
+/// Decode `sse` whole and in 1-byte chunks; both must give the same result, which is returned.
+pub fn decode(sse: &str) -> (Vec<StreamEvent>, Option<Error>) {
+    let whole = assemble([sse.as_bytes()]);
+    let bytewise = assemble(sse.as_bytes().chunks(1));
+    assert_eq!(whole.0, bytewise.0, "1-byte chunks changed the events");
+    assert_eq!(
+        whole.1.as_ref().map(ToString::to_string),
+        bytewise.1.as_ref().map(ToString::to_string),
+        "1-byte chunks changed the error"
+    );
+    whole
+}
+
+/// The response the run loop would build from `events`.
+pub fn response(events: &[StreamEvent]) -> Response {
+    let mut acc = Accumulator::new();
+    for event in events {
+        acc.push(event);
+    }
+    acc.set_provider("anthropic");
+    acc.finish()
+}
+
+/// One SSE event in Anthropic's framing.
+pub fn event(name: &str, data: &str) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}

@@ -1,0 +1,12 @@
+//! Tool descriptor files in YAML (several documents) on arbitrary text: parsing returns
+//! descriptors or a typed error (with a location), never panics.
+#![no_main]
+
+use agentloop::registry::{Format, parse_descriptors};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|text: &str| {
+    if let Err(error) = parse_descriptors(text, Format::Yaml, "fuzz.yaml") {
+        let _ = error.to_string();
+    }
+});
