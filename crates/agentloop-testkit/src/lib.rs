@@ -15,4 +15,4 @@ pub use server::{
     Fault, MockServer, MockServerBuilder, PrerenderedServer, RecordedRequest, Wire, WriteMode,
     serve_prerendered, serve_prerendered_on,
 };
-pub use turn::{Turn, TurnItem, split_pieces};
+pub use turn::{Pieces, Turn, TurnItem, split_pieces};

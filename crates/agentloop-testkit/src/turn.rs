@@ -32,12 +32,28 @@ pub enum TurnItem {
     },
 }
 
-/// How many deltas a text item is streamed in (the wire servers use the same split).
-pub(crate) const TEXT_PIECES: usize = 3;
-/// How many deltas a reasoning item is streamed in.
-pub(crate) const THINKING_PIECES: usize = 2;
-/// How many fragments tool-call arguments are streamed in.
-pub(crate) const ARGUMENT_PIECES: usize = 4;
+/// How many stream deltas each item of a turn is cut into, by the scripted model and the wire
+/// servers alike. Each count is an upper bound: [`split_pieces`] gives fewer pieces when the
+/// text is short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pieces {
+    /// Deltas per text item (default 3).
+    pub text: usize,
+    /// Deltas per reasoning item (default 2).
+    pub thinking: usize,
+    /// Fragments per tool call's arguments (default 4).
+    pub arguments: usize,
+}
+
+impl Default for Pieces {
+    fn default() -> Self {
+        Self {
+            text: 3,
+            thinking: 2,
+            arguments: 4,
+        }
+    }
+}
 
 /// What the model answers to one call.
 #[derive(Debug, Clone)]
@@ -60,6 +76,8 @@ pub struct Turn {
     pub fail_after_events: Option<(usize, Error)>,
     /// Wire-level faults, played by the mock servers only (the scripted model ignores them).
     pub faults: Vec<Fault>,
+    /// How the items are cut into stream deltas.
+    pub pieces: Pieces,
 }
 
 impl Default for Turn {
@@ -77,6 +95,7 @@ impl Default for Turn {
             error: None,
             fail_after_events: None,
             faults: Vec::new(),
+            pieces: Pieces::default(),
         }
     }
 }
@@ -191,6 +210,18 @@ impl Turn {
         self
     }
 
+    /// Stream each text item in up to `n` deltas (default 3).
+    pub fn with_text_pieces(mut self, n: usize) -> Self {
+        self.pieces.text = n;
+        self
+    }
+
+    /// Stream each tool call's arguments in up to `n` fragments (default 4).
+    pub fn with_argument_pieces(mut self, n: usize) -> Self {
+        self.pieces.arguments = n;
+        self
+    }
+
     /// Wait before answering.
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
@@ -264,12 +295,12 @@ impl Turn {
         for item in &self.items {
             match item {
                 TurnItem::Text(text) => {
-                    for piece in split_pieces(text, TEXT_PIECES) {
+                    for piece in split_pieces(text, self.pieces.text) {
                         events.push(StreamEvent::TextDelta { text: piece });
                     }
                 }
                 TurnItem::Thinking { text, signature } => {
-                    for piece in split_pieces(text, THINKING_PIECES) {
+                    for piece in split_pieces(text, self.pieces.thinking) {
                         events.push(StreamEvent::ThinkingDelta { text: piece });
                     }
                     if let Some(signature) = signature {
@@ -292,7 +323,7 @@ impl Turn {
                             .unwrap_or_else(|| format!("call_{turn_index}_{index}")),
                         name: name.clone(),
                     });
-                    for piece in split_pieces(arguments, ARGUMENT_PIECES) {
+                    for piece in split_pieces(arguments, self.pieces.arguments) {
                         events.push(StreamEvent::ToolCallDelta {
                             index,
                             arguments: piece,
@@ -318,4 +349,46 @@ pub fn split_pieces(text: &str, n: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let size = chars.len().div_ceil(n.max(1));
     chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(events: &[StreamEvent]) -> (usize, usize) {
+        let text = events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::TextDelta { .. }))
+            .count();
+        let arguments = events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::ToolCallDelta { .. }))
+            .count();
+        (text, arguments)
+    }
+
+    #[test]
+    fn pieces_default_to_three_text_deltas_and_four_argument_fragments() {
+        let turn =
+            Turn::text("abcdefghijkl").then_tool_call("f", serde_json::json!({"city": "Paris"}));
+        assert_eq!(counts(&turn.events(0)), (3, 4));
+    }
+
+    #[test]
+    fn pieces_can_be_set_per_turn() {
+        let turn = Turn::text("abcdefghijkl")
+            .with_text_pieces(6)
+            .then_tool_call("f", serde_json::json!({"city": "Paris"}))
+            .with_argument_pieces(8);
+        let events = turn.events(0);
+        assert_eq!(counts(&events), (6, 8));
+        let arguments: String = events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCallDelta { arguments, .. } => Some(arguments.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(arguments, r#"{"city":"Paris"}"#);
+    }
 }

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::render::{Shape, json_bytes, sse_frame};
 use super::wire_error::{ErrorKind, WireError};
-use crate::turn::{ARGUMENT_PIECES, TEXT_PIECES, THINKING_PIECES, Turn, TurnItem, split_pieces};
+use crate::turn::{Turn, TurnItem, split_pieces};
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -190,12 +190,12 @@ pub(super) fn stream(turn: &Turn, shape: &Shape<'_>) -> Vec<Bytes> {
         }
         match (item, call) {
             (TurnItem::Text(text), _) => {
-                for piece in split_pieces(text, TEXT_PIECES) {
+                for piece in split_pieces(text, turn.pieces.text) {
                     frames.push(delta_frame(index, BlockDelta::Text { text: &piece }));
                 }
             }
             (TurnItem::Thinking { text, signature }, _) => {
-                for piece in split_pieces(text, THINKING_PIECES) {
+                for piece in split_pieces(text, turn.pieces.thinking) {
                     frames.push(delta_frame(
                         index,
                         BlockDelta::Thinking { thinking: &piece },
@@ -210,7 +210,7 @@ pub(super) fn stream(turn: &Turn, shape: &Shape<'_>) -> Vec<Bytes> {
                     index,
                     BlockDelta::InputJson { partial_json: "" },
                 ));
-                for piece in split_pieces(arguments, ARGUMENT_PIECES) {
+                for piece in split_pieces(arguments, turn.pieces.arguments) {
                     frames.push(delta_frame(
                         index,
                         BlockDelta::InputJson {

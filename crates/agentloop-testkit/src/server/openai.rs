@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::render::{CREATED, Shape, json_bytes, sse_frame};
 use super::wire_error::{ErrorKind, WireError};
-use crate::turn::{ARGUMENT_PIECES, TEXT_PIECES, THINKING_PIECES, Turn, TurnItem, split_pieces};
+use crate::turn::{Turn, TurnItem, split_pieces};
 
 #[derive(Serialize)]
 struct Chunk<'a> {
@@ -163,7 +163,7 @@ pub(super) fn stream(turn: &Turn, shape: &Shape<'_>) -> Vec<Bytes> {
     for item in &turn.items {
         match item {
             TurnItem::Text(text) => {
-                for piece in split_pieces(text, TEXT_PIECES) {
+                for piece in split_pieces(text, turn.pieces.text) {
                     chunks.push(
                         Delta {
                             content: Some(Some(&piece)),
@@ -175,7 +175,7 @@ pub(super) fn stream(turn: &Turn, shape: &Shape<'_>) -> Vec<Bytes> {
             }
             TurnItem::Thinking { text, .. } => {
                 // Chat Completions has no reasoning signature: only the text travels.
-                for piece in split_pieces(text, THINKING_PIECES) {
+                for piece in split_pieces(text, turn.pieces.thinking) {
                     chunks.push(
                         Delta {
                             reasoning_content: Some(&piece),
@@ -207,7 +207,7 @@ pub(super) fn stream(turn: &Turn, shape: &Shape<'_>) -> Vec<Bytes> {
                     },
                     None,
                 );
-                for piece in split_pieces(arguments, ARGUMENT_PIECES) {
+                for piece in split_pieces(arguments, turn.pieces.arguments) {
                     let fragment = ToolCallDelta {
                         index,
                         id: None,
