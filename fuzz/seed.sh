@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$(cd .. && pwd)
-STREAMS=${CONFORMANCE_STREAMS:-/work/shared/conformance/streams}
+STREAMS=${CONFORMANCE_STREAMS:-$REPO/../shared/conformance/streams}
 
 # seed_file <target> <file> [prefix-byte-octal]: copy a file in, named by its content hash.
 # Targets whose first input byte picks the network split get a prefix byte.
@@ -30,6 +30,7 @@ while IFS= read -r file; do
   for prefix in 000 017; do
     seed_file sse_parser "$file" "$prefix"
     seed_file openai_stream "$file" "$prefix"
+    seed_file anthropic_stream "$file" "$prefix"
   done
 done < <(sse_files)
 

@@ -239,7 +239,7 @@ async fn mock_server_and_run_end_to_end() {
 #[test]
 fn replay_matches_every_recorded_stream() {
     let Some(streams) = shared_path() else {
-        println!("SKIPPED: ../shared/conformance/streams not found");
+        agentloop_testkit::skip("../shared/conformance/streams not found");
         return;
     };
     let expected_dir = repo_path("crates/agentloop/tests/conformance");
@@ -486,7 +486,9 @@ fn real_model_run_json_with_a_mock_descriptor_tool() {
         .ok()
         .filter(|u| !u.is_empty())
     else {
-        println!("real-model test skipped: AGENTLOOP_REAL_MODEL_URL is not set");
+        agentloop_testkit::skip(
+            "real-model CLI test: AGENTLOOP_REAL_MODEL_URL is not set (CI runs it in its real-model stage)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -212,8 +212,8 @@ fn artifacts() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_streams_the_answer_and_shows_tool_cards() {
     if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
-        eprintln!(
-            "SKIPPED: chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)"
+        agentloop_testkit::skip(
+            "chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)",
         );
         return;
     }

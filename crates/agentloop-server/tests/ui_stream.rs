@@ -318,13 +318,13 @@ fn node_available() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ai_sdk_client_rebuilds_the_tool_using_message() {
     let Some(npm) = npm_dir() else {
-        eprintln!(
-            "SKIPPED: the `ai` npm package is not installed; run `npm install --prefix target/npm ai@6.0.326` (see crates/agentloop-server/tests/node/package.json)"
+        agentloop_testkit::skip(
+            "the `ai` npm package is not installed; run `npm install --prefix target/npm ai@6.0.326` (see crates/agentloop-server/tests/node/package.json)",
         );
         return;
     };
     if !node_available() {
-        eprintln!("SKIPPED: node is not installed");
+        agentloop_testkit::skip("node is not installed");
         return;
     }
     let model = weather_model();

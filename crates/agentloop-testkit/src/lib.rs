@@ -8,6 +8,7 @@ pub mod demo;
 pub mod mcp;
 mod scripted;
 pub mod server;
+mod skip;
 mod turn;
 
 pub use scripted::ScriptedModel;
@@ -15,4 +16,5 @@ pub use server::{
     Fault, MockServer, MockServerBuilder, PrerenderedServer, RecordedRequest, Wire, WriteMode,
     serve_prerendered, serve_prerendered_on,
 };
+pub use skip::skip;
 pub use turn::{Pieces, Turn, TurnItem, split_pieces};

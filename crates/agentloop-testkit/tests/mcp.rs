@@ -249,11 +249,11 @@ fn everything_server() -> Option<(PathBuf, PathBuf)> {
     match (node, script.is_file()) {
         (Some(node), true) => Some((node, script)),
         (node, _) => {
-            eprintln!(
-                "SKIPPED: server-everything test needs node ({}) and {} (install with `npm install --prefix target/npm @modelcontextprotocol/server-everything` or set AGENTLOOP_MCP_EVERYTHING)",
+            agentloop_testkit::skip(&format!(
+                "server-everything test needs node ({}) and {} (install with `npm install --prefix target/npm @modelcontextprotocol/server-everything` or set AGENTLOOP_MCP_EVERYTHING)",
                 if node.is_some() { "found" } else { "missing" },
                 script.display()
-            );
+            ));
             None
         }
     }

@@ -22,8 +22,8 @@ fn server_url() -> Option<String> {
     match std::env::var("AGENTLOOP_REAL_MODEL_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            println!(
-                "real-model test skipped: AGENTLOOP_REAL_MODEL_URL is not set (run it through .ci/real-model.sh)"
+            agentloop_testkit::skip(
+                "real-model test: AGENTLOOP_REAL_MODEL_URL is not set (CI runs it in its real-model stage, through .ci/real-model.sh)",
             );
             None
         }
