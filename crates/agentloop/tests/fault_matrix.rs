@@ -1,6 +1,6 @@
 //! Every wire fault the testkit server can inject × {blocking `run`, streaming `run_stream`} ×
-//! {fault in the first model call, fault in the call after a tool step}, against the OpenAI
-//! provider over real loopback HTTP. Each cell asserts the documented outcome (recovery after
+//! {OpenAI, Anthropic} × {fault in the first model call, fault in the call after a tool step},
+//! over real loopback HTTP. Each cell asserts the documented outcome (recovery after
 //! retries, or a run that stops with `Error` and the typed cause), the exact number of requests
 //! (so a retry after a stream started yielding would show), a valid history, and a time bound.
 //!
@@ -9,10 +9,11 @@
 
 use std::time::Duration;
 
-use agentloop::provider::http::{HttpConfig, RetryPolicy};
+use agentloop::provider::anthropic::Anthropic;
+use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
 use agentloop::provider::openai::{OpenAi, Preset};
 use agentloop::run::{RunEvent, RunStopReason};
-use agentloop::{Agent, Error, RunResult, Tool, ToolOutput, history};
+use agentloop::{Agent, AgentBuilder, Error, RunResult, Tool, ToolOutput, history};
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{Fault, MockServer, Wire};
 use futures::StreamExt;
@@ -64,9 +65,11 @@ enum Expect {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum ErrorKind {
     InvalidRequest,
+    Auth,
     Interrupted,
     Parse,
     Stream,
+    Overloaded,
 }
 
 impl ErrorKind {
@@ -75,16 +78,20 @@ impl ErrorKind {
             ErrorKind::InvalidRequest => {
                 matches!(error, Error::InvalidRequest { message, .. } if message.contains("bad tool schema"))
             }
+            ErrorKind::Auth => {
+                matches!(error, Error::Auth { message, .. } if message.contains("bad key"))
+            }
             ErrorKind::Interrupted => matches!(error, Error::Interrupted { .. }),
+            ErrorKind::Overloaded => matches!(error, Error::Overloaded { .. }),
             ErrorKind::Parse => matches!(error, Error::Parse { .. }),
             ErrorKind::Stream => matches!(error, Error::Stream { .. }),
         }
     }
 }
 
-/// The documented outcome of `fault` in `mode` (see the testkit's `Fault` docs for what the
-/// server sends, and `provider::http` for what is retried).
-fn expected(fault: &Fault, mode: Mode) -> Expect {
+/// The documented outcome of `fault` in `mode` on `wire` (see the testkit's `Fault` docs for
+/// what the server sends, and `provider::http` for what is retried).
+fn expected(fault: &Fault, mode: Mode, wire: Wire) -> Expect {
     match (fault, mode) {
         // Rejections do not take the turn: the retry gets it.
         (Fault::RateLimited { .. } | Fault::ServerError | Fault::Overloaded, _) => {
@@ -94,6 +101,7 @@ fn expected(fault: &Fault, mode: Mode) -> Expect {
             }
         }
         (Fault::BadRequest { .. }, _) => Expect::Fails(ErrorKind::InvalidRequest),
+        (Fault::Status { status: 401, .. }, _) => Expect::Fails(ErrorKind::Auth),
         // A streamed body cut after the 200: never retried, the run stops interrupted.
         (Fault::Disconnect { .. }, Mode::Streaming) => Expect::Fails(ErrorKind::Interrupted),
         // A non-streamed body cut before it was used: the whole call is retried.
@@ -102,7 +110,13 @@ fn expected(fault: &Fault, mode: Mode) -> Expect {
             spare: true,
         },
         (Fault::MalformedChunk { .. }, _) => Expect::Fails(ErrorKind::Parse),
-        (Fault::ErrorEvent { .. }, Mode::Streaming) => Expect::Fails(ErrorKind::Stream),
+        // OpenAI's error chunk has no type to go by; Anthropic's `overloaded_error` event is
+        // the in-stream twin of HTTP 529 (Anthropic docs, "Streaming Messages" → "Error
+        // events"). Either way the stream had started: not retried.
+        (Fault::ErrorEvent { .. }, Mode::Streaming) => match wire {
+            Wire::OpenAi => Expect::Fails(ErrorKind::Stream),
+            Wire::Anthropic => Expect::Fails(ErrorKind::Overloaded),
+        },
         // Non-streamed, the server answers 503 (overloaded) instead: retried.
         (Fault::ErrorEvent { .. }, Mode::Blocking) => Expect::Recovers {
             retries: 1,
@@ -131,8 +145,18 @@ fn echo_tool() -> Tool {
     )
 }
 
-fn provider(server: &MockServer) -> OpenAi {
+/// An agent builder on `wire`'s provider, pointed at `server`, with short retry waits.
+fn agent(server: &MockServer, wire: Wire) -> AgentBuilder {
+    let config = config(server);
+    match wire {
+        Wire::OpenAi => Agent::builder(OpenAi::from_preset(Preset::Compatible, config).unwrap()),
+        Wire::Anthropic => Agent::builder(Anthropic::new(config).unwrap()),
+    }
+}
+
+fn config(server: &MockServer) -> HttpConfig {
     let mut config = HttpConfig::new(server.base_url());
+    config.api_key = Some(ApiKey::new("sk-fault-matrix"));
     config.retry = RetryPolicy {
         max_retries: 2,
         initial_backoff: Duration::from_millis(2),
@@ -141,7 +165,7 @@ fn provider(server: &MockServer) -> OpenAi {
     };
     config.idle_timeout = Duration::from_secs(5);
     config.request_timeout = Duration::from_secs(5);
-    OpenAi::from_preset(Preset::Compatible, config).unwrap()
+    config
 }
 
 /// Runs the agent and, for streamed runs, checks the event protocol around errors.
@@ -174,21 +198,21 @@ async fn run(agent: &Agent, mode: Mode) -> RunResult {
     }
 }
 
-async fn cell(fault: Fault, mode: Mode, place: Place) {
-    let label = format!("{fault:?} / {mode:?} / {place:?}");
-    let expect = expected(&fault, mode);
+async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
+    let label = format!("{fault:?} / {mode:?} / {wire:?} / {place:?}");
+    let expect = expected(&fault, mode, wire);
     let mut turns = vec![Turn::tool_call("echo", json!({"n": 1})), Turn::text("done")];
     if let Expect::Recovers { spare: true, .. } = expect {
         let copy = turns[place.call()].clone();
         turns.insert(place.call() + 1, copy);
     }
-    let mut builder = MockServer::builder(Wire::OpenAi).turns(turns);
+    let mut builder = MockServer::builder(wire).turns(turns);
     if place == Place::AfterToolStep {
         // A zero delay changes nothing: it only moves the real fault to the second call.
         builder = builder.inject(Fault::Delay(Duration::ZERO), 1);
     }
     let server = builder.inject(fault.clone(), 1).start().await.unwrap();
-    let agent = Agent::builder(provider(&server))
+    let agent = agent(&server, wire)
         .model("mock-model")
         .tool(echo_tool())
         .build();
@@ -201,8 +225,12 @@ async fn cell(fault: Fault, mode: Mode, place: Place) {
 
     history::validate(&result.messages).unwrap_or_else(|e| panic!("{label}: invalid history: {e}"));
     let requests = server.requests();
+    let path = match wire {
+        Wire::OpenAi => "/v1/chat/completions",
+        Wire::Anthropic => "/v1/messages",
+    };
     assert!(
-        requests.iter().all(|r| r.path == "/v1/chat/completions"
+        requests.iter().all(|r| r.path == path
             && r.body
                 .get("stream")
                 .and_then(serde_json::Value::as_bool)
@@ -257,8 +285,10 @@ async fn cell(fault: Fault, mode: Mode, place: Place) {
 
 async fn all_cells(fault: Fault) {
     for mode in [Mode::Blocking, Mode::Streaming] {
-        for place in [Place::FirstCall, Place::AfterToolStep] {
-            cell(fault.clone(), mode, place).await;
+        for wire in [Wire::OpenAi, Wire::Anthropic] {
+            for place in [Place::FirstCall, Place::AfterToolStep] {
+                cell(fault.clone(), mode, wire, place).await;
+            }
         }
     }
 }
@@ -285,6 +315,16 @@ async fn overloaded_is_retried() {
 #[tokio::test]
 async fn bad_request_stops_the_run_with_invalid_request() {
     all_cells(Fault::bad_request("bad tool schema")).await;
+}
+
+#[tokio::test]
+async fn unauthorized_stops_the_run_with_an_auth_error() {
+    all_cells(Fault::Status {
+        status: 401,
+        error_type: "authentication_error".into(),
+        message: "bad key".into(),
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -325,14 +365,17 @@ async fn delay_before_the_answer_delivers_the_same_run() {
 /// A `retry-after` longer than the policy allows is not waited for: the 429 surfaces.
 #[tokio::test]
 async fn rate_limited_beyond_max_retry_after_stops_the_run() {
-    for mode in [Mode::Blocking, Mode::Streaming] {
-        let server = MockServer::builder(Wire::OpenAi)
+    for (mode, wire) in [Mode::Blocking, Mode::Streaming]
+        .into_iter()
+        .flat_map(|mode| [(mode, Wire::OpenAi), (mode, Wire::Anthropic)])
+    {
+        let server = MockServer::builder(wire)
             .turn(Turn::text("never"))
             .inject(Fault::rate_limited(30), 1)
             .start()
             .await
             .unwrap();
-        let agent = Agent::builder(provider(&server)).model("m").build();
+        let agent = agent(&server, wire).model("m").build();
         let result = tokio::time::timeout(BOUND, run(&agent, mode))
             .await
             .unwrap();

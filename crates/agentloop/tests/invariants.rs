@@ -3,11 +3,19 @@
 //! failing, panicking, slow past its timeout), random limits and cancellation at random points,
 //! blocking and streamed. After every run the invariants of SPEC §4 must hold: the history is
 //! valid to send again, usage and counts add up, every call has exactly one outcome and result.
+//!
+//! The same scripts also play over real loopback HTTP (OpenAI and Anthropic wire servers) with a
+//! random wire fault on each turn and random retries, so the providers' failure paths are held
+//! to the same invariants.
 
 use std::time::Duration;
 
+use agentloop::provider::anthropic::Anthropic;
+use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
+use agentloop::provider::openai::{OpenAi, Preset};
 use agentloop::run::{RunEvent, RunStopReason, ToolOutcome};
-use agentloop::{Agent, Error, RunResult, Tool, Usage, history};
+use agentloop::{Agent, AgentBuilder, Error, RunResult, Tool, Usage, history};
+use agentloop_testkit::server::{Fault, MockServer, Wire};
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::StreamExt;
 use proptest::prelude::*;
@@ -164,15 +172,88 @@ fn turn(spec: &TurnSpec, delay_ms: u64, (input, output): (u64, u64)) -> Turn {
         .with_delay(Duration::from_millis(delay_ms))
 }
 
+/// A wire fault for one turn, or none.
+fn wire_fault() -> impl Strategy<Value = Option<Fault>> {
+    prop_oneof![
+        4 => Just(None),
+        1 => (1u64..3).prop_map(|ms| Some(Fault::SlowChunks(Duration::from_millis(ms)))),
+        1 => Just(Some(Fault::OneByteWrites)),
+        1 => (0usize..6).prop_map(|after_events| Some(Fault::MalformedChunk { after_events })),
+        1 => (0usize..6).prop_map(|after_events| Some(Fault::ErrorEvent { after_events })),
+        1 => (0usize..300).prop_map(|after_bytes| Some(Fault::Disconnect { after_bytes })),
+        1 => (0u64..30).prop_map(|ms| Some(Fault::Delay(Duration::from_millis(ms)))),
+        1 => (1u64..5).prop_map(|ms| Some(Fault::rate_limited_ms(ms))),
+        1 => Just(Some(Fault::ServerError)),
+    ]
+}
+
+/// A scenario played over the wire: which server, a fault per turn, and the retry budget.
+#[derive(Debug, Clone)]
+struct WireScenario {
+    scenario: Scenario,
+    wire: Wire,
+    faults: Vec<Option<Fault>>,
+    max_retries: u32,
+}
+
+fn wire_scenario() -> impl Strategy<Value = WireScenario> {
+    (
+        scenario(),
+        prop_oneof![Just(Wire::OpenAi), Just(Wire::Anthropic)],
+        prop::collection::vec(wire_fault(), 7),
+        0u32..3,
+    )
+        .prop_map(|(scenario, wire, faults, max_retries)| WireScenario {
+            scenario,
+            wire,
+            faults,
+            max_retries,
+        })
+}
+
+fn turns(scenario: &Scenario) -> impl Iterator<Item = Turn> + '_ {
+    scenario
+        .turns
+        .iter()
+        .map(|(spec, delay, usage)| turn(spec, *delay, *usage))
+}
+
 async fn run(scenario: &Scenario) -> RunResult {
-    let model = ScriptedModel::new(
-        scenario
-            .turns
-            .iter()
-            .map(|(spec, delay, usage)| turn(spec, *delay, *usage)),
-    );
+    let model = ScriptedModel::new(turns(scenario));
+    run_with(scenario, Agent::builder(model)).await
+}
+
+async fn run_over_wire(case: &WireScenario) -> RunResult {
+    let faulted = turns(&case.scenario)
+        .zip(&case.faults)
+        .map(|(turn, fault)| match fault {
+            Some(fault) => turn.with_fault(fault.clone()),
+            None => turn,
+        });
+    let server = MockServer::builder(case.wire)
+        .turns(faulted)
+        .start()
+        .await
+        .unwrap();
+    let mut config = HttpConfig::new(server.base_url());
+    config.api_key = Some(ApiKey::new("sk-invariants"));
+    config.retry = RetryPolicy {
+        max_retries: case.max_retries,
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(3),
+        max_retry_after: Duration::from_millis(50),
+    };
+    config.idle_timeout = Duration::from_secs(5);
+    let builder = match case.wire {
+        Wire::OpenAi => Agent::builder(OpenAi::from_preset(Preset::Compatible, config).unwrap()),
+        Wire::Anthropic => Agent::builder(Anthropic::new(config).unwrap()),
+    };
+    run_with(&case.scenario, builder).await
+}
+
+async fn run_with(scenario: &Scenario, builder: AgentBuilder) -> RunResult {
     let cancel = CancellationToken::new();
-    let mut builder = Agent::builder(model)
+    let mut builder = builder
         .model("scripted")
         .tools(tools(scenario.slow_ms))
         .max_turns(scenario.max_turns)
@@ -314,5 +395,25 @@ proptest! {
         });
         let result = result.expect("the run finished");
         check(&scenario, &result);
+    }
+}
+
+proptest! {
+    // Real time over loopback (paused time would fire the transport's idle timeouts while
+    // tasks wait on sockets); each case takes well under a second.
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn every_run_over_a_faulty_wire_leaves_a_valid_consistent_history(case in wire_scenario()) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), run_over_wire(&case)).await
+        });
+        let result = result.expect("the run finished within 30 s");
+        check(&case.scenario, &result);
     }
 }

@@ -279,6 +279,51 @@ fn tool_validation_lists_every_violation_with_its_pointer() {
     assert_eq!(paths, ["/fromAirport", "/cabin", "/passenger"]);
 }
 
+/// A stay with constraints serde does not check by itself.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[allow(dead_code)]
+struct Stay {
+    #[schemars(range(min = 1, max = 30))]
+    nights: u32,
+    #[schemars(length(min = 3, max = 3))]
+    airport: String,
+}
+
+/// Typed function tools decide validity by deserializing when their schema says nothing serde
+/// does not check (no validator is compiled then), and still report every violation with its
+/// pointer, and still enforce constraints serde cannot (ranges, lengths).
+#[test]
+fn typed_function_tools_validate_through_serde_and_keep_every_constraint() {
+    let flights = Tool::function("search_flights", "", |_: SearchFlights| async {
+        Ok::<_, String>("ok")
+    });
+    let valid = json!({"fromAirport": "CDG", "cabin": "business", "passenger": {"name": "A", "age": 3}, "maxStops": 255});
+    assert!(flights.validate(&valid).is_ok());
+    let out_of_range = json!({"fromAirport": "CDG", "cabin": "business", "passenger": {"name": "A", "age": 3}, "maxStops": 256});
+    let paths = |violations: Vec<agentloop::tool::Violation>| {
+        violations.into_iter().map(|v| v.path).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        paths(flights.validate(&out_of_range).unwrap_err()),
+        ["/maxStops"]
+    );
+    let violations = flights
+        .validate(&json!({"fromAirport": 5, "cabin": "first", "passenger": {"name": "A"}}))
+        .unwrap_err();
+    assert_eq!(paths(violations), ["/fromAirport", "/cabin", "/passenger"]);
+
+    let stay = Tool::function("book_stay", "", |_: Stay| async { Ok::<_, String>("ok") });
+    assert!(
+        stay.validate(&json!({"nights": 2, "airport": "CDG"}))
+            .is_ok()
+    );
+    // Serde alone would accept both values.
+    let violations = stay
+        .validate(&json!({"nights": 0, "airport": "CDGX"}))
+        .unwrap_err();
+    assert_eq!(paths(violations), ["/nights", "/airport"]);
+}
+
 #[test]
 fn schema_shaping_inlines_refs_and_builds_strict_schemas() {
     use agentloop::tool::schema::{inline_refs, openai_strict};

@@ -108,7 +108,7 @@ impl Driver {
         loop {
             match machine.next_action() {
                 Action::Stop(_) => break,
-                Action::CallModel(request) => {
+                Action::CallModel => {
                     let step = machine.steps().len();
                     self.emit(|| RunEvent::StepStart { step });
                     let started = Instant::now();
@@ -117,8 +117,19 @@ impl Driver {
                         cancel: &self.options.cancel,
                         deadline: earliest(run_deadline, step_deadline),
                     };
-                    let request = self.prepare(*request, &machine, step).await;
-                    match self.call_model(&request, &stop).await {
+                    let hooks = &self.options.hooks;
+                    let prepared;
+                    let request =
+                        if hooks.prepare_step.is_empty() && hooks.before_model_call.is_empty() {
+                            machine.request()
+                        } else {
+                            prepared = self
+                                .prepare(machine.request().clone(), &machine, step)
+                                .await;
+                            &prepared
+                        };
+                    let outcome = self.call_model(request, &stop).await;
+                    match outcome {
                         Ok(response) => {
                             for hook in &self.options.hooks.after_response {
                                 hook(response.clone()).await;

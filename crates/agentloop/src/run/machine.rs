@@ -23,8 +23,8 @@ use crate::tool::ToolCall;
 /// What the driver must do next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    /// Call the model with this request.
-    CallModel(Box<Request>),
+    /// Call the model with [`Machine::request`].
+    CallModel,
     /// Run these tool calls and report their outcomes in the same order.
     RunTools(Vec<ToolCall>),
     /// The run is over.
@@ -56,8 +56,9 @@ enum Phase {
 /// The state of a run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Machine {
-    base: Request,
-    messages: Vec<Message>,
+    /// The next request: model, system, tools, sampling, and the history as `messages`. Kept
+    /// whole so a model call borrows it instead of cloning history and tool schemas.
+    request: Request,
     limits: Limits,
     turns: u32,
     tool_calls: u32,
@@ -78,11 +79,8 @@ impl Machine {
     /// A run of `base` (model, system, tools, sampling; its messages are the history to start
     /// from, ending with the new prompt).
     pub fn new(base: Request, limits: Limits) -> Self {
-        let mut base = base;
-        let messages = std::mem::take(&mut base.messages);
         Self {
-            base,
-            messages,
+            request: base,
             limits,
             turns: 0,
             tool_calls: 0,
@@ -107,9 +105,9 @@ impl Machine {
                     return Action::Stop(RunStopReason::MaxTurns);
                 }
                 self.phase = Phase::AwaitingModel;
-                Action::CallModel(Box::new(self.request()))
+                Action::CallModel
             }
-            Phase::AwaitingModel => Action::CallModel(Box::new(self.request())),
+            Phase::AwaitingModel => Action::CallModel,
             Phase::ToolsPending { run, skipped } => {
                 let (run, skipped) = (run.clone(), skipped.clone());
                 let action = Action::RunTools(run.clone());
@@ -122,10 +120,8 @@ impl Machine {
     }
 
     /// The request for the next model call: the base request with the history.
-    pub fn request(&self) -> Request {
-        let mut request = self.base.clone();
-        request.messages = self.messages.clone();
-        request
+    pub fn request(&self) -> &Request {
+        &self.request
     }
 
     /// Report the model's response.
@@ -137,7 +133,7 @@ impl Machine {
         self.usage += response.usage;
         let calls = response.tool_uses();
         if !response.content.is_empty() {
-            self.messages.push(response.to_message());
+            self.request.messages.push(response.to_message());
         }
         let model_stop = response.stop_reason.clone();
         self.steps.push(Step {
@@ -285,7 +281,8 @@ impl Machine {
 
         if !results.is_empty() {
             let blocks = results.iter().cloned().map(ContentBlock::ToolResult);
-            self.messages
+            self.request
+                .messages
                 .push(Message::new(Role::User, blocks.collect()));
         }
         if let Some(step) = self.steps.last_mut() {
@@ -315,7 +312,9 @@ impl Machine {
                 .filter(|b| matches!(b, ContentBlock::Text { text } if !text.is_empty()))
                 .collect();
             if !text.is_empty() {
-                self.messages.push(Message::new(Role::Assistant, text));
+                self.request
+                    .messages
+                    .push(Message::new(Role::Assistant, text));
             }
         }
         self.finish(reason);
@@ -357,7 +356,7 @@ impl Machine {
 
     /// The history so far.
     pub fn messages(&self) -> &[Message] {
-        &self.messages
+        &self.request.messages
     }
 
     /// Steps so far.
@@ -398,7 +397,7 @@ impl Machine {
             turns: self.turns,
             usage: self.usage,
             stop_reason,
-            messages: self.messages,
+            messages: self.request.messages,
             error: self.error,
         }
     }

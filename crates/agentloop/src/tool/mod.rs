@@ -213,10 +213,19 @@ impl ToolCall {
 /// ```
 #[derive(Clone)]
 pub struct Tool {
-    definition: FunctionDefinition,
+    /// Shared: runs clone their tools, and a schema is a tree of allocations.
+    definition: Arc<FunctionDefinition>,
     handler: Option<Arc<dyn ToolHandler>>,
     timeout: Option<Duration>,
     validator: Arc<OnceLock<std::result::Result<jsonschema::Validator, String>>>,
+    /// For typed tools whose schema serde fully enforces: deserializing into the type decides
+    /// validity, and the validator is only compiled to explain a rejection.
+    accepts: Option<fn(&Value) -> bool>,
+}
+
+/// Whether `input` deserializes into `T`.
+fn deserializes_into<T: DeserializeOwned>(input: &Value) -> bool {
+    T::deserialize(input).is_ok()
 }
 
 impl std::fmt::Debug for Tool {
@@ -232,10 +241,11 @@ impl std::fmt::Debug for Tool {
 impl Tool {
     fn from_definition(definition: FunctionDefinition) -> Self {
         Self {
-            definition,
+            definition: Arc::new(definition),
             handler: None,
             timeout: None,
             validator: Arc::new(OnceLock::new()),
+            accepts: None,
         }
     }
 
@@ -302,6 +312,9 @@ impl Tool {
     {
         let description = description.into();
         let mut tool = Self::from_type::<T>().name(name);
+        if schema::serde_enforces(&tool.definition.input_schema) {
+            tool.accepts = Some(deserializes_into::<T>);
+        }
         if !description.is_empty() {
             tool = tool.description(description);
         }
@@ -310,19 +323,19 @@ impl Tool {
 
     /// Set the name.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.definition.name = name.into();
+        Arc::make_mut(&mut self.definition).name = name.into();
         self
     }
 
     /// Set the description.
     pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.definition.description = description.into();
+        Arc::make_mut(&mut self.definition).description = description.into();
         self
     }
 
     /// Ask for strict schema adherence where the provider supports it (OpenAI).
     pub fn strict(mut self, strict: bool) -> Self {
-        self.definition.strict = strict;
+        Arc::make_mut(&mut self.definition).strict = strict;
         self
     }
 
@@ -367,6 +380,9 @@ impl Tool {
     /// Check arguments against the input schema; the schema is compiled once per tool.
     /// Returns every violation with its JSON pointer.
     pub fn validate(&self, input: &Value) -> std::result::Result<(), Vec<Violation>> {
+        if self.accepts.is_some_and(|accepts| accepts(input)) {
+            return Ok(());
+        }
         let compiled = self
             .validator
             .get_or_init(|| schema::compile(&self.definition.input_schema));
@@ -380,6 +396,6 @@ impl Tool {
 
 impl From<&Tool> for ToolDefinition {
     fn from(tool: &Tool) -> Self {
-        ToolDefinition::Function(tool.definition.clone())
+        ToolDefinition::Function(FunctionDefinition::clone(&tool.definition))
     }
 }

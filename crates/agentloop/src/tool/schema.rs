@@ -38,9 +38,9 @@ pub fn schema_for<T: JsonSchema>() -> (Value, Option<String>) {
     let mut value = generator.into_root_schema_for::<T>().to_value();
     let mut description = None;
     if let Value::Object(map) = &mut value {
-        map.remove("$schema");
-        map.remove("title");
-        if let Some(Value::String(d)) = map.remove("description") {
+        map.shift_remove("$schema");
+        map.shift_remove("title");
+        if let Some(Value::String(d)) = map.shift_remove("description") {
             description = Some(d);
         }
         // Tools take an object; a unit struct generates no properties at all.
@@ -102,6 +102,84 @@ pub fn check_input_schema(tool: &str, schema: &Value) -> Result<()> {
     compile(schema).map(|_| ()).map_err(invalid)
 }
 
+/// Keywords whose constraint a serde `Deserialize` derive does not check.
+const BEYOND_SERDE: &[&str] = &[
+    "multipleOf",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "minProperties",
+    "maxProperties",
+    "propertyNames",
+    "patternProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "not",
+    "if",
+    "then",
+    "else",
+];
+
+/// Whether deserializing into the type a schemars schema came from checks everything the schema
+/// says, so a successful deserialization needs no JSON Schema validation (and the validator,
+/// whose first compile loads the meta-schemas, about 3 MiB, need not exist). Conservative: any
+/// keyword serde does not enforce, anywhere in the document (even as a property name), says no.
+/// `minimum`/`maximum` pass only as the natural bounds schemars gives a Rust integer type.
+pub(crate) fn serde_enforces(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            for (key, value) in map {
+                if BEYOND_SERDE.contains(&key.as_str()) {
+                    return false;
+                }
+                if (key == "minimum" || key == "maximum") && !integer_bound(map, key, value) {
+                    return false;
+                }
+                if !serde_enforces(value) {
+                    return false;
+                }
+            }
+            true
+        }
+        Value::Array(items) => items.iter().all(serde_enforces),
+        _ => true,
+    }
+}
+
+/// `minimum`/`maximum` equal to the bound of the integer `format` schemars emitted beside it.
+fn integer_bound(map: &Map<String, Value>, key: &str, value: &Value) -> bool {
+    let Some(format) = map.get("format").and_then(Value::as_str) else {
+        return false;
+    };
+    let (min, max): (i128, i128) = match format {
+        "uint8" => (0, u8::MAX.into()),
+        "uint16" => (0, u16::MAX.into()),
+        "uint32" => (0, u32::MAX.into()),
+        "uint64" | "uint" => (0, u64::MAX.into()),
+        "uint128" => (0, i128::MAX),
+        "int8" => (i8::MIN.into(), i8::MAX.into()),
+        "int16" => (i16::MIN.into(), i16::MAX.into()),
+        "int32" => (i32::MIN.into(), i32::MAX.into()),
+        "int64" | "int" => (i64::MIN.into(), i64::MAX.into()),
+        _ => return false,
+    };
+    let bound = if key == "minimum" { min } else { max };
+    let found = value
+        .as_i64()
+        .map(i128::from)
+        .or_else(|| value.as_u64().map(i128::from));
+    found == Some(bound)
+}
+
 pub(crate) fn compile(schema: &Value) -> std::result::Result<jsonschema::Validator, String> {
     jsonschema::validator_for(schema).map_err(|e| e.to_string())
 }
@@ -131,8 +209,8 @@ pub fn inline_refs(schema: &Value) -> Value {
     if let Value::Object(map) = &mut out
         && !recursive
     {
-        map.remove("$defs");
-        map.remove("definitions");
+        map.shift_remove("$defs");
+        map.shift_remove("definitions");
     }
     out
 }
@@ -164,7 +242,7 @@ fn inline_in(value: &mut Value, defs: &Map<String, Value>, stack: &mut Vec<Strin
                 stack.push(target);
                 kept |= inline_in(&mut replacement, defs, stack);
                 stack.pop();
-                map.remove("$ref");
+                map.shift_remove("$ref");
                 if let Value::Object(rep) = replacement {
                     for (k, v) in rep {
                         map.entry(k).or_insert(v);

@@ -267,7 +267,7 @@ fn parameters(schema: &Value, strict: bool) -> Cow<'_, Value> {
     };
     let mut shaped = shaped;
     if let Value::Object(map) = &mut shaped {
-        map.remove("$schema");
+        map.shift_remove("$schema");
     }
     Cow::Owned(shaped)
 }
