@@ -3,11 +3,14 @@
 //! SSE streams decoded into normalized events with an idle timeout that costs nothing per chunk.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -372,16 +375,17 @@ impl Transport {
         extra: HeaderMap,
         decoder: D,
     ) -> EventStream {
-        let this = self.clone();
+        let transport = self.clone();
         let path = path.to_owned();
-        let state = StreamState::Connecting {
-            transport: Box::new(this),
-            path,
-            body,
-            extra,
-            decoder,
-        };
-        futures::stream::unfold(state, StreamState::next).boxed()
+        let idle = self.config.idle_timeout;
+        let connect = Box::pin(async move { transport.send(&path, &body, &extra, None).await });
+        Box::pin(SseStream {
+            state: SseState::Connecting {
+                connect,
+                decoder: Some(decoder),
+                idle,
+            },
+        })
     }
 }
 
@@ -399,16 +403,25 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     message
 }
 
-enum StreamState<D> {
+/// The streamed answer of one call. A hand-written `Stream` rather than `stream::unfold`:
+/// unfold moves its whole state in and out of a new future for every event, which showed up
+/// as memcpy in profiles.
+struct SseStream<D> {
+    state: SseState<D>,
+}
+
+// No field is ever pinned: the connect future and the reading state are boxed, and the
+// decoder is only reached through `&mut`.
+impl<D> Unpin for SseStream<D> {}
+
+enum SseState<D> {
+    /// Sending the request (retries happen inside, before any event).
     Connecting {
-        transport: Box<Transport>,
-        path: String,
-        body: Bytes,
-        extra: HeaderMap,
-        decoder: D,
+        connect: Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>,
+        decoder: Option<D>,
+        idle: Duration,
     },
     Reading(Box<Reading<D>>),
-    Flushing(VecDeque<StreamEvent>),
     Done,
 }
 
@@ -418,29 +431,41 @@ struct Reading<D> {
     decoder: D,
     pending: VecDeque<StreamEvent>,
     idle: Duration,
-    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    timer: Pin<Box<tokio::time::Sleep>>,
     last_chunk: Instant,
     got_first: bool,
+    /// The body ended; what is pending is the last of it.
+    ended: bool,
+    /// Delivered after the events decoded before it.
     failed: Option<Error>,
 }
 
-impl<D: SseDecoder> StreamState<D> {
-    async fn next(self) -> Option<(Result<StreamEvent>, Self)> {
-        let mut reading = match self {
-            StreamState::Done => return None,
-            StreamState::Flushing(events) => return flush(events),
-            StreamState::Reading(reading) => reading,
-            StreamState::Connecting {
-                transport,
-                path,
-                body,
-                extra,
-                decoder,
-            } => match transport.send(&path, &body, &extra, None).await {
-                Err(error) => return Some((Err(error), StreamState::Done)),
-                Ok(response) => {
-                    let idle = transport.config.idle_timeout;
-                    Box::new(Reading {
+impl<D: SseDecoder> Stream for SseStream<D> {
+    type Item = Result<StreamEvent>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.state {
+                SseState::Done => return Poll::Ready(None),
+                SseState::Connecting {
+                    connect,
+                    decoder,
+                    idle,
+                } => {
+                    let response = match ready!(connect.as_mut().poll(cx)) {
+                        Ok(response) => response,
+                        Err(error) => {
+                            this.state = SseState::Done;
+                            return Poll::Ready(Some(Err(error)));
+                        }
+                    };
+                    let Some(decoder) = decoder.take() else {
+                        this.state = SseState::Done;
+                        return Poll::Ready(None);
+                    };
+                    let idle = *idle;
+                    this.state = SseState::Reading(Box::new(Reading {
                         body: response.bytes_stream().boxed(),
                         parser: SseParser::new(),
                         decoder,
@@ -449,90 +474,89 @@ impl<D: SseDecoder> StreamState<D> {
                         timer: Box::pin(tokio::time::sleep(idle)),
                         last_chunk: Instant::now(),
                         got_first: false,
+                        ended: false,
                         failed: None,
-                    })
+                    }));
                 }
-            },
-        };
-        loop {
-            if let Some(event) = reading.pending.pop_front() {
-                return Some((Ok(event), StreamState::Reading(reading)));
-            }
-            if let Some(error) = reading.failed.take() {
-                return Some((Err(error), StreamState::Done));
-            }
-            match reading.read().await {
-                Ok(true) => {}
-                Ok(false) => {
-                    let events = std::mem::take(&mut reading.pending);
-                    return flush(events);
+                SseState::Reading(reading) => {
+                    if let Some(event) = reading.pending.pop_front() {
+                        return Poll::Ready(Some(Ok(event)));
+                    }
+                    if let Some(error) = reading.failed.take() {
+                        this.state = SseState::Done;
+                        return Poll::Ready(Some(Err(error)));
+                    }
+                    if reading.ended {
+                        this.state = SseState::Done;
+                        return Poll::Ready(None);
+                    }
+                    match ready!(reading.poll_read(cx)) {
+                        Ok(true) => {}
+                        Ok(false) => reading.ended = true,
+                        Err(error) => reading.failed = Some(error),
+                    }
                 }
-                // Deliver what was decoded before the failure, then the error.
-                Err(error) => reading.failed = Some(error),
             }
         }
     }
 }
 
-/// The body ended: hand out the last events through a finished state.
-fn flush<D>(mut events: VecDeque<StreamEvent>) -> Option<(Result<StreamEvent>, StreamState<D>)> {
-    let first = events.pop_front()?;
-    Some((Ok(first), StreamState::Flushing(events)))
-}
-
 impl<D: SseDecoder> Reading<D> {
     /// Read one network chunk into `pending`. `Ok(false)` at the end of the body.
-    async fn read(&mut self) -> Result<bool> {
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool>> {
         loop {
-            tokio::select! {
-                biased;
-                chunk = self.body.next() => {
-                    return match chunk {
-                        Some(Ok(bytes)) => {
-                            self.last_chunk = Instant::now();
-                            self.got_first = true;
-                            let mut failure = None;
-                            let (decoder, pending) = (&mut self.decoder, &mut self.pending);
-                            self.parser.feed(&bytes, |event| {
-                                if failure.is_none()
-                                    && let Err(e) = decoder.event(&event, pending)
-                                {
-                                    failure = Some(e);
-                                }
-                            });
-                            failure.map_or(Ok(true), Err)
+            match self.body.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(bytes))) => {
+                    self.last_chunk = Instant::now();
+                    self.got_first = true;
+                    let mut failure = None;
+                    let (decoder, pending) = (&mut self.decoder, &mut self.pending);
+                    self.parser.feed(&bytes, |event| {
+                        if failure.is_none()
+                            && let Err(e) = decoder.event(&event, pending)
+                        {
+                            failure = Some(e);
                         }
-                        Some(Err(e)) => Err(Error::Interrupted {
-                            message: format!("the connection failed mid-stream: {}", error_chain(&e)),
-                        }),
-                        None => {
-                            let mut failure = None;
-                            let (decoder, pending) = (&mut self.decoder, &mut self.pending);
-                            self.parser.finish(|event| {
-                                if failure.is_none()
-                                    && let Err(e) = decoder.event(&event, pending)
-                                {
-                                    failure = Some(e);
-                                }
-                            });
-                            if let Some(e) = failure {
-                                return Err(e);
-                            }
-                            self.decoder.end(&mut self.pending)?;
-                            Ok(false)
-                        }
-                    };
+                    });
+                    return Poll::Ready(failure.map_or(Ok(true), Err));
                 }
-                () = &mut self.timer => {
-                    // Re-armed only when it fires, never per chunk.
-                    let deadline = self.last_chunk + self.idle;
-                    if deadline <= Instant::now() {
-                        let kind = if self.got_first { TimeoutKind::Idle } else { TimeoutKind::FirstChunk };
-                        return Err(Error::Timeout { kind, after: self.idle });
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Err(Error::Interrupted {
+                        message: format!("the connection failed mid-stream: {}", error_chain(&e)),
+                    }));
+                }
+                Poll::Ready(None) => {
+                    let mut failure = None;
+                    let (decoder, pending) = (&mut self.decoder, &mut self.pending);
+                    self.parser.finish(|event| {
+                        if failure.is_none()
+                            && let Err(e) = decoder.event(&event, pending)
+                        {
+                            failure = Some(e);
+                        }
+                    });
+                    if let Some(e) = failure {
+                        return Poll::Ready(Err(e));
                     }
-                    self.timer.as_mut().reset(deadline);
+                    return Poll::Ready(self.decoder.end(&mut self.pending).map(|()| false));
                 }
+                Poll::Pending => {}
             }
+            ready!(self.timer.as_mut().poll(cx));
+            // Re-armed only when it fires, never per chunk.
+            let deadline = self.last_chunk + self.idle;
+            if deadline <= Instant::now() {
+                let kind = if self.got_first {
+                    TimeoutKind::Idle
+                } else {
+                    TimeoutKind::FirstChunk
+                };
+                return Poll::Ready(Err(Error::Timeout {
+                    kind,
+                    after: self.idle,
+                }));
+            }
+            self.timer.as_mut().reset(deadline);
         }
     }
 }
