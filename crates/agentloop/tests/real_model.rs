@@ -1,6 +1,6 @@
 //! End to end against a real model: llama.cpp's OpenAI-compatible server with Gemma 3 270M.
 //!
-//! `.ci/real-model.sh run -- cargo test -p agentloop --test real_model` starts the server and sets
+//! `.ci/real-model.sh run -- cargo test --workspace --test real_model` starts the server and sets
 //! `AGENTLOOP_REAL_MODEL_URL`; without it every test prints a notice and passes. The model is
 //! small: prompts are explicit, temperature is 0, and the assertions are on structure and on
 //! values the tools produced, never on wording.
