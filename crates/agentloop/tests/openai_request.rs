@@ -524,6 +524,48 @@ fn top_k_only_where_the_server_reads_it() {
     }
 }
 
+/// OpenAI's reasoning models answer 400 "Unsupported parameter: 'temperature' is not
+/// supported with this model" (likewise `top_p`); their chat sibling and compatible servers
+/// take both.
+#[test]
+fn sampling_is_left_out_for_openai_reasoning_models() {
+    let mut request = Request::new("m", vec![Message::user("hi")]);
+    request.temperature = Some(0.25);
+    request.top_p = Some(0.5);
+    let sampling = |preset: Preset, model: &str, request: &mut Request| {
+        request.model = model.into();
+        let body = body(&provider(preset), request, false);
+        (body.get("temperature").cloned(), body.get("top_p").cloned())
+    };
+    let sent = (Some(json!(0.25)), Some(json!(0.5)));
+    for model in ["o1", "o3-mini", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5.1"] {
+        assert_eq!(
+            sampling(Preset::OpenAi, model, &mut request),
+            (None, None),
+            "{model}"
+        );
+    }
+    for model in ["gpt-4.1", "gpt-4o", "gpt-5-chat-latest", "omni-moderation"] {
+        assert_eq!(
+            sampling(Preset::OpenAi, model, &mut request),
+            sent,
+            "{model}"
+        );
+    }
+    for preset in [Preset::Compatible, Preset::Vllm, Preset::Groq] {
+        assert_eq!(sampling(preset, "o3-mini", &mut request), sent, "{preset}");
+    }
+    // Extensions still win.
+    request.extensions = Some(serde_json::Map::from_iter([(
+        "temperature".to_owned(),
+        json!(1),
+    )]));
+    request.model = "o3".into();
+    let body = body(&provider(Preset::OpenAi), &request, false);
+    assert_eq!(body["temperature"], 1);
+    assert_eq!(body.get("top_p"), None);
+}
+
 #[test]
 fn metadata_only_for_openai_and_generic_servers() {
     let mut request = Request::new("m", vec![Message::user("hi")]);

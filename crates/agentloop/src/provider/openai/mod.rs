@@ -165,6 +165,7 @@ impl Preset {
             metadata: matches!(self, Self::OpenAi | Self::Compatible),
             web_search: openai,
             thinking_as_text: false,
+            sampling_by_model: openai,
         }
     }
 }
@@ -231,6 +232,11 @@ fn is_legacy_chat_model(model: &str) -> bool {
         || model == "gpt-4"
 }
 
+/// Reasoning models that refuse `temperature` and `top_p` (only the default is accepted).
+pub(crate) fn refuses_sampling(model: &str) -> bool {
+    is_reasoning_model(model) && !model.starts_with("gpt-5-chat")
+}
+
 fn is_reasoning_model(model: &str) -> bool {
     let bytes = model.as_bytes();
     (bytes.first() == Some(&b'o') && bytes.get(1).is_some_and(u8::is_ascii_digit))
@@ -260,6 +266,10 @@ pub struct OpenAiOptions {
     pub web_search: bool,
     /// Send reasoning blocks of the history as `<thinking>` text instead of dropping them.
     pub thinking_as_text: bool,
+    /// Leave out `temperature` and `top_p` (with a warning) for OpenAI reasoning models
+    /// (o-series, gpt-5 family except `gpt-5-chat`), which answer 400 "Unsupported parameter"
+    /// to them. Set them in `extensions` to send them anyway.
+    pub sampling_by_model: bool,
 }
 
 /// A Chat Completions provider: OpenAI or a compatible server.

@@ -127,11 +127,21 @@ impl Serialize for Body<'_> {
         if let Some(max_tokens) = request.max_tokens {
             map.entry(options.token_limit.key(&request.model), &max_tokens)?;
         }
-        if let Some(temperature) = request.temperature {
-            map.entry("temperature", &temperature)?;
-        }
-        if let Some(top_p) = request.top_p {
-            map.entry("top_p", &top_p)?;
+        let refuses_sampling = options.sampling_by_model && super::refuses_sampling(&request.model);
+        for (key, value) in [
+            ("temperature", request.temperature),
+            ("top_p", request.top_p),
+        ] {
+            let Some(value) = value else { continue };
+            if refuses_sampling {
+                tracing::warn!(
+                    provider = %options.name,
+                    model = %request.model,
+                    "{key} is refused by OpenAI reasoning models and was left out (set it in `extensions` to force it)"
+                );
+            } else {
+                map.entry(key, &value)?;
+            }
         }
         if let Some(top_k) = request.top_k {
             if options.top_k {
