@@ -7,11 +7,11 @@
 //! Real time, tiny delays: with paused time tokio auto-advances while every task waits on
 //! loopback I/O, which fires the transport's idle timeouts spuriously.
 
+mod common;
+
 use std::time::Duration;
 
-use agentloop::provider::anthropic::Anthropic;
-use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
-use agentloop::provider::openai::{OpenAi, Preset};
+use agentloop::provider::http::RetryPolicy;
 use agentloop::run::{RunEvent, RunStopReason};
 use agentloop::{Agent, AgentBuilder, Error, RunResult, Tool, ToolOutput, history};
 use agentloop_testkit::Turn;
@@ -147,25 +147,16 @@ fn echo_tool() -> Tool {
 
 /// An agent builder on `wire`'s provider, pointed at `server`, with short retry waits.
 fn agent(server: &MockServer, wire: Wire) -> AgentBuilder {
-    let config = config(server);
-    match wire {
-        Wire::OpenAi => Agent::builder(OpenAi::from_preset(Preset::Compatible, config).unwrap()),
-        Wire::Anthropic => Agent::builder(Anthropic::new(config).unwrap()),
-    }
-}
-
-fn config(server: &MockServer) -> HttpConfig {
-    let mut config = HttpConfig::new(server.base_url());
-    config.api_key = Some(ApiKey::new("sk-fault-matrix"));
-    config.retry = RetryPolicy {
-        max_retries: 2,
-        initial_backoff: Duration::from_millis(2),
-        max_backoff: Duration::from_millis(5),
-        max_retry_after: Duration::from_secs(1),
-    };
-    config.idle_timeout = Duration::from_secs(5);
-    config.request_timeout = Duration::from_secs(5);
-    config
+    common::wire_agent(
+        server,
+        wire,
+        RetryPolicy {
+            max_retries: 2,
+            initial_backoff: Duration::from_millis(2),
+            max_backoff: Duration::from_millis(5),
+            max_retry_after: Duration::from_secs(1),
+        },
+    )
 }
 
 /// Runs the agent and, for streamed runs, checks the event protocol around errors.

@@ -8,11 +8,11 @@
 //! random wire fault on each turn and random retries, so the providers' failure paths are held
 //! to the same invariants.
 
+mod common;
+
 use std::time::Duration;
 
-use agentloop::provider::anthropic::Anthropic;
-use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
-use agentloop::provider::openai::{OpenAi, Preset};
+use agentloop::provider::http::RetryPolicy;
 use agentloop::run::{RunEvent, RunStopReason, ToolOutcome};
 use agentloop::{Agent, AgentBuilder, Error, RunResult, Tool, Usage, history};
 use agentloop_testkit::server::{Fault, MockServer, Wire};
@@ -235,19 +235,13 @@ async fn run_over_wire(case: &WireScenario) -> RunResult {
         .start()
         .await
         .unwrap();
-    let mut config = HttpConfig::new(server.base_url());
-    config.api_key = Some(ApiKey::new("sk-invariants"));
-    config.retry = RetryPolicy {
+    let retry = RetryPolicy {
         max_retries: case.max_retries,
         initial_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(3),
         max_retry_after: Duration::from_millis(50),
     };
-    config.idle_timeout = Duration::from_secs(5);
-    let builder = match case.wire {
-        Wire::OpenAi => Agent::builder(OpenAi::from_preset(Preset::Compatible, config).unwrap()),
-        Wire::Anthropic => Agent::builder(Anthropic::new(config).unwrap()),
-    };
+    let builder = common::wire_agent(&server, case.wire, retry);
     run_with(&case.scenario, builder).await
 }
 

@@ -118,3 +118,29 @@ pub fn shared_path(relative: &str) -> std::path::PathBuf {
         })
         .join(relative)
 }
+
+/// An agent builder on `wire`'s provider pointed at a testkit wire server, with `retry` and
+/// 5 s idle and request timeouts (tests that inject faults want short, bounded waits).
+pub fn wire_agent(
+    server: &agentloop_testkit::MockServer,
+    wire: agentloop_testkit::Wire,
+    retry: agentloop::provider::http::RetryPolicy,
+) -> agentloop::AgentBuilder {
+    use agentloop::Agent;
+    use agentloop::provider::anthropic::Anthropic;
+    use agentloop::provider::http::{ApiKey, HttpConfig};
+    use agentloop::provider::openai::{OpenAi, Preset};
+    use std::time::Duration;
+
+    let mut config = HttpConfig::new(server.base_url());
+    config.api_key = Some(ApiKey::new("sk-wire-test"));
+    config.retry = retry;
+    config.idle_timeout = Duration::from_secs(5);
+    config.request_timeout = Duration::from_secs(5);
+    match wire {
+        agentloop_testkit::Wire::OpenAi => {
+            Agent::builder(OpenAi::from_preset(Preset::Compatible, config).unwrap())
+        }
+        agentloop_testkit::Wire::Anthropic => Agent::builder(Anthropic::new(config).unwrap()),
+    }
+}
