@@ -34,6 +34,15 @@ while IFS= read -r file; do
   done
 done < <(sse_files)
 
+# One chunk per seed for the chunk-reader target: every `data:` line of the recordings.
+mkdir -p corpus/openai_chunk
+while IFS= read -r file; do
+  grep -h '^data:' "$file" | sed 's/^data: *//' | while IFS= read -r line; do
+    name=$(printf '%s' "$line" | sha1sum | cut -c1-16)
+    printf '%s' "$line" >"corpus/openai_chunk/$name"
+  done
+done < <(sse_files)
+
 while IFS= read -r file; do
   seed_file descriptor_json "$file"
 done < <(find "$REPO/crates/agentloop/tests/fixtures/tools" -name '*.json')

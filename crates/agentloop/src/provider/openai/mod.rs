@@ -31,6 +31,7 @@
 
 mod request;
 mod response;
+mod scan;
 mod stream;
 mod wire;
 

@@ -1,6 +1,7 @@
 //! Chat Completions streaming: `chat.completion.chunk` events into normalized stream events.
 //!
-//! Chunks are read into borrowed, lenient structs. Tool calls are keyed by the wire `index`
+//! Chunks are read into borrowed, lenient structs: by a hand-written reader for the common
+//! shapes (`fast`), and by serde for everything else. Tool calls are keyed by the wire `index`
 //! (or, when a server omits it, by id continuity) and get 0-based positions in the order they
 //! first appear, so a stream whose first index is 1 still yields call 0.
 
@@ -15,7 +16,9 @@ use crate::provider::http::SseDecoder;
 use crate::sse::SseEvent;
 use crate::stream::StreamEvent;
 
-#[derive(Deserialize)]
+mod fast;
+
+#[derive(Deserialize, Debug, PartialEq)]
 struct Chunk<'a> {
     #[serde(borrow, default)]
     id: Str<'a>,
@@ -31,7 +34,7 @@ struct Chunk<'a> {
     error: Option<WireError>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct Choice<'a> {
     #[serde(default)]
     index: Count,
@@ -41,7 +44,7 @@ struct Choice<'a> {
     finish_reason: Str<'a>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct Delta<'a> {
     #[serde(borrow, default)]
     content: Text<'a>,
@@ -57,7 +60,7 @@ struct Delta<'a> {
     tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct ToolCallDelta<'a> {
     #[serde(default)]
     index: Count,
@@ -67,7 +70,7 @@ struct ToolCallDelta<'a> {
     function: Option<FunctionDelta<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct FunctionDelta<'a> {
     #[serde(borrow, default)]
     name: Str<'a>,
@@ -333,6 +336,16 @@ fn start_call(call: &mut Call, position: usize, out: &mut VecDeque<StreamEvent>)
     }
 }
 
+/// Debug builds and fuzz targets hold the fast reader to serde's answer on every chunk.
+#[cfg(any(debug_assertions, fuzzing))]
+fn check_against_serde(data: &str, fast: &Chunk<'_>) {
+    let serde = serde_json::from_str::<Chunk<'_>>(data);
+    assert!(
+        matches!(&serde, Ok(chunk) if chunk == fast),
+        "the fast chunk reader disagrees with serde on {data:?}: fast {fast:?}, serde {serde:?}"
+    );
+}
+
 impl SseDecoder for ChunkDecoder {
     fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
         if self.done {
@@ -357,15 +370,22 @@ impl SseDecoder for ChunkDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let mut chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| {
-            Error::parse(
-                format!("{} stream chunk", self.provider),
-                format!(
-                    "{e} in `{}`",
-                    crate::provider::http::excerpt(data.as_bytes())
-                ),
-            )
-        })?;
+        let mut chunk = match fast::read(data) {
+            Some(chunk) => {
+                #[cfg(any(debug_assertions, fuzzing))]
+                check_against_serde(data, &chunk);
+                chunk
+            }
+            None => serde_json::from_str::<Chunk<'_>>(data).map_err(|e| {
+                Error::parse(
+                    format!("{} stream chunk", self.provider),
+                    format!(
+                        "{e} in `{}`",
+                        crate::provider::http::excerpt(data.as_bytes())
+                    ),
+                )
+            })?,
+        };
         let error = chunk.error.take();
         self.chunk(chunk, out);
         match error {

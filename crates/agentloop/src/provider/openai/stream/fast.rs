@@ -1,0 +1,539 @@
+//! A hand-written reader for the chunk shapes nearly every stream is made of: text deltas,
+//! tool-call fragments, finish reasons, with `null`s and unknown fields (`object`, `created`,
+//! `logprobs`, ...) around them.
+//!
+//! serde's derived reading was half of a streamed run's client CPU; this reads the same chunks
+//! in a single pass with no per-field dispatch. It answers `None` on anything rarer (a usage or
+//! error object, content parts, arguments sent as an object, numbers where strings belong,
+//! duplicate fields, escaped keys, invalid JSON) and the caller falls back to serde. Where it
+//! answers, it answers what serde would: debug builds and fuzzing check every chunk against
+//! serde, and `tests::agrees_with_serde` does so over generated chunks.
+
+use super::super::scan::Scanner;
+use super::super::wire::{Arguments, Count, Str, Text, WireUsage};
+use super::{Choice, Chunk, Delta, FunctionDelta, ToolCallDelta};
+
+/// Read one chunk, or `None` to let serde read it.
+pub(super) fn read(data: &str) -> Option<Chunk<'_>> {
+    let mut s = Scanner::new(data);
+    let mut chunk = Chunk {
+        id: Str(None),
+        model: Str(None),
+        choices: None,
+        usage: WireUsage(None),
+        x_groq: None,
+        error: None,
+    };
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        match key {
+            "id" => {
+                seen.first(0)?;
+                chunk.id = string_field(s)?;
+            }
+            "model" => {
+                seen.first(1)?;
+                chunk.model = string_field(s)?;
+            }
+            "choices" => {
+                seen.first(2)?;
+                if !s.null()? {
+                    let mut choices = Vec::with_capacity(1);
+                    // Filled in place: these structs are large enough that moves show.
+                    s.array(|s| {
+                        choices.push(Choice {
+                            index: Count(None),
+                            delta: None,
+                            finish_reason: Str(None),
+                        });
+                        choice(s, choices.last_mut()?)
+                    })?;
+                    chunk.choices = Some(choices);
+                }
+            }
+            // `null` on every chunk but one; the objects themselves are left to serde.
+            "usage" => null_only(s, &mut seen, 3)?,
+            "x_groq" => null_only(s, &mut seen, 4)?,
+            "error" => null_only(s, &mut seen, 5)?,
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    s.finish()?;
+    Some(chunk)
+}
+
+fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>) -> Option<()> {
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        match key {
+            "index" => {
+                seen.first(0)?;
+                choice.index = count_field(s)?;
+            }
+            "delta" => {
+                seen.first(1)?;
+                if !s.null()? {
+                    let target = choice.delta.insert(Delta {
+                        content: Text(None),
+                        refusal: Str(None),
+                        reasoning_content: Str(None),
+                        reasoning: Str(None),
+                        tool_calls: None,
+                    });
+                    delta(s, target)?;
+                }
+            }
+            "finish_reason" => {
+                seen.first(2)?;
+                choice.finish_reason = string_field(s)?;
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })
+}
+
+fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>) -> Option<()> {
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        match key {
+            "content" => {
+                seen.first(0)?;
+                // Content parts (an array) are joined by serde's reader.
+                if s.peek()? == b'[' {
+                    return None;
+                }
+                delta.content = Text(string_field(s)?.0);
+            }
+            "refusal" => {
+                seen.first(1)?;
+                delta.refusal = string_field(s)?;
+            }
+            "reasoning_content" => {
+                seen.first(2)?;
+                delta.reasoning_content = string_field(s)?;
+            }
+            "reasoning" => {
+                seen.first(3)?;
+                delta.reasoning = string_field(s)?;
+            }
+            "tool_calls" => {
+                seen.first(4)?;
+                if !s.null()? {
+                    let mut calls = Vec::with_capacity(1);
+                    s.array(|s| {
+                        calls.push(tool_call(s)?);
+                        Some(())
+                    })?;
+                    delta.tool_calls = Some(calls);
+                }
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })
+}
+
+fn tool_call<'a>(s: &mut Scanner<'a>) -> Option<ToolCallDelta<'a>> {
+    let mut call = ToolCallDelta {
+        index: Count(None),
+        id: Str(None),
+        function: None,
+    };
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        match key {
+            "index" => {
+                seen.first(0)?;
+                call.index = count_field(s)?;
+            }
+            "id" => {
+                seen.first(1)?;
+                call.id = string_field(s)?;
+            }
+            "function" => {
+                seen.first(2)?;
+                if !s.null()? {
+                    call.function = Some(function(s)?);
+                }
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    Some(call)
+}
+
+fn function<'a>(s: &mut Scanner<'a>) -> Option<FunctionDelta<'a>> {
+    let mut function = FunctionDelta {
+        name: Str(None),
+        arguments: Arguments(None),
+    };
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        match key {
+            "name" => {
+                seen.first(0)?;
+                function.name = string_field(s)?;
+            }
+            "arguments" => {
+                seen.first(1)?;
+                // Arguments sent as a JSON value are re-serialized by serde's reader.
+                if matches!(s.peek()?, b'[' | b'{') {
+                    return None;
+                }
+                function.arguments = Arguments(string_field(s)?.0);
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    Some(function)
+}
+
+/// A string field as `Str` reads it: a string, or absent for `null`, `true`, `false`, arrays and
+/// objects. Numbers are left to serde, which range-checks them.
+#[inline]
+fn string_field<'a>(s: &mut Scanner<'a>) -> Option<Str<'a>> {
+    match s.peek()? {
+        b'"' => s.string().map(|text| Str(Some(text))),
+        b'n' | b't' | b'f' => {
+            let _: bool = s.null()? || s.boolean()?;
+            Some(Str(None))
+        }
+        b'[' | b'{' => s.skip().map(|()| Str(None)),
+        _ => None,
+    }
+}
+
+/// A count as `Count` reads it: a plain non-negative integer, or absent for `null`.
+fn count_field(s: &mut Scanner<'_>) -> Option<Count> {
+    if s.null()? {
+        Some(Count(None))
+    } else {
+        s.count().map(|n| Count(Some(n)))
+    }
+}
+
+/// A field the fast path reads only as `null`.
+fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
+    seen.first(field)?;
+    s.null()?.then_some(())
+}
+
+/// Which known fields of one object were read: serde rejects a known field given twice.
+#[derive(Default)]
+struct Seen(u8);
+
+impl Seen {
+    fn first(&mut self, field: u8) -> Option<()> {
+        let bit = 1 << field;
+        if self.0 & bit != 0 {
+            return None;
+        }
+        self.0 |= bit;
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn serde(data: &str) -> Option<Chunk<'_>> {
+        serde_json::from_str(data).ok()
+    }
+
+    #[test]
+    fn reads_text_and_tool_call_chunks_without_copying() {
+        let data = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":null,"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+        let chunk = read(data).unwrap();
+        assert_eq!(Some(&chunk), serde(data).as_ref());
+        let delta = chunk.choices.as_ref().unwrap()[0].delta.as_ref().unwrap();
+        assert!(matches!(delta.content.0, Some(Cow::Borrowed("Hi"))));
+
+        let data = r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"ci"}}]},"finish_reason":null}]}"#;
+        let chunk = read(data).unwrap();
+        assert_eq!(Some(&chunk), serde(data).as_ref());
+        let call = &chunk.choices.as_ref().unwrap()[0]
+            .delta
+            .as_ref()
+            .unwrap()
+            .tool_calls
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(call.index, Count(Some(1)));
+        assert_eq!(
+            call.function.as_ref().unwrap().arguments.0.as_deref(),
+            Some("{\"ci")
+        );
+    }
+
+    #[test]
+    fn leaves_rare_shapes_to_serde() {
+        for data in [
+            r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}"#,
+            r#"{"x_groq":{"id":"req_1"}}"#,
+            r#"{"error":{"message":"overloaded"}}"#,
+            r#"{"choices":[{"delta":{"content":[{"type":"text","text":"a"}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":{"city":"Paris"}}}]}}]}"#,
+            r#"{"id":12,"choices":[]}"#,
+            r#"{"choices":[{"index":1.0}]}"#,
+            r#"{"i\u0064":"a"}"#,
+        ] {
+            assert_eq!(read(data), None, "{data}");
+            assert!(serde(data).is_some(), "{data}");
+        }
+        for invalid in [
+            r#"{"id":"a","id":"b"}"#,
+            r#"{"id":"a",}"#,
+            r#"{"id":"a"} x"#,
+            r#"[{"id":"a"}]"#,
+            "",
+        ] {
+            assert_eq!(read(invalid), None, "{invalid}");
+        }
+    }
+
+    /// Every chunk of the recorded streams of the OpenAI-compatible services: the fast reader
+    /// agrees with serde wherever it answers, and it answers for nearly all of them.
+    #[test]
+    fn recorded_streams_agree_and_mostly_take_the_fast_path() {
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let streams = here
+            .ancestors()
+            .map(|dir| dir.join("shared/conformance/streams"))
+            .find(|dir| dir.is_dir())
+            .expect("shared/conformance/streams above the crate");
+        let (mut chunks, mut fast) = (0, 0);
+        for service in std::fs::read_dir(&streams).unwrap() {
+            let service = service.unwrap().path();
+            if !service.is_dir() || service.ends_with("anthropic") {
+                continue;
+            }
+            for file in std::fs::read_dir(&service).unwrap() {
+                let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+                for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
+                    let data = data.trim();
+                    let Some(expected) = serde(data) else {
+                        continue;
+                    };
+                    chunks += 1;
+                    if let Some(chunk) = read(data) {
+                        assert_eq!(chunk, expected, "{data}");
+                        fast += 1;
+                    }
+                }
+            }
+        }
+        assert!(chunks > 500, "only {chunks} recorded chunks found");
+        // The rest are usage, error and x_groq chunks.
+        assert!(
+            fast * 100 >= chunks * 90,
+            "fast path took {fast} of {chunks}"
+        );
+    }
+
+    /// Pieces of JSON text, valid and not, for generated chunks.
+    fn scalar() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            Just("nul".to_owned()),
+            prop::sample::select(vec![
+                "0",
+                "7",
+                "-1",
+                "2.5",
+                "1e999",
+                "01",
+                "1.",
+                "-",
+                "18446744073709551616",
+                "3E+2",
+            ])
+            .prop_map(str::to_owned),
+            string(),
+        ]
+    }
+
+    fn string() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "a",
+                "Paris",
+                " ",
+                "é",
+                "\u{1F600}",
+                "\\n",
+                "\\\"",
+                "\\\\",
+                "\\/",
+                "\\u00e9",
+                "\\ud83d\\ude00",
+                "\\ud800",
+                "\\x",
+                "\\u12",
+                "\u{1}",
+                "{\\\"city\\\":",
+            ]),
+            0..5,
+        )
+        .prop_map(|parts| format!("\"{}\"", parts.concat()))
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        scalar().prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                prop::collection::vec((key(), inner), 0..4).prop_map(|fields| object(&fields)),
+            ]
+        })
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "id",
+            "model",
+            "object",
+            "created",
+            "choices",
+            "usage",
+            "x_groq",
+            "error",
+            "index",
+            "delta",
+            "finish_reason",
+            "logprobs",
+            "content",
+            "refusal",
+            "reasoning_content",
+            "reasoning",
+            "role",
+            "tool_calls",
+            "type",
+            "function",
+            "name",
+            "arguments",
+            "i\\u0064",
+            "other",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    fn object(fields: &[(String, String)]) -> String {
+        let fields: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        format!("{{{}}}", fields.join(","))
+    }
+
+    /// A field: mostly a well-typed value for the key, sometimes any value.
+    fn field(key: &'static str, good: BoxedStrategy<String>) -> BoxedStrategy<(String, String)> {
+        prop_oneof![4 => good, 1 => value()]
+            .prop_map(move |v| (key.to_owned(), v))
+            .boxed()
+    }
+
+    fn fields(options: Vec<BoxedStrategy<(String, String)>>) -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select((0..options.len()).collect::<Vec<_>>()),
+            0..6,
+        )
+        .prop_flat_map(move |picks| {
+            picks
+                .into_iter()
+                .map(|i| options[i].clone())
+                .collect::<Vec<_>>()
+        })
+        .prop_map(|fields| object(&fields))
+    }
+
+    fn text() -> BoxedStrategy<String> {
+        prop_oneof![string(), Just("null".to_owned())].boxed()
+    }
+
+    fn count() -> BoxedStrategy<String> {
+        prop::sample::select(vec!["0", "1", "2", "null"])
+            .prop_map(str::to_owned)
+            .boxed()
+    }
+
+    fn chunk() -> impl Strategy<Value = String> {
+        let function = fields(vec![field("name", text()), field("arguments", text())]);
+        let call = fields(vec![
+            field("index", count()),
+            field("id", text()),
+            field("type", text()),
+            field("function", function.boxed()),
+        ]);
+        let calls = prop::collection::vec(call, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
+        let delta = fields(vec![
+            field("content", text()),
+            field("refusal", text()),
+            field("reasoning_content", text()),
+            field("reasoning", text()),
+            field("role", text()),
+            field("tool_calls", calls.boxed()),
+        ]);
+        let choice = fields(vec![
+            field("index", count()),
+            field("delta", delta.boxed()),
+            field("finish_reason", text()),
+            field("logprobs", value().boxed()),
+        ]);
+        let choices =
+            prop::collection::vec(choice, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
+        fields(vec![
+            field("id", text()),
+            field("model", text()),
+            field("object", text()),
+            field("created", count()),
+            field("choices", choices.boxed()),
+            field("usage", Just("null".to_owned()).boxed()),
+            field("error", Just("null".to_owned()).boxed()),
+            field("other", value().boxed()),
+        ])
+    }
+
+    /// A chunk, sometimes with whitespace added or a byte cut out.
+    fn mangled_chunk() -> impl Strategy<Value = String> {
+        (
+            chunk(),
+            0usize..4,
+            any::<prop::sample::Index>(),
+            prop::sample::select(vec![" ", "\n", ",", "}", "\""]),
+        )
+            .prop_map(|(mut text, how, at, piece)| {
+                let mut at = at.index(text.len() + 1);
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                match how {
+                    0 => text.insert_str(at, piece),
+                    1 if at < text.len() => {
+                        text.remove(at);
+                    }
+                    _ => {}
+                }
+                text
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn agrees_with_serde(data in mangled_chunk()) {
+            if let Some(fast) = read(&data) {
+                let serde = serde_json::from_str::<Chunk<'_>>(&data);
+                prop_assert!(matches!(&serde, Ok(chunk) if *chunk == fast), "{data}: fast {fast:?}, serde {serde:?}");
+            }
+        }
+    }
+}

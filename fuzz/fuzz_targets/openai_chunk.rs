@@ -1,0 +1,28 @@
+//! One OpenAI stream chunk on arbitrary text: the hand-written chunk reader must agree with
+//! serde wherever it answers. The decoder checks that itself in fuzz builds (`cfg(fuzzing)`)
+//! and panics on any disagreement; this target feeds it single chunks so the fuzzer mutates
+//! chunk shapes directly instead of whole recorded streams.
+#![no_main]
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+use agentloop::provider::http::SseDecoder;
+use agentloop::provider::openai::ChunkDecoder;
+use agentloop::sse::SseEvent;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut decoder = ChunkDecoder::new("fuzz");
+    let mut events = VecDeque::new();
+    let event = SseEvent {
+        event: "",
+        data: Cow::Borrowed(text),
+        id: None,
+        retry: None,
+    };
+    let _ = decoder.event(&event, &mut events);
+});
