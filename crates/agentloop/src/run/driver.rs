@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use serde_json::Value;
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -50,7 +49,31 @@ impl ToolSet {
 }
 
 /// Where a streamed run's events go; a blocking run has none.
-pub(crate) type Sink = Option<UnboundedSender<RunEvent>>;
+pub(crate) type Sink = Option<Arc<EventQueue>>;
+
+/// Events the driver has produced and the stream has not handed out yet.
+///
+/// The driver only runs inside the stream's own `poll_next`, so the stream finds every event
+/// right after polling it: a plain queue is enough, with no channel and no waker per event.
+#[derive(Default)]
+pub(crate) struct EventQueue(std::sync::Mutex<std::collections::VecDeque<RunEvent>>);
+
+impl EventQueue {
+    pub(crate) fn push(&self, event: RunEvent) {
+        // A poisoned lock only means a panic elsewhere; the queue itself is still whole.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push_back(event);
+    }
+
+    pub(crate) fn pop(&self) -> Option<RunEvent> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front()
+    }
+}
 
 pub(crate) struct Driver {
     pub(crate) provider: Arc<dyn Provider>,
@@ -97,8 +120,7 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 impl Driver {
     fn emit(&self, event: impl FnOnce() -> RunEvent) {
         if let Some(sink) = &self.sink {
-            // A closed receiver means the stream was dropped; the run is being dropped too.
-            let _ = sink.send(event());
+            sink.push(event());
         }
     }
 

@@ -18,7 +18,6 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
-use tokio::sync::mpsc;
 
 pub use hooks::{Hooks, PrepareStep, PromptDecision, StepInfo, StopInfo, ToolDecision};
 pub use machine::{Action, Machine};
@@ -110,27 +109,26 @@ pub fn run_stream(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> RunStream {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let events = Arc::new(driver::EventQueue::default());
+    let sink = Arc::clone(&events);
     let driver = async move {
         let tools = ToolSet::new(tools);
         match start(request, &tools, &options).await {
             Ok(machine) => {
-                resume(provider, machine, tools, options, Some(tx)).await;
+                resume(provider, machine, tools, options, Some(sink)).await;
             }
-            Err(error) => {
-                let _ = tx.send(RunEvent::Error { error });
-            }
+            Err(error) => sink.push(RunEvent::Error { error }),
         }
     };
     RunStream {
-        events: rx,
+        events,
         driver: Some(driver.boxed()),
     }
 }
 
 /// A streamed run. Polling it drives the run; no task is spawned for the loop itself.
 pub struct RunStream {
-    events: mpsc::UnboundedReceiver<RunEvent>,
+    events: Arc<driver::EventQueue>,
     driver: Option<BoxFuture<'static, ()>>,
 }
 
@@ -163,7 +161,7 @@ impl Stream for RunStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         loop {
-            if let Poll::Ready(Some(event)) = self.events.poll_recv(cx) {
+            if let Some(event) = self.events.pop() {
                 return Poll::Ready(Some(event));
             }
             match self.driver.as_mut() {
@@ -171,9 +169,15 @@ impl Stream for RunStream {
                     Poll::Ready(()) => {
                         self.driver = None;
                     }
-                    Poll::Pending => return Poll::Pending,
+                    // Events pushed before the driver paused are handed out first.
+                    Poll::Pending => {
+                        return match self.events.pop() {
+                            Some(event) => Poll::Ready(Some(event)),
+                            None => Poll::Pending,
+                        };
+                    }
                 },
-                None => return self.events.poll_recv(cx),
+                None => return Poll::Ready(self.events.pop()),
             }
         }
     }
