@@ -344,7 +344,7 @@ fn shaping_request() -> Request {
         top_p: Some(0.9),
         top_k: Some(40),
         stop_sequences: vec![],
-        tools: vec![ToolDefinition::Function(FunctionDefinition {
+        tools: vec![ToolDefinition::from(FunctionDefinition {
             name: "lookup".into(),
             description: String::new(),
             input_schema: schema,

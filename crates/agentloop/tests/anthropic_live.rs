@@ -17,7 +17,7 @@ fn request() -> Request {
         vec![Message::user("What is the weather in Paris? Use the tool.")],
     );
     request.max_tokens = Some(300);
-    request.tools = vec![ToolDefinition::Function(FunctionDefinition {
+    request.tools = vec![ToolDefinition::from(FunctionDefinition {
         name: "get_weather".into(),
         description: "Current weather for a city".into(),
         input_schema: json!({

@@ -151,7 +151,7 @@ async fn live_openai_answers_and_calls_a_tool() {
         vec![Message::user("What is the weather in Paris? Use the tool.")],
     );
     request.max_tokens = Some(200);
-    request.tools = vec![agentloop::ToolDefinition::Function(
+    request.tools = vec![agentloop::ToolDefinition::from(
         agentloop::FunctionDefinition {
             name: "get_weather".into(),
             description: "Current weather for a city".into(),

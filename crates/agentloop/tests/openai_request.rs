@@ -159,7 +159,7 @@ fn bodies_built_from_varied_requests_validate_against_the_spec() {
             search_context_size: Some("low".into()),
         }));
     if let ToolDefinition::Function(f) = &mut request.tools[0] {
-        f.strict = true;
+        std::sync::Arc::make_mut(f).strict = true;
     }
     request.messages.push(Message::new(
         Role::Assistant,
@@ -187,7 +187,7 @@ fn bodies_built_from_varied_requests_validate_against_the_spec() {
 }
 
 fn tool(name: &str, schema: Value, strict: bool) -> ToolDefinition {
-    ToolDefinition::Function(FunctionDefinition {
+    ToolDefinition::from(FunctionDefinition {
         name: name.into(),
         description: String::new(),
         input_schema: schema,

@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -182,6 +183,28 @@ pub struct Transport {
     /// Endpoint URLs by path, parsed once: parsing one costs more than building the rest of a
     /// request.
     endpoints: Arc<Mutex<Vec<(String, reqwest::Url)>>>,
+    body_size: BodySize,
+}
+
+/// Serializes request bodies into a buffer about the size of the last one. A run's requests
+/// grow by a little each turn, so this replaces the buffer's repeated doubling (and the copies
+/// that come with it) by one allocation.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodySize(Arc<AtomicUsize>);
+
+impl BodySize {
+    /// The hint never exceeds this, so one huge request does not make every later one reserve
+    /// as much.
+    const MAX_HINT: usize = 1 << 20;
+
+    /// `body` as JSON bytes.
+    pub(crate) fn serialize(&self, body: &impl serde::Serialize) -> serde_json::Result<Bytes> {
+        let mut buf = Vec::with_capacity(self.0.load(Ordering::Relaxed));
+        serde_json::to_writer(&mut buf, body)?;
+        let next = buf.len() + buf.len() / 4 + 256;
+        self.0.store(next.min(Self::MAX_HINT), Ordering::Relaxed);
+        Ok(Bytes::from(buf))
+    }
 }
 
 impl std::fmt::Debug for Transport {
@@ -230,6 +253,7 @@ impl Transport {
             headers,
             map_error,
             endpoints: Arc::default(),
+            body_size: BodySize::default(),
         })
     }
 
@@ -238,13 +262,17 @@ impl Transport {
         &self.config
     }
 
+    /// The serializer for this transport's request bodies.
+    pub(crate) fn body_size(&self) -> &BodySize {
+        &self.body_size
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{}", self.config.base_url.trim_end_matches('/'), path)
     }
 
-    /// A POST to `path`, with its URL parsed on first use only. A URL that does not parse is
-    /// handed to reqwest as text, which reports the error as it always did.
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+    /// The endpoint URL for `path`, parsed on first use only; the text when it does not parse.
+    fn endpoint(&self, path: &str) -> std::result::Result<reqwest::Url, String> {
         let cached = self.endpoints.lock().ok().and_then(|endpoints| {
             endpoints
                 .iter()
@@ -252,18 +280,42 @@ impl Transport {
                 .map(|(_, url)| url.clone())
         });
         if let Some(url) = cached {
-            return self.client.post(url);
+            return Ok(url);
         }
         let url = self.url(path);
-        match reqwest::Url::parse(&url) {
-            Ok(parsed) => {
-                if let Ok(mut endpoints) = self.endpoints.lock() {
-                    endpoints.push((path.to_owned(), parsed.clone()));
-                }
-                self.client.post(parsed)
-            }
-            Err(_) => self.client.post(url),
+        let parsed = reqwest::Url::parse(&url).map_err(|_| url)?;
+        if let Ok(mut endpoints) = self.endpoints.lock() {
+            endpoints.push((path.to_owned(), parsed.clone()));
         }
+        Ok(parsed)
+    }
+
+    /// A POST to `path` with the transport's headers, then `extra` over them. Built as a whole
+    /// request so the header map is copied once rather than copied and then re-inserted. A URL
+    /// that does not parse goes to reqwest as text, which reports the error as it always did.
+    fn post(
+        &self,
+        path: &str,
+        body: &Bytes,
+        extra: &HeaderMap,
+        timeout: Option<Duration>,
+    ) -> reqwest::Result<reqwest::Request> {
+        let url = match self.endpoint(path) {
+            Ok(url) => url,
+            Err(text) => return self.client.post(text).build(),
+        };
+        let mut request = reqwest::Request::new(reqwest::Method::POST, url);
+        let headers = request.headers_mut();
+        headers.clone_from(&self.headers);
+        for name in extra.keys() {
+            headers.remove(name);
+        }
+        for (name, value) in extra {
+            headers.append(name, value.clone());
+        }
+        *request.body_mut() = Some(body.clone().into());
+        *request.timeout_mut() = timeout;
+        Ok(request)
     }
 
     /// Send once; map transport failures and error statuses to typed errors.
@@ -274,15 +326,14 @@ impl Transport {
         extra: &HeaderMap,
         timeout: Option<Duration>,
     ) -> Result<reqwest::Response> {
-        let mut request = self
-            .post(path)
-            .headers(self.headers.clone())
-            .headers(extra.clone())
-            .body(body.clone());
-        if let Some(timeout) = timeout {
-            request = request.timeout(timeout);
-        }
-        let response = request.send().await.map_err(|e| self.transport_error(e))?;
+        let request = self
+            .post(path, body, extra, timeout)
+            .map_err(|e| self.transport_error(e))?;
+        let response = self
+            .client
+            .execute(request)
+            .await
+            .map_err(|e| self.transport_error(e))?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);

@@ -96,7 +96,7 @@ impl Machine {
 
     /// The next action. Calling it again before reporting back returns the same action.
     pub fn next_action(&mut self) -> Action {
-        match &self.phase {
+        match &mut self.phase {
             Phase::Ready => {
                 if self.turns >= self.limits.max_turns {
                     self.phase = Phase::Done {
@@ -109,7 +109,8 @@ impl Machine {
             }
             Phase::AwaitingModel => Action::CallModel,
             Phase::ToolsPending { run, skipped } => {
-                let (run, skipped) = (run.clone(), skipped.clone());
+                // Moved, not cloned: the phase that held them is replaced just below.
+                let (run, skipped) = (std::mem::take(run), std::mem::take(skipped));
                 let action = Action::RunTools(run.clone());
                 self.phase = Phase::AwaitingTools { run, skipped };
                 action

@@ -126,6 +126,17 @@ impl<T, F> TypedHandler<T, F> {
     }
 }
 
+/// A typed result as tool-result text, as [`ToolOutput::json`] would give it, without building
+/// a [`Value`] tree first: a string is the text itself, anything else its JSON text.
+fn json_text<R: Serialize>(output: &R) -> serde_json::Result<String> {
+    let text = serde_json::to_string(output)?;
+    if text.starts_with('"') {
+        serde_json::from_str(&text)
+    } else {
+        Ok(text)
+    }
+}
+
 impl<T, R, E, F, Fut> ToolHandler for TypedHandler<T, F>
 where
     T: DeserializeOwned + Send + 'static,
@@ -158,11 +169,53 @@ where
         let fut = (self.f)(ctx, parsed);
         Box::pin(async move {
             match fut.await {
-                Ok(output) => serde_json::to_value(output)
-                    .map(ToolOutput::json)
+                Ok(output) => json_text(&output)
+                    .map(ToolOutput::text)
                     .map_err(|e| ToolError::Failed(format!("could not serialize the result: {e}"))),
                 Err(e) => Err(ToolError::Failed(e.to_string())),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// Typed results skip the `Value` tree but read exactly as `ToolOutput::json` of it would.
+    #[test]
+    fn typed_results_read_as_their_json_value_would() {
+        #[derive(Serialize)]
+        struct Weather {
+            city: &'static str,
+            temp_c: f64,
+            tags: Vec<&'static str>,
+            note: Option<String>,
+        }
+        fn check<R: Serialize>(output: R) {
+            let expected = content_from_value(serde_json::to_value(&output).unwrap());
+            let text = json_text(&output).unwrap();
+            assert_eq!(ToolResultContent::Text(text), expected);
+        }
+        check(Weather {
+            city: "Paris",
+            temp_c: 18.5,
+            tags: vec!["mild", "dry \"mostly\""],
+            note: None,
+        });
+        check("plain text, not a JSON literal");
+        check("tab\t, quote \", unicode é and \u{1F600}");
+        check(String::new());
+        check(42_u64);
+        check(-0.5_f64);
+        check(f64::NAN);
+        check(());
+        check(None::<u8>);
+        check(vec![json!({"b": 1, "a": [true, null]})]);
+        check(BTreeMap::from([(2, "two"), (1, "one")]));
     }
 }

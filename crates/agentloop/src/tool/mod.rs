@@ -119,11 +119,14 @@ impl NativeTool {
 }
 
 /// What goes into a request's tool list.
+///
+/// A function definition is shared (`Arc`): every run puts its agent's tools into its request,
+/// and copying schemas there would cost an allocation per schema node per run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToolDefinition {
     /// A tool we run.
-    Function(FunctionDefinition),
+    Function(Arc<FunctionDefinition>),
     /// A tool the provider runs.
     Native(NativeTool),
 }
@@ -396,6 +399,12 @@ impl Tool {
 
 impl From<&Tool> for ToolDefinition {
     fn from(tool: &Tool) -> Self {
-        ToolDefinition::Function(FunctionDefinition::clone(&tool.definition))
+        ToolDefinition::Function(Arc::clone(&tool.definition))
+    }
+}
+
+impl From<FunctionDefinition> for ToolDefinition {
+    fn from(definition: FunctionDefinition) -> Self {
+        ToolDefinition::Function(Arc::new(definition))
     }
 }

@@ -67,7 +67,7 @@ pub fn canonical_request() -> Request {
         top_k: None,
         stop_sequences: vec!["END".into()],
         tools: vec![
-            ToolDefinition::Function(FunctionDefinition {
+            ToolDefinition::from(FunctionDefinition {
                 name: "get_weather".into(),
                 description: "Current weather for a city".into(),
                 input_schema: json!({
@@ -80,7 +80,7 @@ pub fn canonical_request() -> Request {
                 }),
                 strict: false,
             }),
-            ToolDefinition::Function(FunctionDefinition {
+            ToolDefinition::from(FunctionDefinition {
                 name: "search_hotels".into(),
                 description: "Search hotels in a city".into(),
                 input_schema: json!({

@@ -11,8 +11,9 @@ use serde_json::{Map, Value, json};
 use super::{AnthropicOptions, ForeignThinking, PROVIDER_NAME};
 use crate::error::{Error, Result};
 use crate::message::{ContentBlock, ImageSource, Request, Role, ToolResult, ToolResultContent};
+use crate::provider::http::BodySize;
 use crate::tool::schema::inline_refs;
-use crate::tool::{FunctionDefinition, NativeTool, ToolChoice, ToolDefinition};
+use crate::tool::{NativeTool, ToolChoice, ToolDefinition};
 
 /// Native tool type strings (docs, 2025-2026): web search and text editor and bash are
 /// generally available; code execution and computer use still need a beta header.
@@ -29,7 +30,12 @@ pub(super) struct Built {
     pub betas: Vec<&'static str>,
 }
 
-pub(super) fn build(request: &Request, options: &AnthropicOptions, stream: bool) -> Result<Built> {
+pub(super) fn build(
+    request: &Request,
+    options: &AnthropicOptions,
+    stream: bool,
+    body_size: &BodySize,
+) -> Result<Built> {
     let (system, messages) = messages(request, options);
     let mut betas = Vec::new();
     let tools = request
@@ -57,12 +63,10 @@ pub(super) fn build(request: &Request, options: &AnthropicOptions, stream: bool)
         stream,
         extensions: request.extensions.as_ref(),
     };
-    let body = serde_json::to_vec(&body)
+    let body = body_size
+        .serialize(&body)
         .map_err(|e| Error::parse("Anthropic request body while serializing it", e))?;
-    Ok(Built {
-        body: Bytes::from(body),
-        betas,
-    })
+    Ok(Built { body, betas })
 }
 
 /// The top-level body. Serialized by hand so that `extensions` can replace any field without
@@ -347,15 +351,10 @@ fn wire_tool<'a>(
     betas: &mut Vec<&'static str>,
 ) -> Result<WireTool<'a>> {
     match tool {
-        ToolDefinition::Function(FunctionDefinition {
-            name,
-            description,
-            input_schema,
-            strict: _,
-        }) => Ok(WireTool::Function {
-            name,
-            description,
-            input_schema: shape_schema(input_schema),
+        ToolDefinition::Function(function) => Ok(WireTool::Function {
+            name: &function.name,
+            description: &function.description,
+            input_schema: shape_schema(&function.input_schema),
         }),
         ToolDefinition::Native(native) => native_tool(native, options, betas).map(WireTool::Native),
     }

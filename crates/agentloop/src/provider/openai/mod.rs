@@ -343,7 +343,7 @@ impl OpenAi {
 
     /// The exact body this provider sends for `request`.
     pub fn request_body(&self, request: &Request, stream: bool) -> Result<Bytes> {
-        request::build(request, &self.options, stream)
+        request::build(request, &self.options, stream, self.transport.body_size())
     }
 }
 

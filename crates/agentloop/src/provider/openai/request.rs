@@ -17,11 +17,17 @@ use crate::error::{Error, Result};
 use crate::message::{
     ContentBlock, ImageSource, Message, Request, Role, ToolResult, ToolResultContent,
 };
+use crate::provider::http::BodySize;
 use crate::tool::schema::{inline_refs, openai_strict};
 use crate::tool::{FunctionDefinition, NativeTool, ToolChoice, ToolDefinition};
 
 /// Serialize `request` for `POST /chat/completions`.
-pub(crate) fn build(request: &Request, options: &OpenAiOptions, stream: bool) -> Result<Bytes> {
+pub(crate) fn build(
+    request: &Request,
+    options: &OpenAiOptions,
+    stream: bool,
+    body_size: &BodySize,
+) -> Result<Bytes> {
     let mut tools = Vec::with_capacity(request.tools.len());
     let mut web_search = None;
     for tool in &request.tools {
@@ -38,8 +44,8 @@ pub(crate) fn build(request: &Request, options: &OpenAiOptions, stream: bool) ->
         tools,
         web_search,
     };
-    serde_json::to_vec(&body)
-        .map(Bytes::from)
+    body_size
+        .serialize(&body)
         .map_err(|e| Error::config(format!("could not serialize the request body: {e}")))
 }
 
