@@ -18,6 +18,10 @@ enum Script {
 struct State {
     script: Script,
     requests: Vec<Request>,
+    /// Calls made, recorded or not.
+    calls: usize,
+    /// Whether `requests` keeps a copy of each request.
+    record: bool,
     expected: Option<usize>,
 }
 
@@ -64,6 +68,8 @@ impl ScriptedModel {
             state: Arc::new(Mutex::new(State {
                 script,
                 requests: Vec::new(),
+                calls: 0,
+                record: true,
                 expected,
             })),
             name: Arc::from("scripted"),
@@ -73,6 +79,15 @@ impl ScriptedModel {
     /// Report this provider name (tags reasoning blocks), e.g. to mimic `anthropic`.
     pub fn named(mut self, name: &str) -> Self {
         self.name = Arc::from(name);
+        self
+    }
+
+    /// Keep no copy of the requests: for benchmarks and long runs, where the copies would
+    /// grow without bound and cost a clone per call. [`requests`](Self::requests) and
+    /// [`last_request`](Self::last_request) then stay empty; [`calls`](Self::calls) still
+    /// counts.
+    pub fn unrecorded(self) -> Self {
+        self.lock().record = false;
         self
     }
 
@@ -93,7 +108,7 @@ impl ScriptedModel {
 
     /// How many calls were made.
     pub fn calls(&self) -> usize {
-        self.lock().requests.len()
+        self.lock().calls
     }
 
     /// Panic unless exactly the scripted number of calls was made.
@@ -102,18 +117,20 @@ impl ScriptedModel {
         let state = self.lock();
         if let Some(expected) = state.expected {
             assert_eq!(
-                state.requests.len(),
-                expected,
+                state.calls, expected,
                 "the scripted model expected {expected} calls but got {}",
-                state.requests.len()
+                state.calls
             );
         }
     }
 
     fn next_turn(&self, request: &Request) -> (usize, Result<Turn, Error>) {
         let mut state = self.lock();
-        let index = state.requests.len();
-        state.requests.push(request.clone());
+        let index = state.calls;
+        state.calls += 1;
+        if state.record {
+            state.requests.push(request.clone());
+        }
         let turn = match &mut state.script {
             Script::Turns(turns) => turns.pop_front().ok_or_else(|| Error::Config {
                 message: format!(
@@ -177,4 +194,32 @@ fn async_stream(
             Some((Ok(event), (i + 1, events, None, None, cut)))
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use agentloop::Provider;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn unrecorded_models_count_calls_but_keep_no_requests() {
+        let script = |_: &Request, call: usize| Turn::text(format!("answer {call}"));
+        let request = Request {
+            model: "m".into(),
+            ..Request::default()
+        };
+        let recorded = ScriptedModel::from_fn(script);
+        let unrecorded = ScriptedModel::from_fn(script).unrecorded();
+        for model in [&recorded, &unrecorded] {
+            for call in 0..2 {
+                let response = model.complete(&request).await.unwrap();
+                assert_eq!(response.text(), format!("answer {call}"));
+            }
+            assert_eq!(model.calls(), 2);
+        }
+        assert_eq!(recorded.requests(), vec![request.clone(), request]);
+        assert!(unrecorded.requests().is_empty());
+        assert_eq!(unrecorded.last_request(), None);
+    }
 }
