@@ -381,6 +381,90 @@ async fn failing_tools_become_error_results_and_the_run_goes_on() {
     model.assert_complete();
 }
 
+/// How many tasks are alive on the runtime, as the tool sees it.
+fn task_count_tool(name: &str) -> Tool {
+    Tool::function(name, "", |_: Empty| async {
+        let alive = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        Ok::<_, String>(format!("{alive} tasks"))
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_tool_call_runs_on_the_runs_task_and_keeps_every_failure_mode() {
+    // One call per step, then a step with two calls at once.
+    let model = ScriptedModel::new([
+        Turn::tool_call("instant", json!({})),
+        Turn::tool_call("panics_at_once", json!({})),
+        Turn::tool_call("panics_later", json!({})),
+        Turn::tool_call("sleeps", json!({})),
+        Turn::tool_call("hangs", json!({})),
+        Turn::tool_calls([("instant", json!({})), ("also_instant", json!({}))]),
+        Turn::text("done"),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(task_count_tool("instant"))
+        .tool(task_count_tool("also_instant"))
+        .tool(Tool::function("panics_at_once", "", |_: Empty| async {
+            if true {
+                panic!("at once");
+            }
+            Ok::<String, String>(String::new())
+        }))
+        .tool(Tool::function("panics_later", "", |_: Empty| async {
+            tokio::task::yield_now().await;
+            if true {
+                panic!("later");
+            }
+            Ok::<String, String>(String::new())
+        }))
+        .tool(Tool::function("sleeps", "", |_: Empty| async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok::<_, String>("awake")
+        }))
+        .tool(
+            Tool::function("hangs", "", |_: Empty| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, String>("late")
+            })
+            .timeout(Duration::from_secs(2)),
+        )
+        .max_turns(10)
+        .build();
+    let started = Instant::now();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    // 1 s of sleeping plus the 2 s timeout, on the paused clock.
+    assert_eq!(started.elapsed(), Duration::from_secs(3));
+    let texts: Vec<Vec<String>> = result
+        .steps
+        .iter()
+        .map(|step| {
+            step.tool_results
+                .iter()
+                .map(|r| r.content.to_text())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            // Alone, the tool ran on the run's own task: nothing was spawned.
+            vec!["0 tasks".to_owned()],
+            vec!["Error: the tool panicked: at once".to_owned()],
+            vec!["Error: the tool panicked: later".to_owned()],
+            vec!["awake".to_owned()],
+            vec!["Error: tool `hangs` timed out after 2.0s".to_owned()],
+            // Side by side, each call has a task of its own.
+            vec!["2 tasks".to_owned(), "1 tasks".to_owned()],
+            vec![],
+        ]
+    );
+    history::validate(&result.messages).unwrap();
+    model.assert_complete();
+}
+
 #[tokio::test(start_paused = true)]
 async fn parallel_tools_overlap_and_sequential_tools_do_not() {
     for (parallel, expected) in [(true, 300), (false, 900)] {

@@ -19,7 +19,7 @@ use crate::error::{Error, TimeoutKind};
 use crate::message::{Request, Response};
 use crate::provider::Provider;
 use crate::stream::{Accumulator, StreamEvent};
-use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, Violation};
+use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
 /// The tools of a run, by name.
 #[derive(Clone, Default)]
@@ -387,15 +387,19 @@ impl Driver {
         } else {
             1
         };
+        // A call that runs alone gains nothing from a task of its own: its first poll happens
+        // on the run's task. Calls that may run side by side each get a task from the start,
+        // so CPU-bound tools still spread over the runtime's threads.
+        let first_poll_inline = concurrency == 1 || calls.len() == 1;
         stream::iter(calls)
-            .map(|call| self.run_one(call))
+            .map(|call| self.run_one(call, first_poll_inline))
             .buffered(concurrency)
             .collect()
             .await
     }
 
-    async fn run_one(&self, call: ToolCall) -> ToolOutcome {
-        let outcome = self.execute(&call).await;
+    async fn run_one(&self, call: ToolCall, first_poll_inline: bool) -> ToolOutcome {
+        let outcome = self.execute(&call, first_poll_inline).await;
         let mut outcome = outcome;
         for hook in &self.options.hooks.after_tool {
             outcome = hook((call.clone(), outcome)).await;
@@ -403,7 +407,7 @@ impl Driver {
         outcome
     }
 
-    async fn execute(&self, call: &ToolCall) -> ToolOutcome {
+    async fn execute(&self, call: &ToolCall, first_poll_inline: bool) -> ToolOutcome {
         let mut input = call.input.clone();
         for hook in &self.options.hooks.before_tool {
             let mut seen = call.clone();
@@ -458,23 +462,74 @@ impl Driver {
             cancel.clone(),
             self.options.state.clone(),
         );
-        let task = AbortOnDrop(tokio::spawn(handler.call(ctx, input)));
-        let outcome = match tokio::time::timeout(timeout, task).await {
-            Err(_) => ToolOutcome::TimedOut { after: timeout },
-            Ok(Err(join)) => ToolOutcome::Failed {
-                message: match join.try_into_panic() {
-                    Ok(panic) => format!("the tool panicked: {}", panic_message(&*panic)),
-                    Err(_) => "the tool was aborted".to_owned(),
-                },
-            },
-            Ok(Ok(Ok(output))) => ToolOutcome::Completed { content: output.0 },
-            Ok(Ok(Err(ToolError::Failed(message)))) => ToolOutcome::Failed { message },
-            Ok(Ok(Err(ToolError::InvalidArguments(violations)))) => {
-                ToolOutcome::InvalidArguments { violations }
+        let deadline = Instant::now() + timeout;
+        let mut call_future = handler.call(ctx, input);
+        let first_poll = if first_poll_inline {
+            poll_once_catching(&mut call_future).await
+        } else {
+            FirstPoll::Pending
+        };
+        let outcome = match first_poll {
+            // Most tools finish without waiting: no task, no timer, no wake-up of the runtime.
+            FirstPoll::Ready(result) => returned(result),
+            FirstPoll::Panicked(panic) => panicked(&*panic),
+            // The tool waits on something: it continues on a task of its own, where the
+            // timeout can stop it and a panic stays contained.
+            FirstPoll::Pending => {
+                let task = AbortOnDrop(tokio::spawn(call_future));
+                match tokio::time::timeout_at(deadline, task).await {
+                    Err(_) => ToolOutcome::TimedOut { after: timeout },
+                    Ok(Err(join)) => match join.try_into_panic() {
+                        Ok(panic) => panicked(&*panic),
+                        Err(_) => ToolOutcome::Failed {
+                            message: "the tool was aborted".to_owned(),
+                        },
+                    },
+                    Ok(Ok(result)) => returned(result),
+                }
             }
         };
         cancel.cancel();
         outcome
+    }
+}
+
+type ToolFuture = futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>;
+
+/// What a tool's first poll gave.
+enum FirstPoll {
+    Ready(Result<ToolOutput, ToolError>),
+    Panicked(Box<dyn std::any::Any + Send>),
+    Pending,
+}
+
+/// Polls a tool once on the calling task, catching a panic as a spawned task would.
+async fn poll_once_catching(call: &mut ToolFuture) -> FirstPoll {
+    std::future::poll_fn(|cx| {
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx)));
+        std::task::Poll::Ready(match polled {
+            Ok(std::task::Poll::Ready(result)) => FirstPoll::Ready(result),
+            Ok(std::task::Poll::Pending) => FirstPoll::Pending,
+            Err(panic) => FirstPoll::Panicked(panic),
+        })
+    })
+    .await
+}
+
+fn returned(result: Result<ToolOutput, ToolError>) -> ToolOutcome {
+    match result {
+        Ok(output) => ToolOutcome::Completed { content: output.0 },
+        Err(ToolError::Failed(message)) => ToolOutcome::Failed { message },
+        Err(ToolError::InvalidArguments(violations)) => {
+            ToolOutcome::InvalidArguments { violations }
+        }
+    }
+}
+
+fn panicked(panic: &(dyn std::any::Any + Send)) -> ToolOutcome {
+    ToolOutcome::Failed {
+        message: format!("the tool panicked: {}", panic_message(panic)),
     }
 }
 

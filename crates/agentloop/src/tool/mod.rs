@@ -354,7 +354,8 @@ impl Tool {
         self
     }
 
-    /// Per-tool timeout (the run's default applies otherwise).
+    /// Per-tool timeout (the run's default applies otherwise). Like any async timeout it takes
+    /// effect where the tool awaits: run blocking work with `tokio::task::spawn_blocking`.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
