@@ -25,6 +25,8 @@ const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 struct Browser {
     http: reqwest::Client,
     session: String,
+    driver_addr: String,
+    session_id: String,
     _driver: tokio::process::Child,
     _profile: tempfile::TempDir,
 }
@@ -82,12 +84,35 @@ impl Browser {
             .unwrap_or_else(|| panic!("a session was created: {created}"));
         Self {
             session: format!("{base}/session/{session}"),
+            driver_addr: format!("127.0.0.1:{port}"),
+            session_id: session.to_owned(),
             http,
             _driver: driver,
             _profile: profile,
         }
     }
+}
 
+/// Ends the WebDriver session, which closes Chromium: killing chromedriver alone would leave the
+/// browser running. Plain blocking HTTP, so it also runs when a test panics.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(&self.driver_addr) else {
+            return;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let request = format!(
+            "DELETE /session/{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.session_id, self.driver_addr
+        );
+        if stream.write_all(request.as_bytes()).is_ok() {
+            let _ = stream.read_to_end(&mut Vec::new());
+        }
+    }
+}
+
+impl Browser {
     async fn command(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
         let mut request = self.http.request(method, format!("{}{path}", self.session));
         if let Some(body) = body {
