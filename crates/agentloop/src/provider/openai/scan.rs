@@ -41,6 +41,8 @@ pub(super) struct Scanner<'a> {
     text: &'a str,
     at: usize,
     depth: u8,
+    /// Where the key of the object member being read starts.
+    member_start: usize,
 }
 
 impl<'a> Scanner<'a> {
@@ -50,7 +52,24 @@ impl<'a> Scanner<'a> {
             text,
             at: 0,
             depth: 0,
+            member_start: 0,
         }
+    }
+
+    /// A scanner inside the top-level object of `text`, at `at`, where a member's key is next.
+    /// [`Self::members`] reads on from there.
+    pub fn inside_object(text: &'a str, at: usize) -> Self {
+        Self {
+            text,
+            at,
+            depth: 1,
+            member_start: at,
+        }
+    }
+
+    /// Where the current object member's key starts (whitespace before it included).
+    pub fn member_start(&self) -> usize {
+        self.member_start
     }
 
     fn bytes(&self) -> &'a [u8] {
@@ -261,27 +280,35 @@ impl<'a> Scanner<'a> {
     }
 
     /// An object: `field` reads the value of each key (and must consume it).
-    pub fn object(
-        &mut self,
-        mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
-    ) -> Option<()> {
+    pub fn object(&mut self, field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.expect(b'{')?;
         self.enter()?;
         if self.peek()? == b'}' {
             self.at += 1;
-        } else {
-            loop {
-                let key = self.key()?;
-                self.expect(b':')?;
-                field(self, key)?;
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b'}' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+            self.depth -= 1;
+            return Some(());
+        }
+        self.members(field)
+    }
+
+    /// The rest of an object whose `{` (and maybe some members) was read: members up to and
+    /// including the closing `}`, starting with a key.
+    pub fn members(
+        &mut self,
+        mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        loop {
+            self.member_start = self.at;
+            let key = self.key()?;
+            self.expect(b':')?;
+            field(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    break;
                 }
+                _ => return None,
             }
         }
         self.depth -= 1;

@@ -111,6 +111,8 @@ pub struct ChunkDecoder {
     /// A top-level `usage` was seen, so `x_groq.usage` is no longer consulted.
     top_level_usage: bool,
     calls: Vec<Call>,
+    /// The last chunk's leading members, which the next chunk most likely repeats.
+    header: fast::Header,
 }
 
 impl ChunkDecoder {
@@ -125,6 +127,7 @@ impl ChunkDecoder {
             usage: None,
             top_level_usage: false,
             calls: Vec::new(),
+            header: fast::Header::default(),
         }
     }
 
@@ -370,7 +373,7 @@ impl SseDecoder for ChunkDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let mut chunk = match fast::read(data) {
+        let mut chunk = match fast::read_after(data, &mut self.header) {
             Some(chunk) => {
                 #[cfg(any(debug_assertions, fuzzing))]
                 check_against_serde(data, &chunk);

@@ -9,13 +9,59 @@
 //! answers, it answers what serde would: debug builds and fuzzing check every chunk against
 //! serde, and `tests::agrees_with_serde` does so over generated chunks.
 
+use std::borrow::Cow;
+
 use super::super::scan::Scanner;
 use super::super::wire::{Arguments, Count, Str, Text, WireUsage};
 use super::{Choice, Chunk, Delta, FunctionDelta, ToolCallDelta};
 
 /// Read one chunk, or `None` to let serde read it.
+#[cfg(test)]
 pub(super) fn read(data: &str) -> Option<Chunk<'_>> {
-    let mut s = Scanner::new(data);
+    read_after(data, &mut Header::default())
+}
+
+/// The members a stream's chunks open with, before `choices` (`id`, `object`, `created`,
+/// `model`, `system_fingerprint`, ...), as the last chunk read had them. Streams repeat them
+/// byte for byte on every chunk, so a chunk that starts with the same bytes is read from where
+/// they end: they are most of a text delta's bytes.
+#[derive(Debug, Default)]
+pub(super) struct Header {
+    /// The chunk's text up to the first key that is not part of the header; empty when
+    /// nothing is remembered.
+    bytes: String,
+    /// Where the borrowed `id` and `model` strings are in `bytes` (`None`: read as absent).
+    id: Option<(usize, usize)>,
+    model: Option<(usize, usize)>,
+    /// The known fields the header holds (bits of `read_after`'s `Seen`).
+    seen: u8,
+}
+
+impl Header {
+    fn value<'a>(data: &'a str, span: Option<(usize, usize)>) -> Option<Str<'a>> {
+        match span {
+            None => Some(Str(None)),
+            Some((start, end)) => data.get(start..end).map(|s| Str(Some(Cow::Borrowed(s)))),
+        }
+    }
+}
+
+/// Where a string field's value lies in `data`: `Some(None)` when it reads as absent, `None`
+/// when it was decoded (escaped) and so cannot be found again by position.
+fn span_of(data: &str, value: &Str<'_>) -> Option<Option<(usize, usize)>> {
+    match &value.0 {
+        None => Some(None),
+        Some(Cow::Borrowed(text)) => {
+            let start = (text.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+            Some(Some((start, start + text.len())))
+        }
+        Some(Cow::Owned(_)) => None,
+    }
+}
+
+/// Read one chunk, or `None` to let serde read it; `header` is the last chunk's header and
+/// becomes this one's.
+pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk<'a>> {
     let mut chunk = Chunk {
         id: Str(None),
         model: Str(None),
@@ -25,7 +71,27 @@ pub(super) fn read(data: &str) -> Option<Chunk<'_>> {
         error: None,
     };
     let mut seen = Seen::default();
-    s.object(|s, key| {
+    let remembered = !header.bytes.is_empty() && data.starts_with(header.bytes.as_str());
+    let mut s = if remembered {
+        chunk.id = Header::value(data, header.id)?;
+        chunk.model = Header::value(data, header.model)?;
+        seen.0 = header.seen;
+        Scanner::inside_object(data, header.bytes.len())
+    } else {
+        Scanner::new(data)
+    };
+    // Where this chunk's header ends (at the first key that is not part of it), and its state.
+    let mut header_end: Option<(usize, u8)> = None;
+    let mut header_members = 0_usize;
+    let mut field = |s: &mut Scanner<'a>, key: &'a str| {
+        let header_key = !matches!(key, "choices" | "usage" | "x_groq" | "error");
+        if header_end.is_none() {
+            if header_key {
+                header_members += 1;
+            } else {
+                header_end = Some((s.member_start(), seen.0));
+            }
+        }
         match key {
             "id" => {
                 seen.first(0)?;
@@ -58,9 +124,44 @@ pub(super) fn read(data: &str) -> Option<Chunk<'_>> {
             _ => s.skip()?,
         }
         Some(())
-    })?;
+    };
+    if remembered {
+        s.members(&mut field)?;
+    } else {
+        s.object(&mut field)?;
+    }
     s.finish()?;
+    if !remembered && let Some((end, seen)) = header_end {
+        remember(data, &chunk, end, seen, header_members, header);
+    }
     Some(chunk)
+}
+
+/// Keep `data`'s header up to `end` for the next chunk, if it can be found again by position.
+fn remember(
+    data: &str,
+    chunk: &Chunk<'_>,
+    end: usize,
+    seen: u8,
+    members: usize,
+    header: &mut Header,
+) {
+    header.bytes.clear();
+    let (Some(id), Some(model), Some(bytes)) = (
+        span_of(data, &chunk.id),
+        span_of(data, &chunk.model),
+        data.get(..end),
+    ) else {
+        return;
+    };
+    if members == 0 {
+        return;
+    }
+    header.bytes.push_str(bytes);
+    // A field read after the header is read again from each chunk.
+    header.id = if seen & 1 != 0 { id } else { None };
+    header.model = if seen & 2 != 0 { model } else { None };
+    header.seen = seen;
 }
 
 fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>) -> Option<()> {
@@ -525,8 +626,76 @@ mod tests {
             })
     }
 
+    #[test]
+    fn a_chunk_that_repeats_the_header_is_read_from_where_it_ends() {
+        let first = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#;
+        let mut header = Header::default();
+        assert_eq!(read_after(first, &mut header), serde(first));
+        assert_eq!(
+            header.bytes,
+            r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":null,"#
+        );
+        let second = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":" there"},"finish_reason":null}],"usage":null}"#;
+        let chunk = read_after(second, &mut header).unwrap();
+        assert_eq!(Some(&chunk), serde(second).as_ref());
+        assert!(matches!(chunk.id.0, Some(Cow::Borrowed("c1"))));
+        // Another header is read in full and remembered instead.
+        let third = r#"{"id":"c2","choices":[],"model":"n"}"#;
+        assert_eq!(read_after(third, &mut header), serde(third));
+        assert_eq!(header.bytes, r#"{"id":"c2","#);
+        // `model` came after the header, so it is read from each chunk, not remembered.
+        let fourth = r#"{"id":"c2","choices":[]}"#;
+        assert_eq!(read_after(fourth, &mut header), serde(fourth));
+        let fifth = r#"{"model":"n","choices":[],"id":"c3"}"#;
+        assert_eq!(read_after(fifth, &mut header), serde(fifth));
+        let sixth = r#"{"model":"n","choices":[]}"#;
+        assert_eq!(read_after(sixth, &mut header), serde(sixth));
+    }
+
+    /// Chunks that share a generated header, as a stream's do.
+    fn chunks_with_a_header() -> impl Strategy<Value = Vec<String>> {
+        let header = prop::collection::vec(
+            prop_oneof![
+                field("id", text()),
+                field("model", text()),
+                field("object", text()),
+                field("created", count()),
+                field("other", value().boxed()),
+            ],
+            0..4,
+        );
+        (header, prop::collection::vec(mangled_chunk(), 1..4)).prop_map(|(header, bodies)| {
+            let header: Vec<String> = header.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let header = header.join(",");
+            bodies
+                .iter()
+                .map(|body| {
+                    let members = body.strip_prefix('{').unwrap_or(body);
+                    let comma = if header.is_empty() || members.starts_with('}') {
+                        ""
+                    } else {
+                        ","
+                    };
+                    format!("{{{header}{comma}{members}")
+                })
+                .collect()
+        })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn a_remembered_header_reads_as_a_fresh_read_does(chunks in chunks_with_a_header()) {
+            let mut header = Header::default();
+            for data in chunks.iter().chain(&chunks) {
+                let fast = read_after(data, &mut header);
+                prop_assert_eq!(&fast, &read(data), "{}", data);
+                if let Some(fast) = fast {
+                    prop_assert_eq!(Some(fast), serde(data), "{}", data);
+                }
+            }
+        }
 
         #[test]
         fn agrees_with_serde(data in mangled_chunk()) {
