@@ -41,6 +41,9 @@ while IFS= read -r file; do
     name=$(printf '%s' "$line" | sha1sum | cut -c1-16)
     printf '%s' "$line" >"corpus/openai_chunk/$name"
   done
+  # And the first chunks of each recording together, one per line, as a stream sends them.
+  first=$(awk '/^data:/ { sub(/^data: */, ""); print; if (++n == 4) exit }' "$file")
+  printf '%s' "$first" >"corpus/openai_chunk/$(printf '%s' "$first" | sha1sum | cut -c1-16)"
 done < <(sse_files)
 
 while IFS= read -r file; do

@@ -1,7 +1,8 @@
 //! One OpenAI stream chunk on arbitrary text: the hand-written chunk reader must agree with
 //! serde wherever it answers. The decoder checks that itself in fuzz builds (`cfg(fuzzing)`)
 //! and panics on any disagreement; this target feeds it single chunks so the fuzzer mutates
-//! chunk shapes directly instead of whole recorded streams.
+//! chunk shapes directly instead of whole recorded streams. Each line is one chunk of one
+//! stream, so later chunks are read after the header the earlier ones left.
 #![no_main]
 
 use std::borrow::Cow;
@@ -18,11 +19,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut decoder = ChunkDecoder::new("fuzz");
     let mut events = VecDeque::new();
-    let event = SseEvent {
-        event: "",
-        data: Cow::Borrowed(text),
-        id: None,
-        retry: None,
-    };
-    let _ = decoder.event(&event, &mut events);
+    for line in text.split('\n') {
+        let event = SseEvent {
+            event: "",
+            data: Cow::Borrowed(line),
+            id: None,
+            retry: None,
+        };
+        let _ = decoder.event(&event, &mut events);
+        events.clear();
+    }
 });
