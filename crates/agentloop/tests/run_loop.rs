@@ -465,6 +465,41 @@ async fn a_lone_tool_call_runs_on_the_runs_task_and_keeps_every_failure_mode() {
     model.assert_complete();
 }
 
+#[tokio::test]
+async fn the_largest_timeouts_mean_no_timeout() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("waits", json!({})),
+        Turn::text("done"),
+        Turn::tool_call("waits", json!({})),
+        Turn::text("done"),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(Tool::function("waits", "", |_: Empty| async {
+            tokio::task::yield_now().await;
+            Ok::<_, String>("waited")
+        }))
+        .tool_timeout(Duration::MAX)
+        .timeout(Duration::MAX)
+        .with_options(|o| {
+            o.step_timeout = Some(Duration::MAX);
+            o.first_chunk_timeout = Some(Duration::MAX);
+            o.idle_timeout = Some(Duration::MAX);
+        })
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.steps[0].tool_results[0].content.to_text(), "waited");
+    assert_eq!(result.text(), "done");
+    let mut events = agent.run_stream("again");
+    let mut finished = None;
+    while let Some(event) = events.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finished = Some(result);
+        }
+    }
+    let finished = finished.unwrap();
+    assert_eq!(finished.text(), "done");
+}
+
 #[tokio::test(start_paused = true)]
 async fn parallel_tools_overlap_and_sequential_tools_do_not() {
     for (parallel, expected) in [(true, 300), (false, 900)] {

@@ -595,7 +595,11 @@ impl<D: SseDecoder> Reading<D> {
             }
             ready!(self.timer.as_mut().poll(cx));
             // Re-armed only when it fires, never per chunk.
-            let deadline = self.last_chunk + self.idle;
+            // An idle timeout too large to add (`Duration::MAX`) never expires.
+            let deadline = self
+                .last_chunk
+                .checked_add(self.idle)
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
             if deadline <= Instant::now() {
                 let kind = if self.got_first {
                     TimeoutKind::Idle

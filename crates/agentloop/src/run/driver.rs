@@ -125,7 +125,7 @@ impl Driver {
     }
 
     pub(crate) async fn drive(self, mut machine: Machine) -> RunResult {
-        let run_deadline = self.options.timeout.map(|d| Instant::now() + d);
+        let run_deadline = self.options.timeout.map(|d| later(Instant::now(), d));
         self.emit(|| RunEvent::RunStart);
         loop {
             match machine.next_action() {
@@ -134,7 +134,7 @@ impl Driver {
                     let step = machine.steps().len();
                     self.emit(|| RunEvent::StepStart { step });
                     let started = Instant::now();
-                    let step_deadline = self.options.step_timeout.map(|d| started + d);
+                    let step_deadline = self.options.step_timeout.map(|d| later(started, d));
                     let stop = StopSignal {
                         cancel: &self.options.cancel,
                         deadline: earliest(run_deadline, step_deadline),
@@ -310,8 +310,7 @@ impl Driver {
         let idle = self.options.idle_timeout;
         // One timer for both first-chunk and idle timeouts: it is re-armed when it fires (and
         // once at the first event), never per event.
-        let far = Duration::from_secs(86_400 * 365);
-        let timer = tokio::time::sleep(first.or(idle).unwrap_or(far));
+        let timer = tokio::time::sleep(first.or(idle).unwrap_or(FAR));
         tokio::pin!(timer);
         let mut last_event: Option<Instant> = None;
         // One stop future for the whole call: a fresh one per event would register with and
@@ -331,7 +330,7 @@ impl Driver {
                     Some(Ok(event)) => {
                         let now = Instant::now();
                         if last_event.is_none() {
-                            timer.as_mut().reset(now + idle.unwrap_or(far));
+                            timer.as_mut().reset(later(now, idle.unwrap_or(FAR)));
                         }
                         last_event = Some(now);
                         acc.push(&event);
@@ -341,20 +340,20 @@ impl Driver {
                 () = &mut timer => {
                     match (last_event, idle) {
                         (None, _) => {
-                            let after = first.or(idle).unwrap_or(far);
+                            let after = first.or(idle).unwrap_or(FAR);
                             let kind = if first.is_some() { TimeoutKind::FirstChunk } else { TimeoutKind::Idle };
                             return Err(ModelFailure::Failed(Error::Timeout { kind, after }));
                         }
                         (Some(last), Some(idle)) => {
-                            if last + idle <= Instant::now() {
+                            if later(last, idle) <= Instant::now() {
                                 return Err(ModelFailure::Failed(Error::Timeout {
                                     kind: TimeoutKind::Idle,
                                     after: idle,
                                 }));
                             }
-                            timer.as_mut().reset(last + idle);
+                            timer.as_mut().reset(later(last, idle));
                         }
-                        (Some(_), None) => timer.as_mut().reset(Instant::now() + far),
+                        (Some(_), None) => timer.as_mut().reset(later(Instant::now(), FAR)),
                     }
                 }
             }
@@ -462,7 +461,7 @@ impl Driver {
             cancel.clone(),
             self.options.state.clone(),
         );
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
         let mut call_future = handler.call(ctx, input);
         let first_poll = if first_poll_inline {
             poll_once_catching(&mut call_future).await
@@ -477,7 +476,9 @@ impl Driver {
             // timeout can stop it and a panic stays contained.
             FirstPoll::Pending => {
                 let task = AbortOnDrop(tokio::spawn(call_future));
-                match tokio::time::timeout_at(deadline, task).await {
+                // `timeout` saturates, so a huge timeout means none (`Instant + Duration` would panic).
+                let remaining = timeout.saturating_sub(started.elapsed());
+                match tokio::time::timeout(remaining, task).await {
                     Err(_) => ToolOutcome::TimedOut { after: timeout },
                     Ok(Err(join)) => match join.try_into_panic() {
                         Ok(panic) => panicked(&*panic),
@@ -531,6 +532,15 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> ToolOutcome {
     ToolOutcome::Failed {
         message: format!("the tool panicked: {}", panic_message(panic)),
     }
+}
+
+/// Far enough away to mean "never" for a timer.
+const FAR: Duration = Duration::from_secs(86_400 * 365);
+
+/// `at + after`, or [`FAR`] from `at` when that overflows: a user's `Duration::MAX` timeout
+/// means no timeout, not a panic.
+fn later(at: Instant, after: Duration) -> Instant {
+    at.checked_add(after).unwrap_or_else(|| at + FAR)
 }
 
 /// A spawned task that is aborted when dropped (a cancelled run must not leave tools running).
