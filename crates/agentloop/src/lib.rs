@@ -99,6 +99,7 @@
 
 mod agent;
 pub mod conversation;
+mod deadline;
 pub mod error;
 #[cfg(feature = "registry")]
 pub mod executor;

@@ -16,6 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::deadline::later;
 use crate::error::{Error, Result, TimeoutKind};
 use crate::provider::EventStream;
 use crate::sse::{SseEvent, SseParser};
@@ -595,11 +596,7 @@ impl<D: SseDecoder> Reading<D> {
             }
             ready!(self.timer.as_mut().poll(cx));
             // Re-armed only when it fires, never per chunk.
-            // An idle timeout too large to add (`Duration::MAX`) never expires.
-            let deadline = self
-                .last_chunk
-                .checked_add(self.idle)
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+            let deadline = later(self.last_chunk, self.idle);
             if deadline <= Instant::now() {
                 let kind = if self.got_first {
                     TimeoutKind::Idle

@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use serde_json::Value;
@@ -15,6 +14,7 @@ use super::machine::{Action, Machine};
 use super::options::RunOptions;
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
+use crate::deadline::{FAR, later};
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Request, Response};
 use crate::provider::Provider;
@@ -398,8 +398,7 @@ impl Driver {
     }
 
     async fn run_one(&self, call: ToolCall, first_poll_inline: bool) -> ToolOutcome {
-        let outcome = self.execute(&call, first_poll_inline).await;
-        let mut outcome = outcome;
+        let mut outcome = self.execute(&call, first_poll_inline).await;
         for hook in &self.options.hooks.after_tool {
             outcome = hook((call.clone(), outcome)).await;
         }
@@ -476,9 +475,7 @@ impl Driver {
             // timeout can stop it and a panic stays contained.
             FirstPoll::Pending => {
                 let task = AbortOnDrop(tokio::spawn(call_future));
-                // `timeout` saturates, so a huge timeout means none (`Instant + Duration` would panic).
-                let remaining = timeout.saturating_sub(started.elapsed());
-                match tokio::time::timeout(remaining, task).await {
+                match tokio::time::timeout_at(later(started, timeout), task).await {
                     Err(_) => ToolOutcome::TimedOut { after: timeout },
                     Ok(Err(join)) => match join.try_into_panic() {
                         Ok(panic) => panicked(&*panic),
@@ -532,15 +529,6 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> ToolOutcome {
     ToolOutcome::Failed {
         message: format!("the tool panicked: {}", panic_message(panic)),
     }
-}
-
-/// Far enough away to mean "never" for a timer.
-const FAR: Duration = Duration::from_secs(86_400 * 365);
-
-/// `at + after`, or [`FAR`] from `at` when that overflows: a user's `Duration::MAX` timeout
-/// means no timeout, not a panic.
-fn later(at: Instant, after: Duration) -> Instant {
-    at.checked_add(after).unwrap_or_else(|| at + FAR)
 }
 
 /// A spawned task that is aborted when dropped (a cancelled run must not leave tools running).

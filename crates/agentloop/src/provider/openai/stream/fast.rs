@@ -33,8 +33,8 @@ pub(super) struct Header {
     /// Where the borrowed `id` and `model` strings are in `bytes` (`None`: read as absent).
     id: Option<(usize, usize)>,
     model: Option<(usize, usize)>,
-    /// The known fields the header holds (bits of `read_after`'s `Seen`).
-    seen: u8,
+    /// The known fields the header holds.
+    seen: Seen,
 }
 
 impl Header {
@@ -75,13 +75,13 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
     let mut s = if remembered {
         chunk.id = Header::value(data, header.id)?;
         chunk.model = Header::value(data, header.model)?;
-        seen.0 = header.seen;
+        seen = header.seen;
         Scanner::inside_object(data, header.bytes.len())
     } else {
         Scanner::new(data)
     };
     // Where this chunk's header ends (at the first key that is not part of it), and its state.
-    let mut header_end: Option<(usize, u8)> = None;
+    let mut header_end: Option<(usize, Seen)> = None;
     let mut header_members = 0_usize;
     let mut field = |s: &mut Scanner<'a>, key: &'a str| {
         let header_key = !matches!(key, "choices" | "usage" | "x_groq" | "error");
@@ -89,7 +89,7 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
             if header_key {
                 header_members += 1;
             } else {
-                header_end = Some((s.member_start(), seen.0));
+                header_end = Some((s.member_start(), seen));
             }
         }
         match key {
@@ -131,36 +131,34 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         s.object(&mut field)?;
     }
     s.finish()?;
-    if !remembered && let Some((end, seen)) = header_end {
-        remember(data, &chunk, end, seen, header_members, header);
+    if !remembered
+        && header_members > 0
+        && let Some((end, seen)) = header_end
+    {
+        remember(data, &chunk, end, seen, header);
     }
     Some(chunk)
 }
 
 /// Keep `data`'s header up to `end` for the next chunk, if it can be found again by position.
-fn remember(
-    data: &str,
-    chunk: &Chunk<'_>,
-    end: usize,
-    seen: u8,
-    members: usize,
-    header: &mut Header,
-) {
+fn remember(data: &str, chunk: &Chunk<'_>, end: usize, seen: Seen, header: &mut Header) {
     header.bytes.clear();
-    let (Some(id), Some(model), Some(bytes)) = (
-        span_of(data, &chunk.id),
-        span_of(data, &chunk.model),
-        data.get(..end),
-    ) else {
+    // Only fields read within the header come from it; later ones are read from each chunk.
+    let span = |field: u8, value: &Str<'_>| {
+        if seen.has(field) {
+            span_of(data, value)
+        } else {
+            Some(None)
+        }
+    };
+    let (Some(id), Some(model), Some(bytes)) =
+        (span(0, &chunk.id), span(1, &chunk.model), data.get(..end))
+    else {
         return;
     };
-    if members == 0 {
-        return;
-    }
     header.bytes.push_str(bytes);
-    // A field read after the header is read again from each chunk.
-    header.id = if seen & 1 != 0 { id } else { None };
-    header.model = if seen & 2 != 0 { model } else { None };
+    header.id = id;
+    header.model = model;
     header.seen = seen;
 }
 
@@ -324,17 +322,20 @@ fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
 }
 
 /// Which known fields of one object were read: serde rejects a known field given twice.
-#[derive(Default)]
+#[derive(Debug, Default, Clone, Copy)]
 struct Seen(u8);
 
 impl Seen {
     fn first(&mut self, field: u8) -> Option<()> {
-        let bit = 1 << field;
-        if self.0 & bit != 0 {
+        if self.has(field) {
             return None;
         }
-        self.0 |= bit;
+        self.0 |= 1 << field;
         Some(())
+    }
+
+    fn has(self, field: u8) -> bool {
+        self.0 & (1 << field) != 0
     }
 }
 
