@@ -35,15 +35,15 @@ while IFS= read -r file; do
 done < <(sse_files)
 
 # One chunk per seed for the chunk-reader target: every `data:` line of the recordings.
-mkdir -p corpus/openai_chunk
+mkdir -p corpus/stream_chunk
 while IFS= read -r file; do
   grep -h '^data:' "$file" | sed 's/^data: *//' | while IFS= read -r line; do
     name=$(printf '%s' "$line" | sha1sum | cut -c1-16)
-    printf '%s' "$line" >"corpus/openai_chunk/$name"
+    printf '%s' "$line" >"corpus/stream_chunk/$name"
   done
   # And the first chunks of each recording together, one per line, as a stream sends them.
   first=$(awk '/^data:/ { sub(/^data: */, ""); print; if (++n == 4) exit }' "$file")
-  printf '%s' "$first" >"corpus/openai_chunk/$(printf '%s' "$first" | sha1sum | cut -c1-16)"
+  printf '%s' "$first" >"corpus/stream_chunk/$(printf '%s' "$first" | sha1sum | cut -c1-16)"
 done < <(sse_files)
 
 while IFS= read -r file; do

@@ -56,7 +56,10 @@ pub struct SseParser {
     /// Raw data bytes of the pending event when they cannot be borrowed.
     data: Vec<u8>,
     data_at: Data,
+    /// The last `event:` value seen; it names the pending event only while `has_event`.
+    /// Kept across events: streams repeat a few names, and one that matches needs no copy.
     event: String,
+    has_event: bool,
     id: String,
     has_id: bool,
     retry: Option<u64>,
@@ -174,7 +177,12 @@ impl SseParser {
         let value = &line[value_at..];
         match name {
             b"data" => self.push_data(value, at.map(|a| a + value_at), chunk),
-            b"event" => set_lossy(&mut self.event, value),
+            b"event" => {
+                if value != self.event.as_bytes() {
+                    set_lossy(&mut self.event, value);
+                }
+                self.has_event = true;
+            }
             b"id" if memchr(0, value).is_none() => {
                 set_lossy(&mut self.id, value);
                 self.has_id = true;
@@ -220,13 +228,13 @@ impl SseParser {
         };
         if let Some(data) = data {
             on_event(SseEvent {
-                event: &self.event,
+                event: if self.has_event { &self.event } else { "" },
                 data,
                 id: self.has_id.then_some(self.id.as_str()),
                 retry: self.retry,
             });
         }
-        self.event.clear();
+        self.has_event = false;
         self.data.clear();
         self.data_at = Data::None;
         self.id.clear();

@@ -376,6 +376,28 @@ fn event_field_sets_name_last_wins() {
     assert_eq!(feed_only(&["event:\ndata: x\n\n"]), [ev("", "x")]);
 }
 
+/// The parser keeps the last name to skip copying a repeated one; that must never leak into
+/// an event that names itself differently or not at all.
+#[test]
+fn event_names_are_per_event_when_repeated() {
+    let stream = b"event: a\ndata: 1\n\ndata: 2\n\nevent: a\ndata: 3\n\n\
+                  event: b\nevent: a\ndata: 4\n\nevent: a\nevent: b\ndata: 5\n\n\
+                  event: b\nevent:\ndata: 6\n\nevent: \xff\ndata: 7\n\nevent: \xff\ndata: 8\n\n";
+    let expected = [
+        ev("a", "1"),
+        ev("", "2"),
+        ev("a", "3"),
+        ev("a", "4"),
+        ev("b", "5"),
+        ev("", "6"),
+        ev("\u{fffd}", "7"),
+        ev("\u{fffd}", "8"),
+    ];
+    assert_eq!(feed_only(&[stream]), expected);
+    let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+    assert_eq!(feed_only(&bytes), expected);
+}
+
 #[test]
 fn id_field_is_per_event() {
     assert_eq!(

@@ -8,6 +8,7 @@ pub mod http;
 pub mod openai;
 pub mod replay;
 pub mod route;
+mod scan;
 
 use std::pin::Pin;
 use std::sync::Arc;

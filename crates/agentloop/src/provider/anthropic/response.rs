@@ -23,7 +23,7 @@ struct WireResponse {
 
 /// Token counts as Anthropic reports them. Every field is optional: `message_delta` carries
 /// only what changed, and a present value (even 0) replaces the earlier one.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 pub(super) struct WireUsage {
     #[serde(default)]
     input_tokens: Option<u64>,

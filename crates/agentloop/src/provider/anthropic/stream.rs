@@ -6,6 +6,8 @@
 //! event types to be ignored. Events are deserialized into lenient borrowed structs: deltas,
 //! the hot path, copy only the text they hand on.
 
+mod fast;
+
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
@@ -33,7 +35,7 @@ const KNOWN_EVENTS: [&str; 8] = [
     "ping",
 ];
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct WireEvent<'a> {
     #[serde(rename = "type", borrow, default)]
     kind: Cow<'a, str>,
@@ -53,7 +55,7 @@ struct WireEvent<'a> {
     error: Option<Box<WireError<'a>>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct StartMessage<'a> {
     #[serde(default, borrow, deserialize_with = "opt_cow")]
     id: Option<Cow<'a, str>>,
@@ -64,7 +66,7 @@ struct StartMessage<'a> {
 }
 
 /// One shape for both `content_block_delta.delta` and `message_delta.delta`.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct WireDelta<'a> {
     #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
@@ -80,7 +82,7 @@ struct WireDelta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct WireError<'a> {
     #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
@@ -351,13 +353,31 @@ impl AnthropicDecoder {
     }
 }
 
+/// Debug builds and fuzz targets hold the fast reader to serde's answer on every event.
+#[cfg(any(debug_assertions, fuzzing))]
+fn check_against_serde(data: &str, fast: &WireEvent<'_>) {
+    let serde = serde_json::from_str::<WireEvent<'_>>(data);
+    assert!(
+        matches!(&serde, Ok(event) if event == fast),
+        "the fast event reader disagrees with serde on {data:?}: fast {fast:?}, serde {serde:?}"
+    );
+}
+
 impl SseDecoder for AnthropicDecoder {
     fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
         if self.finished {
             return Ok(());
         }
         let data = event.data.as_ref();
-        let wire: WireEvent<'_> = match serde_json::from_str(data) {
+        let parsed = match fast::read(data) {
+            Some(wire) => {
+                #[cfg(any(debug_assertions, fuzzing))]
+                check_against_serde(data, &wire);
+                Ok(wire)
+            }
+            None => serde_json::from_str(data),
+        };
+        let wire: WireEvent<'_> = match parsed {
             Ok(wire) => wire,
             Err(_) if event.event == "error" => {
                 return Err(stream_error(None, data));

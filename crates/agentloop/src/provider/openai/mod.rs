@@ -31,7 +31,6 @@
 
 mod request;
 mod response;
-mod scan;
 mod stream;
 mod wire;
 

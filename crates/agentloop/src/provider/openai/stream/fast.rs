@@ -11,9 +11,9 @@
 
 use std::borrow::Cow;
 
-use super::super::scan::Scanner;
 use super::super::wire::{Arguments, Count, Str, Text, WireUsage};
 use super::{Choice, Chunk, Delta, FunctionDelta, ToolCallDelta};
+use crate::provider::scan::{Scanner, Seen};
 
 /// Read one chunk, or `None` to let serde read it.
 #[cfg(test)]
@@ -35,6 +35,125 @@ pub(super) struct Header {
     model: Option<(usize, usize)>,
     /// The known fields the header holds.
     seen: Seen,
+    /// The last chunk after the header, if it was a plain text or argument fragment.
+    fragment: Fragment,
+}
+
+/// A chunk after its header, cut around the one string that changes from chunk to chunk of a
+/// text or tool call: `"choices":[{"index":0,"delta":{"content":` | `"Hi"` |
+/// `},"logprobs":null,"finish_reason":null}]}`. A chunk made of the same bytes around another
+/// string reads as the last one did with that string in place, so only the string is read.
+#[derive(Debug, Default)]
+struct Fragment {
+    before: String,
+    after: String,
+    /// `None`: nothing is remembered.
+    field: Option<FragmentField>,
+}
+
+/// Which field the changing string is, and the indexes around it.
+#[derive(Debug, Clone, Copy)]
+enum FragmentField {
+    Content { choice: Count },
+    Arguments { choice: Count, call: Count },
+}
+
+impl Fragment {
+    /// Remember `chunk` (read from `data`, whose first `header_len` bytes are the header) if it
+    /// is a fragment, and forget the last one either way.
+    fn remember(&mut self, data: &str, header_len: Option<usize>, chunk: &Chunk<'_>) {
+        self.field = header_len.and_then(|len| self.cut(data, len, chunk));
+    }
+
+    /// Keep the bytes around `chunk`'s changing string, if it has one: one choice, no finish
+    /// reason, and a delta of text only or of one nameless argument piece, held as a string
+    /// without escapes.
+    fn cut(&mut self, data: &str, header_len: usize, chunk: &Chunk<'_>) -> Option<FragmentField> {
+        let [choice] = chunk.choices.as_deref()? else {
+            return None;
+        };
+        let delta = choice.delta.as_ref()?;
+        if choice.finish_reason.0.is_some()
+            || delta.refusal.0.is_some()
+            || delta.reasoning_content.0.is_some()
+            || delta.reasoning.0.is_some()
+        {
+            return None;
+        }
+        let (value, field) = match (&delta.content.0, delta.tool_calls.as_deref()) {
+            (Some(text), None) => (
+                text,
+                FragmentField::Content {
+                    choice: choice.index,
+                },
+            ),
+            (None, Some([call])) => {
+                let function = call.function.as_ref()?;
+                if call.id.0.is_some() || function.name.0.is_some() {
+                    return None;
+                }
+                let field = FragmentField::Arguments {
+                    choice: choice.index,
+                    call: call.index,
+                };
+                (function.arguments.0.as_ref()?, field)
+            }
+            _ => return None,
+        };
+        let Cow::Borrowed(text) = value else {
+            return None;
+        };
+        // The borrowed text lies between its quotes in `data`.
+        let start = (text.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+        let before = data.get(header_len..start.checked_sub(1)?)?;
+        let after = data.get(start + text.len() + 1..)?;
+        self.before.clear();
+        self.before.push_str(before);
+        self.after.clear();
+        self.after.push_str(after);
+        Some(field)
+    }
+
+    /// `rest` (a chunk after its header) read as this fragment, if it is one.
+    fn read<'a>(&self, rest: &'a str, id: Str<'a>, model: Str<'a>) -> Option<Chunk<'a>> {
+        let field = self.field?;
+        let middle = rest.strip_prefix(&self.before)?.strip_suffix(&self.after)?;
+        let mut s = Scanner::new(middle);
+        let value = Some(s.string()?);
+        s.finish()?;
+        let (choice, content, tool_calls) = match field {
+            FragmentField::Content { choice } => (choice, value, None),
+            FragmentField::Arguments { choice, call } => {
+                let call = ToolCallDelta {
+                    index: call,
+                    id: Str(None),
+                    function: Some(FunctionDelta {
+                        name: Str(None),
+                        arguments: Arguments(value),
+                    }),
+                };
+                (choice, None, Some(vec![call]))
+            }
+        };
+        Some(Chunk {
+            id,
+            model,
+            choices: Some(vec![Choice {
+                index: choice,
+                delta: Some(Delta {
+                    content: Text(content),
+                    refusal: Str(None),
+                    reasoning_content: Str(None),
+                    reasoning: Str(None),
+                    tool_calls,
+                }),
+                finish_reason: Str(None),
+            }]),
+            usage: WireUsage(None),
+            x_groq: None,
+            error: None,
+        })
+    }
 }
 
 impl Header {
@@ -75,6 +194,13 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
     let mut s = if remembered {
         chunk.id = Header::value(data, header.id)?;
         chunk.model = Header::value(data, header.model)?;
+        let rest = data.get(header.bytes.len()..)?;
+        if let Some(read) = header
+            .fragment
+            .read(rest, chunk.id.clone(), chunk.model.clone())
+        {
+            return Some(read);
+        }
         seen = header.seen;
         Scanner::inside_object(data, header.bytes.len())
     } else {
@@ -137,6 +263,14 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
     {
         remember(data, &chunk, end, seen, header);
     }
+    // A fragment's `id` and `model` must come from the header, as they will for the next chunk.
+    let from_header = |field| seen.has(field) == header.seen.has(field);
+    let header_len = (!header.bytes.is_empty()
+        && data.starts_with(header.bytes.as_str())
+        && from_header(0)
+        && from_header(1))
+    .then_some(header.bytes.len());
+    header.fragment.remember(data, header_len, &chunk);
     Some(chunk)
 }
 
@@ -308,35 +442,13 @@ fn string_field<'a>(s: &mut Scanner<'a>) -> Option<Str<'a>> {
 
 /// A count as `Count` reads it: a plain non-negative integer, or absent for `null`.
 fn count_field(s: &mut Scanner<'_>) -> Option<Count> {
-    if s.null()? {
-        Some(Count(None))
-    } else {
-        s.count().map(|n| Count(Some(n)))
-    }
+    s.optional_count().map(Count)
 }
 
 /// A field the fast path reads only as `null`.
 fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
     seen.first(field)?;
     s.null()?.then_some(())
-}
-
-/// Which known fields of one object were read: serde rejects a known field given twice.
-#[derive(Debug, Default, Clone, Copy)]
-struct Seen(u8);
-
-impl Seen {
-    fn first(&mut self, field: u8) -> Option<()> {
-        if self.has(field) {
-            return None;
-        }
-        self.0 |= 1 << field;
-        Some(())
-    }
-
-    fn has(self, field: u8) -> bool {
-        self.0 & (1 << field) != 0
-    }
 }
 
 #[cfg(test)]
@@ -346,6 +458,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::provider::scan::strategies::{
+        Keys, fields, mangled, one_of, share_read, string, text,
+    };
 
     fn serde(data: &str) -> Option<Chunk<'_>> {
         serde_json::from_str(data).ok()
@@ -441,190 +556,85 @@ mod tests {
         );
     }
 
-    /// Pieces of JSON text, valid and not, for generated chunks.
-    fn scalar() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just("null".to_owned()),
-            Just("true".to_owned()),
-            Just("false".to_owned()),
-            Just("nul".to_owned()),
-            prop::sample::select(vec![
-                "0",
-                "7",
-                "-1",
-                "2.5",
-                "1e999",
-                "01",
-                "1.",
-                "-",
-                "18446744073709551616",
-                "3E+2",
-            ])
-            .prop_map(str::to_owned),
-            string(),
-        ]
-    }
-
-    fn string() -> impl Strategy<Value = String> {
-        prop::collection::vec(
-            prop::sample::select(vec![
-                "a",
-                "Paris",
-                " ",
-                "é",
-                "\u{1F600}",
-                "\\n",
-                "\\\"",
-                "\\\\",
-                "\\/",
-                "\\u00e9",
-                "\\ud83d\\ude00",
-                "\\ud800",
-                "\\x",
-                "\\u12",
-                "\u{1}",
-                "{\\\"city\\\":",
-            ]),
-            0..5,
-        )
-        .prop_map(|parts| format!("\"{}\"", parts.concat()))
-    }
-
-    fn value() -> impl Strategy<Value = String> {
-        scalar().prop_recursive(3, 16, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4)
-                    .prop_map(|items| format!("[{}]", items.join(","))),
-                prop::collection::vec((key(), inner), 0..4).prop_map(|fields| object(&fields)),
-            ]
-        })
-    }
-
-    fn key() -> impl Strategy<Value = String> {
-        prop::sample::select(vec![
-            "id",
-            "model",
-            "object",
-            "created",
-            "choices",
-            "usage",
-            "x_groq",
-            "error",
-            "index",
-            "delta",
-            "finish_reason",
-            "logprobs",
-            "content",
-            "refusal",
-            "reasoning_content",
-            "reasoning",
-            "role",
-            "tool_calls",
-            "type",
-            "function",
-            "name",
-            "arguments",
-            "i\\u0064",
-            "other",
-        ])
-        .prop_map(str::to_owned)
-    }
-
-    fn object(fields: &[(String, String)]) -> String {
-        let fields: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-        format!("{{{}}}", fields.join(","))
-    }
-
-    /// A field: mostly a well-typed value for the key, sometimes any value.
-    fn field(key: &'static str, good: BoxedStrategy<String>) -> BoxedStrategy<(String, String)> {
-        prop_oneof![4 => good, 1 => value()]
-            .prop_map(move |v| (key.to_owned(), v))
-            .boxed()
-    }
-
-    fn fields(options: Vec<BoxedStrategy<(String, String)>>) -> impl Strategy<Value = String> {
-        prop::collection::vec(
-            prop::sample::select((0..options.len()).collect::<Vec<_>>()),
-            0..6,
-        )
-        .prop_flat_map(move |picks| {
-            picks
-                .into_iter()
-                .map(|i| options[i].clone())
-                .collect::<Vec<_>>()
-        })
-        .prop_map(|fields| object(&fields))
-    }
-
-    fn text() -> BoxedStrategy<String> {
-        prop_oneof![string(), Just("null".to_owned())].boxed()
-    }
+    const KEYS: Keys = Keys(&[
+        "id",
+        "model",
+        "object",
+        "created",
+        "choices",
+        "usage",
+        "x_groq",
+        "error",
+        "index",
+        "delta",
+        "finish_reason",
+        "logprobs",
+        "content",
+        "refusal",
+        "reasoning_content",
+        "reasoning",
+        "role",
+        "tool_calls",
+        "type",
+        "function",
+        "name",
+        "arguments",
+        "i\\u0064",
+        "other",
+    ]);
 
     fn count() -> BoxedStrategy<String> {
-        prop::sample::select(vec!["0", "1", "2", "null"])
-            .prop_map(str::to_owned)
-            .boxed()
+        one_of(vec!["0", "1", "2", "null"])
     }
 
     fn chunk() -> impl Strategy<Value = String> {
-        let function = fields(vec![field("name", text()), field("arguments", text())]);
+        let function = fields(vec![
+            KEYS.field("name", text()),
+            KEYS.field("arguments", text()),
+        ]);
         let call = fields(vec![
-            field("index", count()),
-            field("id", text()),
-            field("type", text()),
-            field("function", function.boxed()),
+            KEYS.field("index", count()),
+            KEYS.field("id", text()),
+            KEYS.field("type", text()),
+            KEYS.field("function", function.boxed()),
         ]);
         let calls = prop::collection::vec(call, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
         let delta = fields(vec![
-            field("content", text()),
-            field("refusal", text()),
-            field("reasoning_content", text()),
-            field("reasoning", text()),
-            field("role", text()),
-            field("tool_calls", calls.boxed()),
+            KEYS.field("content", text()),
+            KEYS.field("refusal", text()),
+            KEYS.field("reasoning_content", text()),
+            KEYS.field("reasoning", text()),
+            KEYS.field("role", text()),
+            KEYS.field("tool_calls", calls.boxed()),
         ]);
         let choice = fields(vec![
-            field("index", count()),
-            field("delta", delta.boxed()),
-            field("finish_reason", text()),
-            field("logprobs", value().boxed()),
+            KEYS.field("index", count()),
+            KEYS.field("delta", delta.boxed()),
+            KEYS.field("finish_reason", text()),
+            KEYS.field("logprobs", KEYS.value()),
         ]);
         let choices =
             prop::collection::vec(choice, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
         fields(vec![
-            field("id", text()),
-            field("model", text()),
-            field("object", text()),
-            field("created", count()),
-            field("choices", choices.boxed()),
-            field("usage", Just("null".to_owned()).boxed()),
-            field("error", Just("null".to_owned()).boxed()),
-            field("other", value().boxed()),
+            KEYS.field("id", text()),
+            KEYS.field("model", text()),
+            KEYS.field("object", text()),
+            KEYS.field("created", count()),
+            KEYS.field("choices", choices.boxed()),
+            KEYS.field("usage", one_of(vec!["null"])),
+            KEYS.field("error", one_of(vec!["null"])),
+            KEYS.field("other", KEYS.value()),
         ])
     }
 
-    /// A chunk, sometimes with whitespace added or a byte cut out.
     fn mangled_chunk() -> impl Strategy<Value = String> {
-        (
-            chunk(),
-            0usize..4,
-            any::<prop::sample::Index>(),
-            prop::sample::select(vec![" ", "\n", ",", "}", "\""]),
-        )
-            .prop_map(|(mut text, how, at, piece)| {
-                let mut at = at.index(text.len() + 1);
-                while !text.is_char_boundary(at) {
-                    at -= 1;
-                }
-                match how {
-                    0 => text.insert_str(at, piece),
-                    1 if at < text.len() => {
-                        text.remove(at);
-                    }
-                    _ => {}
-                }
-                text
-            })
+        mangled(chunk(), vec![" ", "\n", ",", "}", "\""])
+    }
+
+    #[test]
+    fn generated_chunks_often_take_the_fast_path() {
+        let share = share_read(mangled_chunk(), |data| read(data).is_some());
+        assert!(share > 0.2, "only {share} of generated chunks read");
     }
 
     #[test]
@@ -654,37 +664,186 @@ mod tests {
     }
 
     /// Chunks that share a generated header, as a stream's do.
-    fn chunks_with_a_header() -> impl Strategy<Value = Vec<String>> {
-        let header = prop::collection::vec(
+    /// Header members, as JSON text without the braces.
+    fn header_members() -> impl Strategy<Value = String> {
+        prop::collection::vec(
             prop_oneof![
-                field("id", text()),
-                field("model", text()),
-                field("object", text()),
-                field("created", count()),
-                field("other", value().boxed()),
+                KEYS.field("id", text()),
+                KEYS.field("model", text()),
+                KEYS.field("object", text()),
+                KEYS.field("created", count()),
+                KEYS.field("other", KEYS.value()),
             ],
             0..4,
-        );
-        (header, prop::collection::vec(mangled_chunk(), 1..4)).prop_map(|(header, bodies)| {
+        )
+        .prop_map(|header| {
             let header: Vec<String> = header.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-            let header = header.join(",");
-            bodies
+            header.join(",")
+        })
+    }
+
+    /// `body` (an object) with `header` members put first.
+    fn with_header(header: &str, body: &str) -> String {
+        let members = body.strip_prefix('{').unwrap_or(body);
+        let comma = if header.is_empty() || members.starts_with('}') {
+            ""
+        } else {
+            ","
+        };
+        format!("{{{header}{comma}{members}")
+    }
+
+    /// Chunks that share a generated header, as a stream's do.
+    fn chunks_with_a_header() -> impl Strategy<Value = Vec<String>> {
+        (
+            header_members(),
+            prop::collection::vec(mangled_chunk(), 1..4),
+        )
+            .prop_map(|(header, bodies)| {
+                bodies
+                    .iter()
+                    .map(|body| with_header(&header, body))
+                    .collect()
+            })
+    }
+
+    /// Where a fragment's changing string goes in the bodies below.
+    const SLOT: &str = "@S@";
+
+    /// Chunks that share a header and differ in one string, as a text's or a tool call's do;
+    /// the shapes include ones that must not be read as fragments.
+    fn fragment_chunks() -> impl Strategy<Value = Vec<String>> {
+        // Shapes a fragment is made of, and shapes close to them that are not fragments.
+        let shapes = prop_oneof![
+            1 => one_of(vec![
+                r#"{"choices":[{"index":0,"delta":{"content":@S@},"logprobs":null,"finish_reason":null}]}"#,
+                r#"{"choices":[{"index":1,"delta":{"tool_calls":[{"index":2,"function":{"arguments":@S@}}]},"finish_reason":null}],"usage":null}"#,
+                r#"{"choices":[{"delta":{"role":"assistant","content":@S@},"index":0}],"id":"late"}"#,
+            ]),
+            1 => one_of(vec![
+                r#"{"choices":[{"index":0,"delta":{"content":@S@,"refusal":"no"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning":@S@}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":@S@},"finish_reason":"stop"}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":@S@}},{"index":1,"delta":{"content":"b"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":@S@}}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":@S@}},{"index":1}]}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":@S@,"content":"x"}}]}"#,
+            ]),
+        ];
+        let body = prop_oneof![
+            2 => shapes.clone(),
+            1 => mangled(shapes, vec![" ", "\n", ",", "}", "\""]),
+        ];
+        let header = prop_oneof![
+            2 => one_of(vec![
+                r#""id":"c1","object":"chat.completion.chunk","created":1,"model":"m""#,
+                r#""id":"c2","model":"m2""#,
+            ]),
+            1 => header_members(),
+        ];
+        let value = prop_oneof![
+            4 => "\"[a-z ]{0,8}\"",
+            2 => string(),
+            1 => KEYS.value(),
+        ];
+        let values = prop::collection::vec(value, 1..5);
+        (header, body, values).prop_map(|(header, body, values)| {
+            let body = with_header(&header, &body);
+            values
                 .iter()
-                .map(|body| {
-                    let members = body.strip_prefix('{').unwrap_or(body);
-                    let comma = if header.is_empty() || members.starts_with('}') {
-                        ""
-                    } else {
-                        ","
-                    };
-                    format!("{{{header}{comma}{members}")
-                })
+                .map(|value| body.replace(SLOT, value))
                 .collect()
         })
     }
 
+    #[test]
+    fn a_chunk_that_repeats_the_last_but_for_its_text_reads_only_the_text() {
+        let head = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"#;
+        let tail = r#"},"logprobs":null,"finish_reason":null}]}"#;
+        let arguments = |piece: &str| {
+            format!(
+                r#"{head}"tool_calls":[{{"index":1,"function":{{"arguments":{piece}}}}}]{tail}"#
+            )
+        };
+        let mut header = Header::default();
+        for data in [
+            format!(r#"{head}"content":"Hel"{tail}"#),
+            format!(r#"{head}"content":"lo"{tail}"#),
+            format!(
+                r#"{head}"content":"
+"quoted""{tail}"#
+            ),
+            format!(r#"{head}"content": "spaced" {tail}"#),
+            arguments(r#""{"ci""#),
+            arguments(r#""ty": ""#),
+            arguments(r#""Paris"}""#),
+            format!(r#"{head}"content":""{tail}"#),
+        ] {
+            let chunk = read_after(&data, &mut header);
+            assert_eq!(chunk, serde(&data), "{data}");
+            assert_eq!(chunk, read(&data), "{data}");
+        }
+        // Each of these reads as a fragment of the chunk before it.
+        let text = format!(r#"{head}"content":"a"{tail}"#);
+        read_after(&text, &mut header).unwrap();
+        assert!(matches!(
+            header.fragment.field,
+            Some(FragmentField::Content {
+                choice: Count(Some(0))
+            })
+        ));
+        let rest = &format!(r#"{head}"content":"b"{tail}"#)[header.bytes.len()..];
+        let fragment = &header.fragment;
+        let read = fragment.read(rest, Str(None), Str(None)).unwrap();
+        let delta = read.choices.unwrap().remove(0).delta.unwrap();
+        assert!(matches!(delta.content.0, Some(Cow::Borrowed("b"))));
+        // Not the last chunk's shape: read in full.
+        assert!(
+            fragment
+                .read(r#""choices":[]}"#, Str(None), Str(None))
+                .is_none()
+        );
+        let other = format!(r#"{head}"content":"b","refusal":"no"{tail}"#);
+        assert!(
+            fragment
+                .read(&other[header.bytes.len()..], Str(None), Str(None))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn generated_fragments_often_take_the_shortcut() {
+        let share = share_read(
+            fragment_chunks().prop_map(|chunks| chunks.join("\u{1f}")),
+            |joined| {
+                let mut header = Header::default();
+                let mut chunks = joined.split('\u{1f}');
+                chunks
+                    .next()
+                    .is_some_and(|first| read_after(first, &mut header).is_some())
+                    && header.fragment.field.is_some()
+            },
+        );
+        assert!(
+            share > 0.1,
+            "only {share} of generated streams had a fragment"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn a_fragment_reads_as_a_fresh_read_does(chunks in fragment_chunks()) {
+            let mut header = Header::default();
+            for data in &chunks {
+                let fast = read_after(data, &mut header);
+                prop_assert_eq!(&fast, &read(data), "{}", data);
+                if let Some(fast) = fast {
+                    prop_assert_eq!(Some(fast), serde(data), "{}", data);
+                }
+            }
+        }
 
         #[test]
         fn a_remembered_header_reads_as_a_fresh_read_does(chunks in chunks_with_a_header()) {

@@ -1,4 +1,5 @@
-//! A small JSON scanner for the hand-written chunk reader (`stream::fast`).
+//! A small JSON scanner for the providers' hand-written stream readers (`openai::stream::fast`,
+//! `anthropic::stream::fast`).
 //!
 //! It reads exactly the JSON that serde_json reads, with one difference: wherever serde_json
 //! would do more than check and skip (decode an escaped key, range-check a number, recurse
@@ -6,6 +7,9 @@
 //! what serde_json rejects, and it never reads a value differently.
 
 use std::borrow::Cow;
+
+#[cfg(test)]
+pub(super) mod strategies;
 
 /// Deeper than this, the scanner gives up (serde_json's own limit is 128).
 const MAX_DEPTH: u8 = 64;
@@ -34,6 +38,51 @@ fn next_stop(bytes: &[u8], mut from: usize) -> Option<usize> {
     }
     let tail = bytes.get(from..)?;
     tail.iter().position(|&b| is_stop(b)).map(|at| from + at)
+}
+
+/// The text of a string body whose escapes `Scanner::string_end` checked, decoded as serde_json
+/// decodes it; `None` for a surrogate escape that is not a valid pair (left to serde).
+fn unescape(body: &str) -> Option<String> {
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(rest.get(..at)?);
+        let (decoded, used) = match *rest.as_bytes().get(at + 1)? {
+            b'"' => ('"', 2),
+            b'\\' => ('\\', 2),
+            b'/' => ('/', 2),
+            b'b' => ('\u{8}', 2),
+            b'f' => ('\u{c}', 2),
+            b'n' => ('\n', 2),
+            b'r' => ('\r', 2),
+            b't' => ('\t', 2),
+            b'u' => match hex4(rest.get(at + 2..at + 6)?)? {
+                lead @ 0xD800..=0xDBFF => {
+                    let trail = rest.get(at + 6..at + 12)?.strip_prefix("\\u")?;
+                    let trail = hex4(trail)?;
+                    if !(0xDC00..=0xDFFF).contains(&trail) {
+                        return None;
+                    }
+                    let code = 0x10000 + ((lead - 0xD800) << 10) + (trail - 0xDC00);
+                    (char::from_u32(code)?, 12)
+                }
+                code => (char::from_u32(code)?, 6),
+            },
+            _ => return None,
+        };
+        out.push(decoded);
+        rest = rest.get(at + used..)?;
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Four hex digits (`from_str_radix` alone would also take a sign).
+fn hex4(digits: &str) -> Option<u32> {
+    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(digits, 16).ok()
 }
 
 /// A cursor over one JSON text.
@@ -106,8 +155,9 @@ impl<'a> Scanner<'a> {
         self.peek().is_none().then_some(())
     }
 
+    /// Consume exactly `word` (no whitespace skipped) if it is next.
     #[inline]
-    fn literal(&mut self, word: &str) -> Option<()> {
+    pub fn literal(&mut self, word: &str) -> Option<()> {
         let rest = self.text.get(self.at..)?;
         rest.starts_with(word).then(|| self.at += word.len())
     }
@@ -144,8 +194,7 @@ impl<'a> Scanner<'a> {
         }
         let (end, _) = self.string_end(end)?;
         self.at = end + 1;
-        let quoted = self.text.get(start..=end)?;
-        serde_json::from_str::<String>(quoted).ok().map(Cow::Owned)
+        unescape(self.text.get(start + 1..end)?).map(Cow::Owned)
     }
 
     /// An object key; keys with escapes are left to serde (it decodes them before matching).
@@ -216,6 +265,27 @@ impl<'a> Scanner<'a> {
         }
         self.at = at;
         Some(value)
+    }
+
+    /// A count as `Option<u64>` reads it: `null` is `None`; anything but a plain integer is left
+    /// to serde.
+    pub fn optional_count(&mut self) -> Option<Option<u64>> {
+        if self.null()? {
+            Some(None)
+        } else {
+            self.count().map(Some)
+        }
+    }
+
+    /// A string as `Option<Cow<str>>` reads it: `null` is `None`; anything but a string is
+    /// left to serde.
+    #[inline]
+    pub fn optional_string(&mut self) -> Option<Option<Cow<'a, str>>> {
+        if self.null()? {
+            Some(None)
+        } else {
+            self.string().map(Some)
+        }
     }
 
     /// Skip a number as serde_json does when it ignores one (no range check).
@@ -339,6 +409,26 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Which known fields of one object were read: serde rejects a known field given twice.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Seen(u8);
+
+impl Seen {
+    /// Note `field` as read; `None` if it was read before.
+    pub fn first(&mut self, field: u8) -> Option<()> {
+        if self.has(field) {
+            return None;
+        }
+        self.0 |= 1 << field;
+        Some(())
+    }
+
+    /// Whether `field` was read.
+    pub fn has(self, field: u8) -> bool {
+        self.0 & (1 << field) != 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,7 +496,31 @@ mod tests {
         assert!(matches!(s.string(), Some(Cow::Borrowed("plain"))));
         assert!(matches!(s.string().as_deref(), Some("a\nb\u{e9}")));
         // A lone surrogate is invalid once decoded: left to serde, which rejects it.
-        assert_eq!(Scanner::new(r#""\ud800""#).string(), None);
+        for lone in [
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud83d\u0041""#,
+            r#""\ud83dx""#,
+        ] {
+            assert_eq!(Scanner::new(lone).string(), None, "{lone}");
+            assert!(serde_json::from_str::<String>(lone).is_err(), "{lone}");
+        }
+    }
+
+    #[test]
+    fn escapes_decode_as_serde_json_decodes_them() {
+        for quoted in [
+            r#""\" \\ \/ \b \f \n \r \t""#,
+            r#""\u0000\u001F\u00e9\u00E9\u20AC\uFFFF""#,
+            r#""\ud83d\ude00 and \uD83D\uDE00""#,
+            r#""é\n😀\"{\"city\": \"Par""#,
+            r#""\\u0041""#,
+        ] {
+            let expected: String = serde_json::from_str(quoted).unwrap();
+            let mut s = Scanner::new(quoted);
+            assert_eq!(s.string().as_deref(), Some(expected.as_str()), "{quoted}");
+            assert!(s.finish().is_some());
+        }
     }
 
     #[test]

@@ -1,0 +1,404 @@
+//! A hand-written reader for the events nearly every Messages stream is made of:
+//! `content_block_delta` (text, thinking, tool input), `content_block_stop`, `ping` and
+//! `message_stop`.
+//!
+//! serde's derived reading was most of the decoder's time; this reads those events in one pass
+//! with no per-field dispatch. It answers `None` on anything else (`message_start`,
+//! `content_block_start`, `message_delta` with its usage, `error`, a number where a string
+//! belongs, a duplicate field, an escaped key, invalid JSON) and the caller falls back to
+//! serde. Where it answers, it answers what serde would: debug builds and fuzzing check every
+//! event against serde, and `tests::agrees_with_serde` does so over generated events.
+
+use super::{WireDelta, WireEvent};
+use crate::provider::scan::{Scanner, Seen};
+
+/// Read one event, or `None` to let serde read it.
+pub(super) fn read(data: &str) -> Option<WireEvent<'_>> {
+    compact_delta(data).or_else(|| any_event(data))
+}
+
+/// The members of a delta event, in the order and spacing the Messages API sends them, up to
+/// the delta's value; with the field that value belongs to.
+const COMPACT_DELTAS: [(&str, &str, DeltaField); 4] = [
+    ("text_delta", r#"text_delta","text":"#, DeltaField::Text),
+    (
+        "input_json_delta",
+        r#"input_json_delta","partial_json":"#,
+        DeltaField::PartialJson,
+    ),
+    (
+        "thinking_delta",
+        r#"thinking_delta","thinking":"#,
+        DeltaField::Thinking,
+    ),
+    (
+        "signature_delta",
+        r#"signature_delta","signature":"#,
+        DeltaField::Signature,
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum DeltaField {
+    Text,
+    PartialJson,
+    Thinking,
+    Signature,
+}
+
+/// A delta event exactly as the API writes it: the same bytes every time but the index and the
+/// value, so they are checked as a whole instead of key by key. Anything else (other spacing,
+/// order or fields) is read by [`any_event`].
+fn compact_delta(data: &str) -> Option<WireEvent<'_>> {
+    const HEAD: &str = r#"{"type":"content_block_delta","index":"#;
+    if !data.starts_with(HEAD) {
+        return None;
+    }
+    let mut s = Scanner::inside_object(data, HEAD.len());
+    let index = s.count()?;
+    s.literal(r#","delta":{"type":""#)?;
+    let (kind, field) = COMPACT_DELTAS
+        .iter()
+        .find_map(|&(kind, members, field)| s.literal(members).map(|()| (kind, field)))?;
+    let value = s.string()?;
+    s.literal("}}")?;
+    s.finish()?;
+    let mut delta = WireDelta {
+        kind: Some(kind.into()),
+        text: None,
+        partial_json: None,
+        thinking: None,
+        signature: None,
+        stop_reason: None,
+    };
+    let slot = match field {
+        DeltaField::Text => &mut delta.text,
+        DeltaField::PartialJson => &mut delta.partial_json,
+        DeltaField::Thinking => &mut delta.thinking,
+        DeltaField::Signature => &mut delta.signature,
+    };
+    *slot = Some(value);
+    Some(WireEvent {
+        kind: "content_block_delta".into(),
+        index: Some(index),
+        message: None,
+        content_block: None,
+        delta: Some(delta),
+        usage: None,
+        error: None,
+    })
+}
+
+/// Any event whose members are all known shapes, in any order, with `null`s and unknown fields.
+fn any_event(data: &str) -> Option<WireEvent<'_>> {
+    let mut event = WireEvent {
+        kind: "".into(),
+        index: None,
+        message: None,
+        content_block: None,
+        delta: None,
+        usage: None,
+        error: None,
+    };
+    let mut seen = Seen::default();
+    let mut s = Scanner::new(data);
+    s.object(|s, key| {
+        match key {
+            "type" => {
+                seen.first(0)?;
+                event.kind = s.string()?;
+            }
+            "index" => {
+                seen.first(1)?;
+                event.index = s.optional_count()?;
+            }
+            "delta" => {
+                seen.first(2)?;
+                if !s.null()? {
+                    event.delta = Some(delta(s)?);
+                }
+            }
+            // `null` if present at all on these events; the objects are left to serde.
+            "message" => null_only(s, &mut seen, 3)?,
+            "content_block" => null_only(s, &mut seen, 4)?,
+            "usage" => null_only(s, &mut seen, 5)?,
+            "error" => null_only(s, &mut seen, 6)?,
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    s.finish()?;
+    Some(event)
+}
+
+fn delta<'a>(s: &mut Scanner<'a>) -> Option<WireDelta<'a>> {
+    let mut delta = WireDelta {
+        kind: None,
+        text: None,
+        partial_json: None,
+        thinking: None,
+        signature: None,
+        stop_reason: None,
+    };
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        let (field, target) = match key {
+            "type" => (0, &mut delta.kind),
+            "text" => (1, &mut delta.text),
+            "partial_json" => (2, &mut delta.partial_json),
+            "thinking" => (3, &mut delta.thinking),
+            "signature" => (4, &mut delta.signature),
+            "stop_reason" => (5, &mut delta.stop_reason),
+            _ => return s.skip(),
+        };
+        seen.first(field)?;
+        *target = s.optional_string()?;
+        Some(())
+    })?;
+    Some(delta)
+}
+
+/// A field the fast path reads only as `null`.
+fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
+    seen.first(field)?;
+    s.null()?.then_some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::provider::scan::strategies::{Keys, fields, mangled, one_of, share_read, text};
+
+    fn serde(data: &str) -> Option<WireEvent<'_>> {
+        serde_json::from_str(data).ok()
+    }
+
+    #[test]
+    fn reads_deltas_without_copying() {
+        let data = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#;
+        let event = read(data).unwrap();
+        assert_eq!(Some(&event), serde(data).as_ref());
+        assert_eq!(event.index, Some(0));
+        let delta = event.delta.unwrap();
+        assert!(matches!(delta.text, Some(Cow::Borrowed("Hello"))));
+        assert_eq!(delta.kind.as_deref(), Some("text_delta"));
+
+        let data = r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"city\": \"Par"}}"#;
+        let event = read(data).unwrap();
+        assert_eq!(Some(&event), serde(data).as_ref());
+        assert_eq!(
+            event.delta.unwrap().partial_json.as_deref(),
+            Some(r#"{"city": "Par"#)
+        );
+
+        for data in [
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type": "ping"}"#,
+            r#"{"type":"message_stop"}"#,
+            r#"{"type":"content_block_delta","index":null,"delta":null,"usage":null}"#,
+            r#"{"index":2,"extra":{"a":[1,2.5,"x"]}}"#,
+        ] {
+            assert_eq!(read(data), serde(data), "{data}");
+            assert!(read(data).is_some(), "{data}");
+        }
+    }
+
+    #[test]
+    fn leaves_rare_shapes_to_serde() {
+        for data in [
+            r#"{"type":"message_start","message":{"id":"msg_1","model":"m"}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":["text_delta"]}"#,
+            r#"{"typ\u0065":"ping"}"#,
+        ] {
+            assert_eq!(read(data), None, "{data}");
+            assert!(serde(data).is_some(), "{data}");
+        }
+        for invalid in [
+            r#"{"type":"ping","type":"ping"}"#,
+            r#"{"type":"content_block_delta","delta":{"text":"a","text":"b"}}"#,
+            r#"{"type":null}"#,
+            r#"{"index":-1}"#,
+            r#"{"index":1.5}"#,
+            r#"{"delta":{"text":7}}"#,
+            r#"{"type":"ping"} x"#,
+            r#"{"type":"ping",}"#,
+            "",
+        ] {
+            assert_eq!(read(invalid), None, "{invalid}");
+            assert!(serde(invalid).is_none(), "{invalid}");
+        }
+    }
+
+    /// Every event of the recorded Anthropic streams: the fast reader agrees with serde wherever
+    /// it answers, and it answers for the deltas and the events without a body.
+    #[test]
+    fn recorded_streams_agree_and_deltas_take_the_fast_path() {
+        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let streams = here
+            .ancestors()
+            .map(|dir| dir.join("shared/conformance/streams/anthropic"))
+            .find(|dir| dir.is_dir())
+            .expect("shared/conformance/streams/anthropic above the crate");
+        let (mut deltas, mut fast) = (0, 0);
+        for file in std::fs::read_dir(&streams).unwrap() {
+            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+            for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
+                let data = data.trim();
+                let Some(expected) = serde(data) else {
+                    continue;
+                };
+                let delta = expected.kind == "content_block_delta";
+                deltas += usize::from(delta);
+                if let Some(event) = read(data) {
+                    assert_eq!(event, expected, "{data}");
+                    fast += usize::from(delta);
+                } else {
+                    assert!(!delta, "a delta left to serde: {data}");
+                }
+            }
+        }
+        assert!(deltas > 50, "only {deltas} recorded deltas found");
+        assert_eq!(fast, deltas);
+    }
+
+    const KEYS: Keys = Keys(&[
+        "type",
+        "index",
+        "delta",
+        "message",
+        "content_block",
+        "usage",
+        "error",
+        "text",
+        "partial_json",
+        "thinking",
+        "signature",
+        "stop_reason",
+        "typ\\u0065",
+        "other",
+    ]);
+
+    fn event() -> impl Strategy<Value = String> {
+        let kind = one_of(vec![
+            "\"content_block_delta\"",
+            "\"content_block_stop\"",
+            "\"ping\"",
+            "\"message_stop\"",
+            "\"message_delta\"",
+        ]);
+        let delta = fields(vec![
+            KEYS.field(
+                "type",
+                one_of(vec!["\"text_delta\"", "\"input_json_delta\"", "null"]),
+            ),
+            KEYS.field("text", text()),
+            KEYS.field("partial_json", text()),
+            KEYS.field("thinking", text()),
+            KEYS.field("signature", text()),
+            KEYS.field("stop_reason", text()),
+            KEYS.field("other", KEYS.value()),
+        ]);
+        let null = || one_of(vec!["null"]);
+        fields(vec![
+            KEYS.field("type", kind),
+            KEYS.field("index", one_of(vec!["0", "1", "7", "null"])),
+            KEYS.field("delta", delta.boxed()),
+            KEYS.field("usage", null()),
+            KEYS.field("message", null()),
+            KEYS.field("content_block", null()),
+            KEYS.field("error", null()),
+            KEYS.field("other", KEYS.value()),
+        ])
+    }
+
+    fn mangled_event() -> impl Strategy<Value = String> {
+        mangled(event(), vec![" ", "\n", ",", "}", "\"", ":"])
+    }
+
+    #[test]
+    fn generated_events_often_take_the_fast_path() {
+        let share = share_read(mangled_event(), |data| read(data).is_some());
+        assert!(share > 0.2, "only {share} of generated events read");
+    }
+
+    /// Delta events as the API writes them, with other kinds, fields and values mixed in.
+    fn compact_event() -> impl Strategy<Value = String> {
+        let kind = one_of(vec![
+            "text_delta",
+            "input_json_delta",
+            "thinking_delta",
+            "signature_delta",
+            "citations_delta",
+            "text",
+        ]);
+        let field = one_of(vec![
+            "text",
+            "partial_json",
+            "thinking",
+            "signature",
+            "type",
+        ]);
+        let matching = prop::sample::select(vec![
+            ("text_delta", "text"),
+            ("input_json_delta", "partial_json"),
+            ("thinking_delta", "thinking"),
+            ("signature_delta", "signature"),
+        ])
+        .prop_map(|(kind, field)| (kind.to_owned(), field.to_owned()));
+        let pair = prop_oneof![3 => matching, 1 => (kind, field)];
+        let value = prop_oneof![4 => text(), 1 => KEYS.value()];
+        let index =
+            prop_oneof![3 => one_of(vec!["0", "12"]), 1 => one_of(vec!["null", "-1", "1.0"])];
+        let event = (index, pair, value).prop_map(|(index, (kind, field), value)| {
+            format!(
+                r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"{kind}","{field}":{value}}}}}"#
+            )
+        });
+        mangled(event, vec![" ", "\n", ",", "}", "\"", ":", "0"])
+    }
+
+    #[test]
+    fn compact_deltas_take_the_shortcut() {
+        let data = r#"{"type":"content_block_delta","index":3,"delta":{"type":"thinking_delta","thinking":"Let me \"see\""}}  "#;
+        let event = compact_delta(data).unwrap();
+        assert_eq!(Some(&event), any_event(data).as_ref());
+        assert_eq!(Some(&event), serde(data).as_ref());
+        assert_eq!(
+            event.delta.unwrap().thinking.as_deref(),
+            Some("Let me \"see\"")
+        );
+        let share = share_read(compact_event(), |data| compact_delta(data).is_some());
+        assert!(
+            share > 0.05,
+            "only {share} of generated deltas took the shortcut"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn compact_deltas_read_as_any_event_reads_them(data in compact_event()) {
+            if let Some(compact) = compact_delta(&data) {
+                let general = any_event(&data);
+                prop_assert_eq!(Some(&compact), general.as_ref(), "{}", data);
+                prop_assert_eq!(Some(compact), serde(&data), "{}", data);
+            }
+        }
+
+        #[test]
+        fn agrees_with_serde(data in mangled_event()) {
+            if let Some(fast) = read(&data) {
+                let serde = serde_json::from_str::<WireEvent<'_>>(&data);
+                prop_assert!(matches!(&serde, Ok(event) if *event == fast), "{data}: fast {fast:?}, serde {serde:?}");
+            }
+        }
+    }
+}
