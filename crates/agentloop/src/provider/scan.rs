@@ -409,6 +409,20 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Debug builds and fuzz targets hold a hand-written reader to serde's answer on every input it
+/// reads: `fast` must be what serde makes of `data`.
+#[cfg(any(debug_assertions, fuzzing))]
+pub(super) fn check_against_serde<'a, T>(data: &'a str, fast: &T)
+where
+    T: serde::Deserialize<'a> + PartialEq + std::fmt::Debug,
+{
+    let serde = serde_json::from_str::<T>(data);
+    assert!(
+        matches!(&serde, Ok(value) if value == fast),
+        "a hand-written reader disagrees with serde on {data:?}: fast {fast:?}, serde {serde:?}"
+    );
+}
+
 /// Which known fields of one object were read: serde rejects a known field given twice.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Seen(u8);

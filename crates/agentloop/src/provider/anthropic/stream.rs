@@ -353,16 +353,6 @@ impl AnthropicDecoder {
     }
 }
 
-/// Debug builds and fuzz targets hold the fast reader to serde's answer on every event.
-#[cfg(any(debug_assertions, fuzzing))]
-fn check_against_serde(data: &str, fast: &WireEvent<'_>) {
-    let serde = serde_json::from_str::<WireEvent<'_>>(data);
-    assert!(
-        matches!(&serde, Ok(event) if event == fast),
-        "the fast event reader disagrees with serde on {data:?}: fast {fast:?}, serde {serde:?}"
-    );
-}
-
 impl SseDecoder for AnthropicDecoder {
     fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
         if self.finished {
@@ -372,7 +362,7 @@ impl SseDecoder for AnthropicDecoder {
         let parsed = match fast::read(data) {
             Some(wire) => {
                 #[cfg(any(debug_assertions, fuzzing))]
-                check_against_serde(data, &wire);
+                crate::provider::scan::check_against_serde(data, &wire);
                 Ok(wire)
             }
             None => serde_json::from_str(data),

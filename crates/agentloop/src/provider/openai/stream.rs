@@ -339,16 +339,6 @@ fn start_call(call: &mut Call, position: usize, out: &mut VecDeque<StreamEvent>)
     }
 }
 
-/// Debug builds and fuzz targets hold the fast reader to serde's answer on every chunk.
-#[cfg(any(debug_assertions, fuzzing))]
-fn check_against_serde(data: &str, fast: &Chunk<'_>) {
-    let serde = serde_json::from_str::<Chunk<'_>>(data);
-    assert!(
-        matches!(&serde, Ok(chunk) if chunk == fast),
-        "the fast chunk reader disagrees with serde on {data:?}: fast {fast:?}, serde {serde:?}"
-    );
-}
-
 impl SseDecoder for ChunkDecoder {
     fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
         if self.done {
@@ -376,7 +366,7 @@ impl SseDecoder for ChunkDecoder {
         let mut chunk = match fast::read_after(data, &mut self.header) {
             Some(chunk) => {
                 #[cfg(any(debug_assertions, fuzzing))]
-                check_against_serde(data, &chunk);
+                crate::provider::scan::check_against_serde(data, &chunk);
                 chunk
             }
             None => serde_json::from_str::<Chunk<'_>>(data).map_err(|e| {
