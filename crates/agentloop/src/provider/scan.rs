@@ -116,6 +116,11 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// Where the cursor is: the byte after the last value read.
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
     /// Where the current object member's key starts (whitespace before it included).
     pub fn member_start(&self) -> usize {
         self.member_start
@@ -383,6 +388,25 @@ impl<'a> Scanner<'a> {
         }
         self.depth -= 1;
         Some(())
+    }
+
+    /// The rest of an object after a member's value: `,` and more members, or the closing `}`.
+    pub fn after_member(
+        &mut self,
+        field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                self.members(field)
+            }
+            b'}' => {
+                self.at += 1;
+                self.depth -= 1;
+                Some(())
+            }
+            _ => None,
+        }
     }
 
     /// An array: `item` reads each element (and must consume it).

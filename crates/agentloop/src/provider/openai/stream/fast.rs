@@ -39,10 +39,12 @@ pub(super) struct Header {
     fragment: Fragment,
 }
 
-/// A chunk after its header, cut around the one string that changes from chunk to chunk of a
-/// text or tool call: `"choices":[{"index":0,"delta":{"content":` | `"Hi"` |
-/// `},"logprobs":null,"finish_reason":null}]}`. A chunk made of the same bytes around another
-/// string reads as the last one did with that string in place, so only the string is read.
+/// The `choices` member that follows a chunk's header, cut around the one string that changes
+/// from chunk to chunk of a text or tool call: `"choices":[{"index":0,"delta":{"content":` |
+/// `"Hi"` | `},"logprobs":null,"finish_reason":null}]`. Choices made of the same bytes around
+/// another string read as the last ones did with that string in place, so only the string is
+/// read. The members after `choices` (`usage`, OpenAI's `obfuscation` padding, which changes on
+/// every chunk) are read as usual.
 #[derive(Debug, Default)]
 struct Fragment {
     before: String,
@@ -54,59 +56,82 @@ struct Fragment {
 /// Which field the changing string is, and the indexes around it.
 #[derive(Debug, Clone, Copy)]
 enum FragmentField {
-    Content { choice: Count },
-    Arguments { choice: Count, call: Count },
+    Content {
+        choice: Count,
+    },
+    /// `reasoning_content` (DeepSeek, GLM) or `reasoning` (Groq, OpenRouter).
+    Reasoning {
+        choice: Count,
+        named_content: bool,
+    },
+    Arguments {
+        choice: Count,
+        call: Count,
+    },
 }
 
 impl Fragment {
-    /// Remember `chunk` (read from `data`, whose first `header_len` bytes are the header) if it
-    /// is a fragment, and forget the last one either way.
-    fn remember(&mut self, data: &str, header_len: Option<usize>, chunk: &Chunk<'_>) {
-        self.field = header_len.and_then(|len| self.cut(data, len, chunk));
+    /// Remember `chunk`'s choices if they are a fragment, and forget the last ones either way.
+    /// `choices` is where the `choices` member lies in `data`, when it comes first after the
+    /// header.
+    /// `text` is where the last text or argument string lies in `data`.
+    fn remember(&mut self, data: &str, choices: Span, text: Span, chunk: &Chunk<'_>) {
+        self.field = choices
+            .zip(text)
+            .and_then(|(choices, text)| self.cut(data, choices, text, chunk));
     }
 
-    /// Keep the bytes around `chunk`'s changing string, if it has one: one choice, no finish
-    /// reason, and a delta of text only or of one nameless argument piece, held as a string
-    /// without escapes.
-    fn cut(&mut self, data: &str, header_len: usize, chunk: &Chunk<'_>) -> Option<FragmentField> {
+    /// Keep the bytes of the `choices` member (`choices` in `data`) around its changing string
+    /// (`text`), if it has one: one choice, no finish reason, and a delta of one text (content
+    /// or reasoning) or of one nameless argument piece.
+    fn cut(
+        &mut self,
+        data: &str,
+        (start, end): (usize, usize),
+        (text_start, text_end): (usize, usize),
+        chunk: &Chunk<'_>,
+    ) -> Option<FragmentField> {
         let [choice] = chunk.choices.as_deref()? else {
             return None;
         };
         let delta = choice.delta.as_ref()?;
-        if choice.finish_reason.0.is_some()
-            || delta.refusal.0.is_some()
-            || delta.reasoning_content.0.is_some()
-            || delta.reasoning.0.is_some()
-        {
+        if choice.finish_reason.0.is_some() || delta.refusal.0.is_some() {
             return None;
         }
-        let (value, field) = match (&delta.content.0, delta.tool_calls.as_deref()) {
-            (Some(text), None) => (
-                text,
-                FragmentField::Content {
-                    choice: choice.index,
-                },
-            ),
-            (None, Some([call])) => {
+        // Exactly one text or argument string, which is then the one `text` points at.
+        let index = choice.index;
+        let field = match (
+            &delta.content.0,
+            &delta.reasoning_content.0,
+            &delta.reasoning.0,
+            delta.tool_calls.as_deref(),
+        ) {
+            (Some(_), None, None, None) => FragmentField::Content { choice: index },
+            (None, Some(_), None, None) => FragmentField::Reasoning {
+                choice: index,
+                named_content: true,
+            },
+            (None, None, Some(_), None) => FragmentField::Reasoning {
+                choice: index,
+                named_content: false,
+            },
+            (None, None, None, Some([call])) => {
                 let function = call.function.as_ref()?;
-                if call.id.0.is_some() || function.name.0.is_some() {
+                if call.id.0.is_some()
+                    || function.name.0.is_some()
+                    || function.arguments.0.is_none()
+                {
                     return None;
                 }
-                let field = FragmentField::Arguments {
-                    choice: choice.index,
+                FragmentField::Arguments {
+                    choice: index,
                     call: call.index,
-                };
-                (function.arguments.0.as_ref()?, field)
+                }
             }
             _ => return None,
         };
-        let Cow::Borrowed(text) = value else {
-            return None;
-        };
-        // The borrowed text lies between its quotes in `data`.
-        let start = (text.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-        let before = data.get(header_len..start.checked_sub(1)?)?;
-        let after = data.get(start + text.len() + 1..)?;
+        let before = data.get(start..text_start)?;
+        let after = data.get(text_end..end)?;
         self.before.clear();
         self.before.push_str(before);
         self.after.clear();
@@ -114,15 +139,32 @@ impl Fragment {
         Some(field)
     }
 
-    /// `rest` (a chunk after its header) read as this fragment, if it is one.
-    fn read<'a>(&self, rest: &'a str, id: Str<'a>, model: Str<'a>) -> Option<Chunk<'a>> {
+    /// The choices of `data` read as this fragment, if its member at `at` is one; and where
+    /// the member ends.
+    fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Vec<Choice<'a>>, usize)> {
         let field = self.field?;
-        let middle = rest.strip_prefix(&self.before)?.strip_suffix(&self.after)?;
-        let mut s = Scanner::new(middle);
+        if !data.get(at..)?.starts_with(self.before.as_str()) {
+            return None;
+        }
+        let mut s = Scanner::inside_object(data, at + self.before.len());
         let value = Some(s.string()?);
-        s.finish()?;
+        s.literal(&self.after)?;
+        let end = s.position();
+        let (mut reasoning_content, mut reasoning) = (Str(None), Str(None));
         let (choice, content, tool_calls) = match field {
             FragmentField::Content { choice } => (choice, value, None),
+            FragmentField::Reasoning {
+                choice,
+                named_content,
+            } => {
+                let target = if named_content {
+                    &mut reasoning_content
+                } else {
+                    &mut reasoning
+                };
+                target.0 = value;
+                (choice, None, None)
+            }
             FragmentField::Arguments { choice, call } => {
                 let call = ToolCallDelta {
                     index: call,
@@ -135,24 +177,18 @@ impl Fragment {
                 (choice, None, Some(vec![call]))
             }
         };
-        Some(Chunk {
-            id,
-            model,
-            choices: Some(vec![Choice {
-                index: choice,
-                delta: Some(Delta {
-                    content: Text(content),
-                    refusal: Str(None),
-                    reasoning_content: Str(None),
-                    reasoning: Str(None),
-                    tool_calls,
-                }),
-                finish_reason: Str(None),
-            }]),
-            usage: WireUsage(None),
-            x_groq: None,
-            error: None,
-        })
+        let choices = vec![Choice {
+            index: choice,
+            delta: Some(Delta {
+                content: Text(content),
+                refusal: Str(None),
+                reasoning_content,
+                reasoning,
+                tool_calls,
+            }),
+            finish_reason: Str(None),
+        }];
+        Some((choices, end))
     }
 }
 
@@ -178,6 +214,9 @@ fn span_of(data: &str, value: &Str<'_>) -> Option<Option<(usize, usize)>> {
     }
 }
 
+/// The `Seen` bit of the chunk's `choices`.
+const CHOICES: u8 = 2;
+
 /// Read one chunk, or `None` to let serde read it; `header` is the last chunk's header and
 /// becomes this one's.
 pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk<'a>> {
@@ -190,19 +229,25 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         error: None,
     };
     let mut seen = Seen::default();
+    // Where the choices read as the remembered fragment end.
+    let mut fragment_end = None;
+    // Where the `choices` member lies, and the last text or argument string in it.
+    let mut choices_span = None;
+    let mut text_span = None;
     let remembered = !header.bytes.is_empty() && data.starts_with(header.bytes.as_str());
     let mut s = if remembered {
         chunk.id = Header::value(data, header.id)?;
         chunk.model = Header::value(data, header.model)?;
-        let rest = data.get(header.bytes.len()..)?;
-        if let Some(read) = header
-            .fragment
-            .read(rest, chunk.id.clone(), chunk.model.clone())
-        {
-            return Some(read);
-        }
         seen = header.seen;
-        Scanner::inside_object(data, header.bytes.len())
+        match header.fragment.read(data, header.bytes.len()) {
+            Some((choices, end)) => {
+                chunk.choices = Some(choices);
+                seen.first(CHOICES)?;
+                fragment_end = Some(end);
+                Scanner::inside_object(data, end)
+            }
+            None => Scanner::inside_object(data, header.bytes.len()),
+        }
     } else {
         Scanner::new(data)
     };
@@ -228,7 +273,8 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
                 chunk.model = string_field(s)?;
             }
             "choices" => {
-                seen.first(2)?;
+                seen.first(CHOICES)?;
+                let start = s.member_start();
                 if !s.null()? {
                     let mut choices = Vec::with_capacity(1);
                     // Filled in place: these structs are large enough that moves show.
@@ -238,10 +284,11 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
                             delta: None,
                             finish_reason: Str(None),
                         });
-                        choice(s, choices.last_mut()?)
+                        choice(s, choices.last_mut()?, &mut text_span)
                     })?;
                     chunk.choices = Some(choices);
                 }
+                choices_span = Some((start, s.position()));
             }
             // `null` on every chunk but one; the objects themselves are left to serde.
             "usage" => null_only(s, &mut seen, 3)?,
@@ -251,7 +298,9 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         }
         Some(())
     };
-    if remembered {
+    if fragment_end.is_some() {
+        s.after_member(&mut field)?;
+    } else if remembered {
         s.members(&mut field)?;
     } else {
         s.object(&mut field)?;
@@ -263,14 +312,15 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
     {
         remember(data, &chunk, end, seen, header);
     }
-    // A fragment's `id` and `model` must come from the header, as they will for the next chunk.
-    let from_header = |field| seen.has(field) == header.seen.has(field);
-    let header_len = (!header.bytes.is_empty()
-        && data.starts_with(header.bytes.as_str())
-        && from_header(0)
-        && from_header(1))
-    .then_some(header.bytes.len());
-    header.fragment.remember(data, header_len, &chunk);
+    if fragment_end.is_none() {
+        // Only choices that start where the (now remembered) header ends can be found again.
+        let first = choices_span.filter(|&(start, _)| {
+            !header.bytes.is_empty()
+                && start == header.bytes.len()
+                && data.starts_with(header.bytes.as_str())
+        });
+        header.fragment.remember(data, first, text_span, &chunk);
+    }
     Some(chunk)
 }
 
@@ -296,7 +346,7 @@ fn remember(data: &str, chunk: &Chunk<'_>, end: usize, seen: Seen, header: &mut 
     header.seen = seen;
 }
 
-fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>) -> Option<()> {
+fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>, span: &mut Span) -> Option<()> {
     let mut seen = Seen::default();
     s.object(|s, key| {
         match key {
@@ -314,7 +364,7 @@ fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>) -> Option<()> {
                         reasoning: Str(None),
                         tool_calls: None,
                     });
-                    delta(s, target)?;
+                    delta(s, target, span)?;
                 }
             }
             "finish_reason" => {
@@ -327,7 +377,7 @@ fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>) -> Option<()> {
     })
 }
 
-fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>) -> Option<()> {
+fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>, span: &mut Span) -> Option<()> {
     let mut seen = Seen::default();
     s.object(|s, key| {
         match key {
@@ -337,7 +387,7 @@ fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>) -> Option<()> {
                 if s.peek()? == b'[' {
                     return None;
                 }
-                delta.content = Text(string_field(s)?.0);
+                delta.content = Text(spanned(s, span)?.0);
             }
             "refusal" => {
                 seen.first(1)?;
@@ -345,18 +395,18 @@ fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>) -> Option<()> {
             }
             "reasoning_content" => {
                 seen.first(2)?;
-                delta.reasoning_content = string_field(s)?;
+                delta.reasoning_content = spanned(s, span)?;
             }
             "reasoning" => {
                 seen.first(3)?;
-                delta.reasoning = string_field(s)?;
+                delta.reasoning = spanned(s, span)?;
             }
             "tool_calls" => {
                 seen.first(4)?;
                 if !s.null()? {
                     let mut calls = Vec::with_capacity(1);
                     s.array(|s| {
-                        calls.push(tool_call(s)?);
+                        calls.push(tool_call(s, span)?);
                         Some(())
                     })?;
                     delta.tool_calls = Some(calls);
@@ -368,7 +418,7 @@ fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>) -> Option<()> {
     })
 }
 
-fn tool_call<'a>(s: &mut Scanner<'a>) -> Option<ToolCallDelta<'a>> {
+fn tool_call<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<ToolCallDelta<'a>> {
     let mut call = ToolCallDelta {
         index: Count(None),
         id: Str(None),
@@ -388,7 +438,7 @@ fn tool_call<'a>(s: &mut Scanner<'a>) -> Option<ToolCallDelta<'a>> {
             "function" => {
                 seen.first(2)?;
                 if !s.null()? {
-                    call.function = Some(function(s)?);
+                    call.function = Some(function(s, span)?);
                 }
             }
             _ => s.skip()?,
@@ -398,7 +448,7 @@ fn tool_call<'a>(s: &mut Scanner<'a>) -> Option<ToolCallDelta<'a>> {
     Some(call)
 }
 
-fn function<'a>(s: &mut Scanner<'a>) -> Option<FunctionDelta<'a>> {
+fn function<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<FunctionDelta<'a>> {
     let mut function = FunctionDelta {
         name: Str(None),
         arguments: Arguments(None),
@@ -416,13 +466,28 @@ fn function<'a>(s: &mut Scanner<'a>) -> Option<FunctionDelta<'a>> {
                 if matches!(s.peek()?, b'[' | b'{') {
                     return None;
                 }
-                function.arguments = Arguments(string_field(s)?.0);
+                function.arguments = Arguments(spanned(s, span)?.0);
             }
             _ => s.skip()?,
         }
         Some(())
     })?;
     Some(function)
+}
+
+/// Where the last text or argument string read lies (quotes included), for [`Fragment`].
+type Span = Option<(usize, usize)>;
+
+/// [`string_field`], noting where a string value lies in `span`.
+#[inline]
+fn spanned<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<Str<'a>> {
+    s.peek()?;
+    let start = s.position();
+    let value = string_field(s)?;
+    if value.0.is_some() {
+        *span = Some((start, s.position()));
+    }
+    Some(value)
 }
 
 /// A string field as `Str` reads it: a string, or absent for `null`, `true`, `false`, arrays and
@@ -527,16 +592,24 @@ mod tests {
             .map(|dir| dir.join("shared/conformance/streams"))
             .find(|dir| dir.is_dir())
             .expect("shared/conformance/streams above the crate");
-        let (mut chunks, mut fast) = (0, 0);
+        let (mut chunks, mut fast, mut fragments) = (0, 0, 0);
+        let mut fragments_by_file = std::collections::HashMap::new();
         for service in std::fs::read_dir(&streams).unwrap() {
             let service = service.unwrap().path();
             if !service.is_dir() || service.ends_with("anthropic") {
                 continue;
             }
             for file in std::fs::read_dir(&service).unwrap() {
-                let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+                let path = file.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                // Read in order too, as the decoder does, with the header and fragment kept.
+                let mut header = Header::default();
                 for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
                     let data = data.trim();
+                    let as_fragment = data.starts_with(header.bytes.as_str())
+                        && !header.bytes.is_empty()
+                        && header.fragment.read(data, header.bytes.len()).is_some();
+                    let in_order = read_after(data, &mut header);
                     let Some(expected) = serde(data) else {
                         continue;
                     };
@@ -544,6 +617,13 @@ mod tests {
                     if let Some(chunk) = read(data) {
                         assert_eq!(chunk, expected, "{data}");
                         fast += 1;
+                    }
+                    if let Some(chunk) = in_order {
+                        assert_eq!(chunk, expected, "{data}");
+                    }
+                    if as_fragment {
+                        fragments += 1;
+                        *fragments_by_file.entry(path.clone()).or_insert(0) += 1;
                     }
                 }
             }
@@ -554,6 +634,14 @@ mod tests {
             fast * 100 >= chunks * 90,
             "fast path took {fast} of {chunks}"
         );
+        // Text, reasoning and argument pieces after the first of each run (555 of 746 when
+        // written), OpenAI's padded chunks included.
+        assert!(
+            fragments * 100 >= chunks * 60,
+            "fragments were {fragments} of {chunks}"
+        );
+        let padded = streams.join("openai/tool-call-obfuscation.sse");
+        assert!(fragments_by_file.get(&padded).is_some_and(|&n| n >= 4));
     }
 
     const KEYS: Keys = Keys(&[
@@ -719,10 +807,17 @@ mod tests {
                 r#"{"choices":[{"index":0,"delta":{"content":@S@},"logprobs":null,"finish_reason":null}]}"#,
                 r#"{"choices":[{"index":1,"delta":{"tool_calls":[{"index":2,"function":{"arguments":@S@}}]},"finish_reason":null}],"usage":null}"#,
                 r#"{"choices":[{"delta":{"role":"assistant","content":@S@},"index":0}],"id":"late"}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":null,"reasoning_content":@S@},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning":@S@,"channel":"analysis"},"finish_reason":null}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":@S@},"finish_reason":null}],"usage":null,"obfuscation":@P@}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":@S@}}],"id":@P@}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":@S@}}],"usage":@P@}"#,
+                r#"{"choices":[{"index":0,"delta":{"content":@S@}}],"choices":@P@}"#,
             ]),
             1 => one_of(vec![
                 r#"{"choices":[{"index":0,"delta":{"content":@S@,"refusal":"no"}}]}"#,
-                r#"{"choices":[{"index":0,"delta":{"reasoning":@S@}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning":@S@,"content":"x"}}]}"#,
+                r#"{"choices":[{"index":0,"delta":{"reasoning":@S@,"reasoning_content":"x"}}]}"#,
                 r#"{"choices":[{"index":0,"delta":{"content":@S@},"finish_reason":"stop"}]}"#,
                 r#"{"choices":[{"index":0,"delta":{"content":@S@}},{"index":1,"delta":{"content":"b"}}]}"#,
                 r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f","arguments":@S@}}]}}]}"#,
@@ -749,9 +844,21 @@ mod tests {
         let values = prop::collection::vec(value, 1..5);
         (header, body, values).prop_map(|(header, body, values)| {
             let body = with_header(&header, &body);
+            // The members after `choices` change too, as OpenAI's padding does.
+            let others = [
+                "\"pad\"",
+                "\"padding\"",
+                "null",
+                "[]",
+                r#"{"prompt_tokens":1}"#,
+            ];
             values
                 .iter()
-                .map(|value| body.replace(SLOT, value))
+                .enumerate()
+                .map(|(i, value)| {
+                    body.replace(SLOT, value)
+                        .replace("@P@", others[i % others.len()])
+                })
                 .collect()
         })
     }
@@ -759,56 +866,51 @@ mod tests {
     #[test]
     fn a_chunk_that_repeats_the_last_but_for_its_text_reads_only_the_text() {
         let head = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"#;
-        let tail = r#"},"logprobs":null,"finish_reason":null}]}"#;
+        let tail = r#"},"logprobs":null,"finish_reason":null}]"#;
+        let text = |piece: &str, end: &str| format!(r#"{head}"content":{piece}{tail}{end}"#);
         let arguments = |piece: &str| {
             format!(
-                r#"{head}"tool_calls":[{{"index":1,"function":{{"arguments":{piece}}}}}]{tail}"#
+                r#"{head}"tool_calls":[{{"index":1,"function":{{"arguments":{piece}}}}}]{tail}}}"#
             )
         };
         let mut header = Header::default();
         for data in [
-            format!(r#"{head}"content":"Hel"{tail}"#),
-            format!(r#"{head}"content":"lo"{tail}"#),
-            format!(
-                r#"{head}"content":"
-"quoted""{tail}"#
-            ),
-            format!(r#"{head}"content": "spaced" {tail}"#),
-            arguments(r#""{"ci""#),
-            arguments(r#""ty": ""#),
-            arguments(r#""Paris"}""#),
-            format!(r#"{head}"content":""{tail}"#),
+            text(r#""Hel""#, "}"),
+            text(r#""lo""#, "}"),
+            text(r#""\n\"quoted\"""#, "}"),
+            text(r#" "spaced" "#, " }"),
+            // OpenAI's padding after `choices` changes on every chunk.
+            text(r#""a""#, r#","usage":null,"obfuscation":"qfQVOwfh"}"#),
+            text(r#""b""#, r#","usage":null,"obfuscation":"Uq"}"#),
+            text(r#""c""#, r#","choices":[]}"#),
+            text(r#""d""#, r#","id":"late"}"#),
+            arguments(r#""{\"ci""#),
+            arguments(r#""ty\": ""#),
+            arguments(r#""Paris\"}""#),
+            text(r#""""#, "}"),
         ] {
             let chunk = read_after(&data, &mut header);
             assert_eq!(chunk, serde(&data), "{data}");
             assert_eq!(chunk, read(&data), "{data}");
         }
-        // Each of these reads as a fragment of the chunk before it.
-        let text = format!(r#"{head}"content":"a"{tail}"#);
-        read_after(&text, &mut header).unwrap();
+        // After a text chunk, the next one's choices are read as its fragment.
+        read_after(&text(r#""a""#, "}"), &mut header).unwrap();
         assert!(matches!(
             header.fragment.field,
             Some(FragmentField::Content {
                 choice: Count(Some(0))
             })
         ));
-        let rest = &format!(r#"{head}"content":"b"{tail}"#)[header.bytes.len()..];
-        let fragment = &header.fragment;
-        let read = fragment.read(rest, Str(None), Str(None)).unwrap();
-        let delta = read.choices.unwrap().remove(0).delta.unwrap();
+        let at = header.bytes.len();
+        let next = text(r#""b""#, r#","obfuscation":"x"}"#);
+        let (choices, end) = header.fragment.read(&next, at).unwrap();
+        let delta = choices.into_iter().next().unwrap().delta.unwrap();
         assert!(matches!(delta.content.0, Some(Cow::Borrowed("b"))));
+        assert_eq!(&next[end..], r#","obfuscation":"x"}"#);
         // Not the last chunk's shape: read in full.
-        assert!(
-            fragment
-                .read(r#""choices":[]}"#, Str(None), Str(None))
-                .is_none()
-        );
-        let other = format!(r#"{head}"content":"b","refusal":"no"{tail}"#);
-        assert!(
-            fragment
-                .read(&other[header.bytes.len()..], Str(None), Str(None))
-                .is_none()
-        );
+        let other = text(r#""b","refusal":"no""#, "}");
+        assert!(header.fragment.read(&other, at).is_none());
+        assert!(header.fragment.read(&text("null", "}"), at).is_none());
     }
 
     #[test]
