@@ -35,7 +35,7 @@ pub(super) struct Header {
     model: Option<(usize, usize)>,
     /// The known fields the header holds.
     seen: Seen,
-    /// The last chunk after the header, if it was a plain text or argument fragment.
+    /// The last chunk's `choices`, if they were one text, reasoning or argument fragment.
     fragment: Fragment,
 }
 
