@@ -447,6 +447,13 @@ where
     );
 }
 
+/// A member the hand-written readers take only as `null` (anything else is left to serde);
+/// `field` is its bit in the object's `seen`.
+pub(super) fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
+    seen.first(field)?;
+    s.null()?.then_some(())
+}
+
 /// Which known fields of one object were read: serde rejects a known field given twice.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Seen(u8);

@@ -35,7 +35,7 @@ const KNOWN_EVENTS: [&str; 8] = [
     "ping",
 ];
 
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 struct WireEvent<'a> {
     #[serde(rename = "type", borrow, default)]
     kind: Cow<'a, str>,
@@ -66,7 +66,7 @@ struct StartMessage<'a> {
 }
 
 /// One shape for both `content_block_delta.delta` and `message_delta.delta`.
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 struct WireDelta<'a> {
     #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,

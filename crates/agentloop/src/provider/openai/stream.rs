@@ -44,7 +44,7 @@ struct Choice<'a> {
     finish_reason: Str<'a>,
 }
 
-#[derive(Deserialize, Debug, PartialEq)]
+#[derive(Deserialize, Debug, Default, PartialEq)]
 struct Delta<'a> {
     #[serde(borrow, default)]
     content: Text<'a>,

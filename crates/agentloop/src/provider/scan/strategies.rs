@@ -1,9 +1,20 @@
 //! Generated JSON text, valid and not, for the property tests of the hand-written readers: each
 //! reader's tests build their event shapes from these pieces and compare the reader with serde.
+//! Also where the recorded streams they are checked against live.
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
+
+/// `shared/conformance/streams` above the crate: recorded streams of real services, a folder
+/// per service.
+pub fn recorded_streams() -> std::path::PathBuf {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .map(|dir| dir.join("shared/conformance/streams"))
+        .find(|dir| dir.is_dir())
+        .expect("shared/conformance/streams above the crate")
+}
 
 /// A JSON string literal, sometimes with invalid escapes or control characters in it.
 pub fn string() -> impl Strategy<Value = String> {

@@ -10,7 +10,7 @@
 //! event against serde, and `tests::agrees_with_serde` does so over generated events.
 
 use super::{WireDelta, WireEvent};
-use crate::provider::scan::{Scanner, Seen};
+use crate::provider::scan::{Scanner, Seen, null_only};
 
 /// Read one event, or `None` to let serde read it.
 pub(super) fn read(data: &str) -> Option<WireEvent<'_>> {
@@ -65,11 +65,7 @@ fn compact_delta(data: &str) -> Option<WireEvent<'_>> {
     s.finish()?;
     let mut delta = WireDelta {
         kind: Some(kind.into()),
-        text: None,
-        partial_json: None,
-        thinking: None,
-        signature: None,
-        stop_reason: None,
+        ..WireDelta::default()
     };
     let slot = match field {
         DeltaField::Text => &mut delta.text,
@@ -81,25 +77,14 @@ fn compact_delta(data: &str) -> Option<WireEvent<'_>> {
     Some(WireEvent {
         kind: "content_block_delta".into(),
         index: Some(index),
-        message: None,
-        content_block: None,
         delta: Some(delta),
-        usage: None,
-        error: None,
+        ..WireEvent::default()
     })
 }
 
 /// Any event whose members are all known shapes, in any order, with `null`s and unknown fields.
 fn any_event(data: &str) -> Option<WireEvent<'_>> {
-    let mut event = WireEvent {
-        kind: "".into(),
-        index: None,
-        message: None,
-        content_block: None,
-        delta: None,
-        usage: None,
-        error: None,
-    };
+    let mut event = WireEvent::default();
     let mut seen = Seen::default();
     let mut s = Scanner::new(data);
     s.object(|s, key| {
@@ -132,14 +117,7 @@ fn any_event(data: &str) -> Option<WireEvent<'_>> {
 }
 
 fn delta<'a>(s: &mut Scanner<'a>) -> Option<WireDelta<'a>> {
-    let mut delta = WireDelta {
-        kind: None,
-        text: None,
-        partial_json: None,
-        thinking: None,
-        signature: None,
-        stop_reason: None,
-    };
+    let mut delta = WireDelta::default();
     let mut seen = Seen::default();
     s.object(|s, key| {
         let (field, target) = match key {
@@ -158,12 +136,6 @@ fn delta<'a>(s: &mut Scanner<'a>) -> Option<WireDelta<'a>> {
     Some(delta)
 }
 
-/// A field the fast path reads only as `null`.
-fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
-    seen.first(field)?;
-    s.null()?.then_some(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -171,7 +143,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::provider::scan::strategies::{Keys, fields, mangled, one_of, share_read, text};
+    use crate::provider::scan::strategies::{
+        Keys, fields, mangled, one_of, recorded_streams, share_read, text,
+    };
 
     fn serde(data: &str) -> Option<WireEvent<'_>> {
         serde_json::from_str(data).ok()
@@ -240,12 +214,7 @@ mod tests {
     /// it answers, and it answers for the deltas and the events without a body.
     #[test]
     fn recorded_streams_agree_and_deltas_take_the_fast_path() {
-        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let streams = here
-            .ancestors()
-            .map(|dir| dir.join("shared/conformance/streams/anthropic"))
-            .find(|dir| dir.is_dir())
-            .expect("shared/conformance/streams/anthropic above the crate");
+        let streams = recorded_streams().join("anthropic");
         let (mut deltas, mut fast) = (0, 0);
         for file in std::fs::read_dir(&streams).unwrap() {
             let text = std::fs::read_to_string(file.unwrap().path()).unwrap();

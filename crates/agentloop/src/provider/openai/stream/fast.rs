@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use super::super::wire::{Arguments, Count, Str, Text, WireUsage};
 use super::{Choice, Chunk, Delta, FunctionDelta, ToolCallDelta};
-use crate::provider::scan::{Scanner, Seen};
+use crate::provider::scan::{Scanner, Seen, null_only};
 
 /// Read one chunk, or `None` to let serde read it.
 #[cfg(test)]
@@ -59,10 +59,13 @@ enum FragmentField {
     Content {
         choice: Count,
     },
-    /// `reasoning_content` (DeepSeek, GLM) or `reasoning` (Groq, OpenRouter).
+    /// DeepSeek's and GLM's reasoning text.
+    ReasoningContent {
+        choice: Count,
+    },
+    /// Groq's and OpenRouter's reasoning text.
     Reasoning {
         choice: Count,
-        named_content: bool,
     },
     Arguments {
         choice: Count,
@@ -107,14 +110,8 @@ impl Fragment {
             delta.tool_calls.as_deref(),
         ) {
             (Some(_), None, None, None) => FragmentField::Content { choice: index },
-            (None, Some(_), None, None) => FragmentField::Reasoning {
-                choice: index,
-                named_content: true,
-            },
-            (None, None, Some(_), None) => FragmentField::Reasoning {
-                choice: index,
-                named_content: false,
-            },
+            (None, Some(_), None, None) => FragmentField::ReasoningContent { choice: index },
+            (None, None, Some(_), None) => FragmentField::Reasoning { choice: index },
             (None, None, None, Some([call])) => {
                 let function = call.function.as_ref()?;
                 if call.id.0.is_some()
@@ -150,20 +147,19 @@ impl Fragment {
         let value = Some(s.string()?);
         s.literal(&self.after)?;
         let end = s.position();
-        let (mut reasoning_content, mut reasoning) = (Str(None), Str(None));
-        let (choice, content, tool_calls) = match field {
-            FragmentField::Content { choice } => (choice, value, None),
-            FragmentField::Reasoning {
-                choice,
-                named_content,
-            } => {
-                let target = if named_content {
-                    &mut reasoning_content
-                } else {
-                    &mut reasoning
-                };
-                target.0 = value;
-                (choice, None, None)
+        let mut delta = Delta::default();
+        let choice = match field {
+            FragmentField::Content { choice } => {
+                delta.content = Text(value);
+                choice
+            }
+            FragmentField::ReasoningContent { choice } => {
+                delta.reasoning_content = Str(value);
+                choice
+            }
+            FragmentField::Reasoning { choice } => {
+                delta.reasoning = Str(value);
+                choice
             }
             FragmentField::Arguments { choice, call } => {
                 let call = ToolCallDelta {
@@ -174,18 +170,13 @@ impl Fragment {
                         arguments: Arguments(value),
                     }),
                 };
-                (choice, None, Some(vec![call]))
+                delta.tool_calls = Some(vec![call]);
+                choice
             }
         };
         let choices = vec![Choice {
             index: choice,
-            delta: Some(Delta {
-                content: Text(content),
-                refusal: Str(None),
-                reasoning_content,
-                reasoning,
-                tool_calls,
-            }),
+            delta: Some(delta),
             finish_reason: Str(None),
         }];
         Some((choices, end))
@@ -229,8 +220,8 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         error: None,
     };
     let mut seen = Seen::default();
-    // Where the choices read as the remembered fragment end.
-    let mut fragment_end = None;
+    // Whether the choices were read as the remembered fragment.
+    let mut from_fragment = false;
     // Where the `choices` member lies, and the last text or argument string in it.
     let mut choices_span = None;
     let mut text_span = None;
@@ -243,7 +234,7 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
             Some((choices, end)) => {
                 chunk.choices = Some(choices);
                 seen.first(CHOICES)?;
-                fragment_end = Some(end);
+                from_fragment = true;
                 Scanner::inside_object(data, end)
             }
             None => Scanner::inside_object(data, header.bytes.len()),
@@ -298,7 +289,7 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         }
         Some(())
     };
-    if fragment_end.is_some() {
+    if from_fragment {
         s.after_member(&mut field)?;
     } else if remembered {
         s.members(&mut field)?;
@@ -312,7 +303,7 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
     {
         remember(data, &chunk, end, seen, header);
     }
-    if fragment_end.is_none() {
+    if !from_fragment {
         // Only choices that start where the (now remembered) header ends can be found again.
         let first = choices_span.filter(|&(start, _)| {
             !header.bytes.is_empty()
@@ -510,12 +501,6 @@ fn count_field(s: &mut Scanner<'_>) -> Option<Count> {
     s.optional_count().map(Count)
 }
 
-/// A field the fast path reads only as `null`.
-fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
-    seen.first(field)?;
-    s.null()?.then_some(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -524,7 +509,7 @@ mod tests {
 
     use super::*;
     use crate::provider::scan::strategies::{
-        Keys, fields, mangled, one_of, share_read, string, text,
+        Keys, fields, mangled, one_of, recorded_streams, share_read, string, text,
     };
 
     fn serde(data: &str) -> Option<Chunk<'_>> {
@@ -586,12 +571,7 @@ mod tests {
     /// agrees with serde wherever it answers, and it answers for nearly all of them.
     #[test]
     fn recorded_streams_agree_and_mostly_take_the_fast_path() {
-        let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let streams = here
-            .ancestors()
-            .map(|dir| dir.join("shared/conformance/streams"))
-            .find(|dir| dir.is_dir())
-            .expect("shared/conformance/streams above the crate");
+        let streams = recorded_streams();
         let (mut chunks, mut fast, mut fragments) = (0, 0, 0);
         let mut fragments_by_file = std::collections::HashMap::new();
         for service in std::fs::read_dir(&streams).unwrap() {
@@ -932,31 +912,33 @@ mod tests {
         );
     }
 
+    /// Reading `chunks` in order, as a stream's decoder does, gives what reading each afresh
+    /// gives, and what serde gives wherever the reader answers.
+    fn reads_in_order_as_fresh_reads<'a>(
+        chunks: impl IntoIterator<Item = &'a String>,
+    ) -> Result<(), TestCaseError> {
+        let mut header = Header::default();
+        for data in chunks {
+            let fast = read_after(data, &mut header);
+            prop_assert_eq!(&fast, &read(data), "{}", data);
+            if let Some(fast) = fast {
+                prop_assert_eq!(Some(fast), serde(data), "{}", data);
+            }
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
         #[test]
         fn a_fragment_reads_as_a_fresh_read_does(chunks in fragment_chunks()) {
-            let mut header = Header::default();
-            for data in &chunks {
-                let fast = read_after(data, &mut header);
-                prop_assert_eq!(&fast, &read(data), "{}", data);
-                if let Some(fast) = fast {
-                    prop_assert_eq!(Some(fast), serde(data), "{}", data);
-                }
-            }
+            reads_in_order_as_fresh_reads(&chunks)?;
         }
 
         #[test]
         fn a_remembered_header_reads_as_a_fresh_read_does(chunks in chunks_with_a_header()) {
-            let mut header = Header::default();
-            for data in chunks.iter().chain(&chunks) {
-                let fast = read_after(data, &mut header);
-                prop_assert_eq!(&fast, &read(data), "{}", data);
-                if let Some(fast) = fast {
-                    prop_assert_eq!(Some(fast), serde(data), "{}", data);
-                }
-            }
+            reads_in_order_as_fresh_reads(chunks.iter().chain(&chunks))?;
         }
 
         #[test]
