@@ -201,9 +201,8 @@ impl Driver {
             })
             .await;
         }
-        self.emit(|| RunEvent::RunFinish {
-            result: Box::new(result.clone()),
-        });
+        // A streamed run hands the result over in `run_finish` (see `run_stream`), so it is
+        // moved there rather than cloned.
         result
     }
 

@@ -115,7 +115,11 @@ pub fn run_stream(
         let tools = ToolSet::new(tools);
         match start(request, &tools, &options).await {
             Ok(machine) => {
-                resume(provider, machine, tools, options, Some(sink)).await;
+                let result =
+                    resume(provider, machine, tools, options, Some(Arc::clone(&sink))).await;
+                sink.push(RunEvent::RunFinish {
+                    result: Box::new(result),
+                });
             }
             Err(error) => sink.push(RunEvent::Error { error }),
         }
