@@ -18,7 +18,7 @@ use crate::stream::StreamEvent;
 
 mod fast;
 
-#[derive(Deserialize, Debug, PartialEq)]
+#[derive(Deserialize, Debug, Clone, PartialEq)]
 struct Chunk<'a> {
     #[serde(borrow, default)]
     id: Str<'a>,
@@ -34,7 +34,7 @@ struct Chunk<'a> {
     error: Option<WireError>,
 }
 
-#[derive(Deserialize, Debug, PartialEq)]
+#[derive(Deserialize, Debug, Clone, PartialEq)]
 struct Choice<'a> {
     #[serde(default)]
     index: Count,
@@ -44,7 +44,7 @@ struct Choice<'a> {
     finish_reason: Str<'a>,
 }
 
-#[derive(Deserialize, Debug, Default, PartialEq)]
+#[derive(Deserialize, Debug, Default, Clone, PartialEq)]
 struct Delta<'a> {
     #[serde(borrow, default)]
     content: Text<'a>,
@@ -60,7 +60,7 @@ struct Delta<'a> {
     tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
-#[derive(Deserialize, Debug, PartialEq)]
+#[derive(Deserialize, Debug, Clone, PartialEq)]
 struct ToolCallDelta<'a> {
     #[serde(default)]
     index: Count,
@@ -70,7 +70,7 @@ struct ToolCallDelta<'a> {
     function: Option<FunctionDelta<'a>>,
 }
 
-#[derive(Deserialize, Debug, PartialEq)]
+#[derive(Deserialize, Debug, Clone, PartialEq)]
 struct FunctionDelta<'a> {
     #[serde(borrow, default)]
     name: Str<'a>,
@@ -171,6 +171,21 @@ impl ChunkDecoder {
             {
                 self.finish = Some(stop_reason(reason));
                 self.end_calls(out);
+            }
+        }
+    }
+
+    /// A fragment chunk's choices, as [`Self::chunk`] would take them: one choice, no finish
+    /// reason.
+    fn piece(&mut self, piece: fast::Piece<'_>, out: &mut VecDeque<StreamEvent>) {
+        if piece.choice().0.unwrap_or(0) != 0 {
+            return;
+        }
+        match piece.into_text_delta() {
+            Ok(delta) => self.delta(delta, out),
+            Err(call) => {
+                self.ensure_started(out);
+                self.tool_call(call, out);
             }
         }
     }
@@ -363,13 +378,13 @@ impl SseDecoder for ChunkDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let mut chunk = match fast::read_after(data, &mut self.header) {
-            Some(chunk) => {
+        let read = match fast::read_next(data, &mut self.header) {
+            Some(read) => {
                 #[cfg(any(debug_assertions, fuzzing))]
-                crate::provider::scan::check_against_serde(data, &chunk);
-                chunk
+                crate::provider::scan::check_against_serde(data, &read.clone().into_chunk());
+                read
             }
-            None => serde_json::from_str::<Chunk<'_>>(data).map_err(|e| {
+            None => fast::Read::Chunk(serde_json::from_str::<Chunk<'_>>(data).map_err(|e| {
                 Error::parse(
                     format!("{} stream chunk", self.provider),
                     format!(
@@ -377,10 +392,17 @@ impl SseDecoder for ChunkDecoder {
                         crate::provider::http::excerpt(data.as_bytes())
                     ),
                 )
-            })?,
+            })?),
+        };
+        let (mut chunk, piece) = match read {
+            fast::Read::Chunk(chunk) => (chunk, None),
+            fast::Read::Fragment(chunk, piece) => (chunk, Some(piece)),
         };
         let error = chunk.error.take();
         self.chunk(chunk, out);
+        if let Some(piece) = piece {
+            self.piece(piece, out);
+        }
         match error {
             Some(error) => Err(self.fail(error, out)),
             None => Ok(()),

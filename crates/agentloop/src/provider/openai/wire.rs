@@ -368,7 +368,7 @@ impl<'de> Visitor<'de> for UsageVisitor {
 }
 
 /// Groq's extension object; only its `usage` matters (a fallback for the top-level one).
-#[derive(serde::Deserialize, Debug, Default, PartialEq)]
+#[derive(serde::Deserialize, Debug, Default, Clone, PartialEq)]
 #[serde(default)]
 pub(crate) struct XGroq {
     pub usage: WireUsage,

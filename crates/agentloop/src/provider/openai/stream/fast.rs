@@ -21,6 +21,91 @@ pub(super) fn read(data: &str) -> Option<Chunk<'_>> {
     read_after(data, &mut Header::default())
 }
 
+/// [`read_next`], with a fragment's choices built as a whole chunk's.
+#[cfg(test)]
+pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk<'a>> {
+    read_next(data, header).map(Read::into_chunk)
+}
+
+/// What [`read_next`] read.
+#[derive(Debug, Clone)]
+pub(super) enum Read<'a> {
+    /// A whole chunk.
+    Chunk(Chunk<'a>),
+    /// A chunk whose choices are the last chunk's with another string (see [`Fragment`]): its
+    /// other members, with `choices` left out, and the piece. Most of a stream's chunks; the
+    /// decoder takes the piece directly, with no choices built around it.
+    Fragment(Chunk<'a>, Piece<'a>),
+}
+
+impl<'a> Read<'a> {
+    /// The chunk as serde reads it.
+    pub(super) fn into_chunk(self) -> Chunk<'a> {
+        match self {
+            Read::Chunk(chunk) => chunk,
+            Read::Fragment(mut chunk, piece) => {
+                chunk.choices = Some(vec![piece.into_choice()]);
+                chunk
+            }
+        }
+    }
+}
+
+/// The one string of a fragment chunk's choices, and which field it is.
+#[derive(Debug, Clone)]
+pub(super) struct Piece<'a> {
+    pub(super) field: FragmentField,
+    pub(super) value: Cow<'a, str>,
+}
+
+impl<'a> Piece<'a> {
+    /// The choice's `index`.
+    pub(super) fn choice(&self) -> Count {
+        match self.field {
+            FragmentField::Content { choice }
+            | FragmentField::ReasoningContent { choice }
+            | FragmentField::Reasoning { choice }
+            | FragmentField::Arguments { choice, .. } => choice,
+        }
+    }
+
+    /// The choice's delta, unless the piece is a tool call's arguments.
+    pub(super) fn into_text_delta(self) -> Result<Delta<'a>, ToolCallDelta<'a>> {
+        let value = Some(self.value);
+        let mut delta = Delta::default();
+        match self.field {
+            FragmentField::Content { .. } => delta.content = Text(value),
+            FragmentField::ReasoningContent { .. } => delta.reasoning_content = Str(value),
+            FragmentField::Reasoning { .. } => delta.reasoning = Str(value),
+            FragmentField::Arguments { call, .. } => {
+                return Err(ToolCallDelta {
+                    index: call,
+                    id: Str(None),
+                    function: Some(FunctionDelta {
+                        name: Str(None),
+                        arguments: Arguments(value),
+                    }),
+                });
+            }
+        }
+        Ok(delta)
+    }
+
+    /// The whole choice the piece stands for.
+    fn into_choice(self) -> Choice<'a> {
+        let index = self.choice();
+        let delta = self.into_text_delta().unwrap_or_else(|call| Delta {
+            tool_calls: Some(vec![call]),
+            ..Delta::default()
+        });
+        Choice {
+            index,
+            delta: Some(delta),
+            finish_reason: Str(None),
+        }
+    }
+}
+
 /// The members a stream's chunks open with, before `choices` (`id`, `object`, `created`,
 /// `model`, `system_fingerprint`, ...), as the last chunk read had them. Streams repeat them
 /// byte for byte on every chunk, so a chunk that starts with the same bytes is read from where
@@ -55,7 +140,7 @@ struct Fragment {
 
 /// Which field the changing string is, and the indexes around it.
 #[derive(Debug, Clone, Copy)]
-enum FragmentField {
+pub(super) enum FragmentField {
     Content {
         choice: Count,
     },
@@ -136,50 +221,17 @@ impl Fragment {
         Some(field)
     }
 
-    /// The choices of `data` read as this fragment, if its member at `at` is one; and where
-    /// the member ends.
-    fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Vec<Choice<'a>>, usize)> {
+    /// The piece of `data` read as this fragment, if its member at `at` is one; and where the
+    /// member ends.
+    fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Piece<'a>, usize)> {
         let field = self.field?;
         if !data.get(at..)?.starts_with(self.before.as_str()) {
             return None;
         }
         let mut s = Scanner::inside_object(data, at + self.before.len());
-        let value = Some(s.string()?);
+        let value = s.string()?;
         s.literal(&self.after)?;
-        let end = s.position();
-        let mut delta = Delta::default();
-        let choice = match field {
-            FragmentField::Content { choice } => {
-                delta.content = Text(value);
-                choice
-            }
-            FragmentField::ReasoningContent { choice } => {
-                delta.reasoning_content = Str(value);
-                choice
-            }
-            FragmentField::Reasoning { choice } => {
-                delta.reasoning = Str(value);
-                choice
-            }
-            FragmentField::Arguments { choice, call } => {
-                let call = ToolCallDelta {
-                    index: call,
-                    id: Str(None),
-                    function: Some(FunctionDelta {
-                        name: Str(None),
-                        arguments: Arguments(value),
-                    }),
-                };
-                delta.tool_calls = Some(vec![call]);
-                choice
-            }
-        };
-        let choices = vec![Choice {
-            index: choice,
-            delta: Some(delta),
-            finish_reason: Str(None),
-        }];
-        Some((choices, end))
+        Some((Piece { field, value }, s.position()))
     }
 }
 
@@ -210,7 +262,7 @@ const CHOICES: u8 = 2;
 
 /// Read one chunk, or `None` to let serde read it; `header` is the last chunk's header and
 /// becomes this one's.
-pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk<'a>> {
+pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'a>> {
     let mut chunk = Chunk {
         id: Str(None),
         model: Str(None),
@@ -220,8 +272,8 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         error: None,
     };
     let mut seen = Seen::default();
-    // Whether the choices were read as the remembered fragment.
-    let mut from_fragment = false;
+    // The choices' piece, when they were read as the remembered fragment.
+    let mut piece = None;
     // Where the `choices` member lies, and the last text or argument string in it.
     let mut choices_span = None;
     let mut text_span = None;
@@ -231,10 +283,9 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         chunk.model = Header::value(data, header.model)?;
         seen = header.seen;
         match header.fragment.read(data, header.bytes.len()) {
-            Some((choices, end)) => {
-                chunk.choices = Some(choices);
+            Some((read, end)) => {
                 seen.first(CHOICES)?;
-                from_fragment = true;
+                piece = Some(read);
                 Scanner::inside_object(data, end)
             }
             None => Scanner::inside_object(data, header.bytes.len()),
@@ -289,7 +340,7 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
         }
         Some(())
     };
-    if from_fragment {
+    if piece.is_some() {
         s.after_member(&mut field)?;
     } else if remembered {
         s.members(&mut field)?;
@@ -303,16 +354,17 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
     {
         remember(data, &chunk, end, seen, header);
     }
-    if !from_fragment {
-        // Only choices that start where the (now remembered) header ends can be found again.
-        let first = choices_span.filter(|&(start, _)| {
-            !header.bytes.is_empty()
-                && start == header.bytes.len()
-                && data.starts_with(header.bytes.as_str())
-        });
-        header.fragment.remember(data, first, text_span, &chunk);
+    if let Some(piece) = piece {
+        return Some(Read::Fragment(chunk, piece));
     }
-    Some(chunk)
+    // Only choices that start where the (now remembered) header ends can be found again.
+    let first = choices_span.filter(|&(start, _)| {
+        !header.bytes.is_empty()
+            && start == header.bytes.len()
+            && data.starts_with(header.bytes.as_str())
+    });
+    header.fragment.remember(data, first, text_span, &chunk);
+    Some(Read::Chunk(chunk))
 }
 
 /// Keep `data`'s header up to `end` for the next chunk, if it can be found again by position.
@@ -507,10 +559,16 @@ mod tests {
 
     use proptest::prelude::*;
 
+    use std::collections::VecDeque;
+
+    use super::super::ChunkDecoder;
     use super::*;
+    use crate::provider::http::SseDecoder;
     use crate::provider::scan::strategies::{
         Keys, fields, mangled, one_of, recorded_streams, share_read, string, text,
     };
+    use crate::sse::SseEvent;
+    use crate::stream::StreamEvent;
 
     fn serde(data: &str) -> Option<Chunk<'_>> {
         serde_json::from_str(data).ok()
@@ -883,9 +941,9 @@ mod tests {
         ));
         let at = header.bytes.len();
         let next = text(r#""b""#, r#","obfuscation":"x"}"#);
-        let (choices, end) = header.fragment.read(&next, at).unwrap();
-        let delta = choices.into_iter().next().unwrap().delta.unwrap();
-        assert!(matches!(delta.content.0, Some(Cow::Borrowed("b"))));
+        let (piece, end) = header.fragment.read(&next, at).unwrap();
+        assert!(matches!(piece.value, Cow::Borrowed("b")));
+        assert!(matches!(piece.field, FragmentField::Content { .. }));
         assert_eq!(&next[end..], r#","obfuscation":"x"}"#);
         // Not the last chunk's shape: read in full.
         let other = text(r#""b","refusal":"no""#, "}");
@@ -928,12 +986,74 @@ mod tests {
         Ok(())
     }
 
+    /// The events a decoder emits for `chunks`: as it reads them (fragments taken as pieces),
+    /// and with every chunk read by serde and taken whole. Chunks serde rejects are left out.
+    fn decoded_both_ways(chunks: &[&str]) -> (Vec<StreamEvent>, Vec<StreamEvent>) {
+        let mut fast = ChunkDecoder::new("test");
+        let mut whole = ChunkDecoder::new("test");
+        let (mut fast_out, mut whole_out) = (VecDeque::new(), VecDeque::new());
+        for data in chunks {
+            let Some(mut chunk) = serde(data) else {
+                continue;
+            };
+            let event = SseEvent {
+                event: "",
+                data: Cow::Borrowed(data),
+                id: None,
+                retry: None,
+            };
+            let fast_error = fast.event(&event, &mut fast_out).err();
+            let error = chunk.error.take();
+            whole.chunk(chunk, &mut whole_out);
+            let whole_error = error.map(|error| whole.fail(error, &mut whole_out));
+            assert_eq!(format!("{fast_error:?}"), format!("{whole_error:?}"));
+            if fast_error.is_some() {
+                break;
+            }
+        }
+        (fast_out.into(), whole_out.into())
+    }
+
+    /// Every recorded stream decodes to the same events whether its fragments are taken as
+    /// pieces or as whole chunks.
+    #[test]
+    fn recorded_streams_decode_the_same_as_whole_chunks() {
+        let mut pieces = 0;
+        for service in std::fs::read_dir(recorded_streams()).unwrap() {
+            let service = service.unwrap().path();
+            if !service.is_dir() || service.ends_with("anthropic") {
+                continue;
+            }
+            for file in std::fs::read_dir(&service).unwrap() {
+                let path = file.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                let chunks: Vec<&str> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim)
+                    .filter(|data| *data != "[DONE]")
+                    .collect();
+                let (fast, whole) = decoded_both_ways(&chunks);
+                assert_eq!(fast, whole, "{}", path.display());
+                pieces += fast.len();
+            }
+        }
+        assert!(pieces > 500, "only {pieces} events decoded");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
         #[test]
         fn a_fragment_reads_as_a_fresh_read_does(chunks in fragment_chunks()) {
             reads_in_order_as_fresh_reads(&chunks)?;
+        }
+
+        #[test]
+        fn fragments_decode_as_whole_chunks_do(chunks in fragment_chunks()) {
+            let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+            let (fast, whole) = decoded_both_ways(&chunks);
+            prop_assert_eq!(fast, whole);
         }
 
         #[test]
