@@ -311,6 +311,8 @@ impl Driver {
         // once at the first event), never per event.
         let timer = tokio::time::sleep(first.or(idle).unwrap_or(FAR));
         tokio::pin!(timer);
+        // Without either timeout the timer is never polled and the clock never read per event.
+        let timed = first.is_some() || idle.is_some();
         let mut last_event: Option<Instant> = None;
         // One stop future for the whole call: a fresh one per event would register with and
         // leave the cancellation token's waiter list (a lock each way) for every event.
@@ -327,16 +329,18 @@ impl Driver {
                     None => break,
                     Some(Err(error)) => return Err(ModelFailure::Failed(error)),
                     Some(Ok(event)) => {
-                        let now = Instant::now();
-                        if last_event.is_none() {
-                            timer.as_mut().reset(later(now, idle.unwrap_or(FAR)));
+                        if timed {
+                            let now = Instant::now();
+                            if last_event.is_none() {
+                                timer.as_mut().reset(later(now, idle.unwrap_or(FAR)));
+                            }
+                            last_event = Some(now);
                         }
-                        last_event = Some(now);
                         acc.push(&event);
                         self.forward(event);
                     }
                 },
-                () = &mut timer => {
+                () = &mut timer, if timed => {
                     match (last_event, idle) {
                         (None, _) => {
                             let after = first.or(idle).unwrap_or(FAR);
