@@ -29,6 +29,8 @@ enum Reply {
     Sse(Vec<Bytes>),
     /// These SSE pieces; once `cut` is notified, the connection drops.
     SseThenCut(Vec<Bytes>, Arc<Notify>),
+    /// These SSE pieces, `gap` apart, then nothing more on an open connection.
+    SseThenStall(Vec<Bytes>, Duration),
 }
 
 #[derive(Debug, Clone)]
@@ -99,6 +101,17 @@ async fn answer(
             builder
                 .header("content-type", "text/event-stream")
                 .body(Body::from_stream(items))
+                .unwrap()
+        }
+        Some(Reply::SseThenStall(pieces, gap)) => {
+            let paced = futures::stream::iter(pieces).then(move |piece| async move {
+                tokio::time::sleep(gap).await;
+                Ok::<_, Infallible>(piece)
+            });
+            let stall = futures::stream::pending();
+            builder
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(paced.chain(stall)))
                 .unwrap()
         }
     }
@@ -493,6 +506,53 @@ async fn a_stream_cut_after_the_first_delta_is_an_error_and_not_retried() {
         rest[0]
     );
     assert_eq!(script.seen().len(), 1);
+}
+
+/// The transport's idle timeout counts from the last chunk: chunks 100 ms apart pass it while
+/// its timer fires and re-arms, and the stall after them ends the stream a second after the
+/// last chunk. Real time: loopback I/O does not advance paused time.
+#[tokio::test]
+async fn the_idle_timeout_counts_from_the_last_chunk() {
+    let pieces: Vec<Bytes> = ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .into_iter()
+        .map(|text| sse_chunk(json!({ "content": text }), Value::Null))
+        .collect();
+    let (_, url) = serve(vec![Reply::SseThenStall(
+        pieces,
+        Duration::from_millis(100),
+    )])
+    .await;
+    let mut config = HttpConfig::new(&url);
+    config.api_key = Some(ApiKey::new("sk-test-123"));
+    config.idle_timeout = Duration::from_secs(1);
+    let provider = OpenAi::new(config).unwrap();
+    let started = Instant::now();
+    let stream = provider.stream(&Request::new("gpt-4o", vec![Message::user("hi")]));
+    let events: Vec<_> = tokio::time::timeout(Duration::from_secs(30), stream.collect())
+        .await
+        .expect("the idle timeout never fired");
+    let elapsed = started.elapsed();
+    let (last, events) = events.split_last().unwrap();
+    let text: String = events
+        .iter()
+        .filter_map(|event| match event {
+            Ok(StreamEvent::TextDelta { text }) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "abcdefgh");
+    assert!(
+        matches!(
+            last,
+            Err(Error::Timeout {
+                kind: agentloop::TimeoutKind::Idle,
+                after
+            }) if *after == Duration::from_secs(1)
+        ),
+        "{last:?}"
+    );
+    // 8 chunks take 0.8 s; the timeout comes a second after the last of them.
+    assert!(elapsed >= Duration::from_millis(1800), "{elapsed:?}");
 }
 
 #[tokio::test]

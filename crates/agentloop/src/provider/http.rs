@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -484,6 +484,8 @@ struct Reading<D> {
     pending: VecDeque<StreamEvent>,
     idle: Duration,
     timer: Pin<Box<tokio::time::Sleep>>,
+    /// The waker the timer holds, once a poll has registered it.
+    timer_waker: Option<Waker>,
     last_chunk: Instant,
     got_first: bool,
     /// The body ended; what is pending is the last of it.
@@ -524,6 +526,7 @@ impl<D: SseDecoder> Stream for SseStream<D> {
                         pending: VecDeque::new(),
                         idle,
                         timer: Box::pin(tokio::time::sleep(idle)),
+                        timer_waker: None,
                         last_chunk: Instant::now(),
                         got_first: false,
                         ended: false,
@@ -594,7 +597,22 @@ impl<D: SseDecoder> Reading<D> {
                 }
                 Poll::Pending => {}
             }
-            ready!(self.timer.as_mut().poll(cx));
+            // A timer that holds this task's waker wakes it when it fires: polling it again on
+            // every pending read would only store the same waker again, at a cost per chunk.
+            let registered = self
+                .timer_waker
+                .as_ref()
+                .is_some_and(|waker| waker.will_wake(cx.waker()));
+            if registered && !self.timer.is_elapsed() {
+                return Poll::Pending;
+            }
+            // Out of budget, tokio answers `Pending` without registering the waker.
+            let budget = tokio::task::coop::has_budget_remaining();
+            if self.timer.as_mut().poll(cx).is_pending() {
+                self.timer_waker = budget.then(|| cx.waker().clone());
+                return Poll::Pending;
+            }
+            self.timer_waker = None;
             // Re-armed only when it fires, never per chunk.
             let deadline = later(self.last_chunk, self.idle);
             if deadline <= Instant::now() {
