@@ -98,6 +98,7 @@
 #![warn(missing_docs)]
 
 mod agent;
+mod armed;
 pub mod conversation;
 mod deadline;
 pub mod error;

@@ -213,6 +213,35 @@ fn slow_tool(name: &str, delay: Duration, log: Arc<std::sync::Mutex<Vec<String>>
         )
 }
 
+/// The run's deadline ends a stream whose chunks keep coming, at the deadline, with the text
+/// so far kept.
+#[tokio::test(start_paused = true)]
+async fn run_timeout_ends_a_stream_mid_answer() {
+    let model =
+        ScriptedModel::new([
+            Turn::text("one two three four five six seven eight nine ten")
+                .with_text_pieces(10)
+                .with_chunk_delay(Duration::from_secs(1)),
+        ]);
+    let agent = Agent::builder(model.clone())
+        .timeout(Duration::from_millis(3500))
+        .build();
+    let started = Instant::now();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_millis(3500));
+    assert_eq!(result.stop_reason, RunStopReason::Timeout);
+    // The answer so far ends the history.
+    let last = result.messages.last().unwrap();
+    assert_eq!(last.role, Role::Assistant);
+    let text = last.text();
+    assert!(
+        !text.is_empty() && "one two three four five six seven eight nine ten".starts_with(&text),
+        "{text:?}"
+    );
+    assert!(text.len() < 20, "{text:?}");
+    history::validate(&result.messages).unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn run_timeout_stops_with_a_valid_history() {
     let model = ScriptedModel::new([Turn::tool_call("slow", json!({}))]);

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,6 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::armed::Armed;
 use crate::deadline::later;
 use crate::error::{Error, Result, TimeoutKind};
 use crate::provider::EventStream;
@@ -483,9 +484,7 @@ struct Reading<D> {
     decoder: D,
     pending: VecDeque<StreamEvent>,
     idle: Duration,
-    timer: Pin<Box<tokio::time::Sleep>>,
-    /// The waker the timer holds, once a poll has registered it.
-    timer_waker: Option<Waker>,
+    timer: Armed<Pin<Box<tokio::time::Sleep>>>,
     last_chunk: Instant,
     got_first: bool,
     /// The body ended; what is pending is the last of it.
@@ -525,8 +524,7 @@ impl<D: SseDecoder> Stream for SseStream<D> {
                         decoder,
                         pending: VecDeque::new(),
                         idle,
-                        timer: Box::pin(tokio::time::sleep(idle)),
-                        timer_waker: None,
+                        timer: Armed::new(Box::pin(tokio::time::sleep(idle))),
                         last_chunk: Instant::now(),
                         got_first: false,
                         ended: false,
@@ -597,22 +595,7 @@ impl<D: SseDecoder> Reading<D> {
                 }
                 Poll::Pending => {}
             }
-            // A timer that holds this task's waker wakes it when it fires: polling it again on
-            // every pending read would only store the same waker again, at a cost per chunk.
-            let registered = self
-                .timer_waker
-                .as_ref()
-                .is_some_and(|waker| waker.will_wake(cx.waker()));
-            if registered && !self.timer.is_elapsed() {
-                return Poll::Pending;
-            }
-            // Out of budget, tokio answers `Pending` without registering the waker.
-            let budget = tokio::task::coop::has_budget_remaining();
-            if self.timer.as_mut().poll(cx).is_pending() {
-                self.timer_waker = budget.then(|| cx.waker().clone());
-                return Poll::Pending;
-            }
-            self.timer_waker = None;
+            ready!(self.timer.poll_if(cx, |timer| timer.is_elapsed()));
             // Re-armed only when it fires, never per chunk.
             let deadline = later(self.last_chunk, self.idle);
             if deadline <= Instant::now() {
@@ -626,7 +609,7 @@ impl<D: SseDecoder> Reading<D> {
                     after: self.idle,
                 }));
             }
-            self.timer.as_mut().reset(deadline);
+            self.timer.get_mut().as_mut().reset(deadline);
         }
     }
 }

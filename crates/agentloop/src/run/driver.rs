@@ -14,6 +14,7 @@ use super::machine::{Action, Machine};
 use super::options::RunOptions;
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
+use crate::armed::Armed;
 use crate::deadline::{FAR, later};
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Request, Response};
@@ -95,6 +96,11 @@ struct StopSignal<'a> {
 }
 
 impl StopSignal<'_> {
+    /// Whether [`Self::wait`] may have finished; `false` means it surely has not.
+    fn may_have_stopped(&self) -> bool {
+        self.cancel.is_cancelled() || self.deadline.is_some_and(|at| at <= Instant::now())
+    }
+
     async fn wait(&self) -> RunStopReason {
         let timeout = async {
             match self.deadline {
@@ -315,13 +321,15 @@ impl Driver {
         let timed = first.is_some() || idle.is_some();
         let mut last_event: Option<Instant> = None;
         // One stop future for the whole call: a fresh one per event would register with and
-        // leave the cancellation token's waiter list (a lock each way) for every event.
-        let stopped = stop.wait();
-        tokio::pin!(stopped);
+        // leave the cancellation token's waiter list (a lock each way) for every event. Once
+        // it holds this task's waker it is polled again only when the token is cancelled or
+        // the deadline has passed.
+        let stopped = std::pin::pin!(stop.wait());
+        let mut stopped = Armed::new(stopped);
         loop {
             tokio::select! {
                 biased;
-                reason = &mut stopped => {
+                reason = std::future::poll_fn(|cx| stopped.poll_if(cx, |_| stop.may_have_stopped())) => {
                     acc.set_provider(self.provider.name());
                     return Err(ModelFailure::Stopped(reason, Some(acc.finish())));
                 }
