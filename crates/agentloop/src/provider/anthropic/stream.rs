@@ -21,6 +21,7 @@ use crate::message::{StopReason, Usage};
 use crate::provider::http::{SseDecoder, excerpt};
 use crate::sse::SseEvent;
 use crate::stream::StreamEvent;
+use fast::DeltaField;
 
 /// Event names the API sends. Data under an unknown name that is not JSON is skipped; under
 /// one of these it is an error.
@@ -253,28 +254,43 @@ impl AnthropicDecoder {
         out: &mut VecDeque<StreamEvent>,
     ) {
         let Some(delta) = delta else { return };
-        let piece =
-            |text: Option<Cow<'_, str>>| text.filter(|t| !t.is_empty()).map(Cow::into_owned);
-        match delta.kind.as_deref() {
-            Some("text_delta") => {
-                if let Some(text) = piece(delta.text) {
-                    out.push_back(StreamEvent::TextDelta { text });
-                }
-            }
-            Some("thinking_delta") => {
-                if let Some(text) = piece(delta.thinking) {
-                    out.push_back(StreamEvent::ThinkingDelta { text });
-                }
-            }
-            Some("signature_delta") => {
-                if let Some(signature) = piece(delta.signature) {
-                    out.push_back(StreamEvent::ThinkingSignature { signature });
-                }
-            }
-            Some("input_json_delta") => {
-                let Some(partial) = delta.partial_json.filter(|p| !p.is_empty()) else {
-                    return;
-                };
+        // citations_delta: citations are not part of the canonical model. Unknown delta types
+        // are new features we do not know yet.
+        let Some(field) = delta.kind.as_deref().and_then(DeltaField::from_kind) else {
+            return;
+        };
+        let value = match field {
+            DeltaField::Text => delta.text,
+            DeltaField::PartialJson => delta.partial_json,
+            DeltaField::Thinking => delta.thinking,
+            DeltaField::Signature => delta.signature,
+        };
+        self.on_delta(index, field, value, out);
+    }
+
+    /// One delta's value, whether the event was read whole or as a [`fast::Delta`].
+    fn on_delta(
+        &mut self,
+        index: Option<u64>,
+        field: DeltaField,
+        value: Option<Cow<'_, str>>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        let Some(value) = value.filter(|v| !v.is_empty()) else {
+            return;
+        };
+        match field {
+            DeltaField::Text => out.push_back(StreamEvent::TextDelta {
+                text: value.into_owned(),
+            }),
+            DeltaField::Thinking => out.push_back(StreamEvent::ThinkingDelta {
+                text: value.into_owned(),
+            }),
+            DeltaField::Signature => out.push_back(StreamEvent::ThinkingSignature {
+                signature: value.into_owned(),
+            }),
+            DeltaField::PartialJson => {
+                let partial = value;
                 let index = index.or_else(|| self.blocks.last().map(|b| b.index));
                 match index.and_then(|i| self.block(i)).map(|b| &mut b.state) {
                     Some(BlockState::Tool {
@@ -291,9 +307,6 @@ impl AnthropicDecoder {
                     _ => {}
                 }
             }
-            // citations_delta: citations are not part of the canonical model. Unknown delta
-            // types are new features we do not know yet.
-            _ => {}
         }
     }
 
@@ -347,40 +360,15 @@ impl AnthropicDecoder {
         }
     }
 
-    fn block(&mut self, index: u64) -> Option<&mut Block> {
-        // The block being streamed is almost always the last one.
-        self.blocks.iter_mut().rev().find(|b| b.index == index)
-    }
-}
-
-impl SseDecoder for AnthropicDecoder {
-    fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
-        if self.finished {
-            return Ok(());
-        }
-        let data = event.data.as_ref();
-        let parsed = match fast::read(data) {
-            Some(wire) => {
-                #[cfg(any(debug_assertions, fuzzing))]
-                crate::provider::scan::check_against_serde(data, &wire);
-                Ok(wire)
-            }
-            None => serde_json::from_str(data),
-        };
-        let wire: WireEvent<'_> = match parsed {
-            Ok(wire) => wire,
-            Err(_) if event.event == "error" => {
-                return Err(stream_error(None, data));
-            }
-            Err(e) if KNOWN_EVENTS.contains(&event.event) && !is_noise(data) => {
-                return Err(Error::parse(
-                    format!("Anthropic stream event `{}`", event.event),
-                    format_args!("{e} in {}", excerpt(data.as_bytes())),
-                ));
-            }
-            Err(_) => return Ok(()),
-        };
-        if event.event == "error" || wire.kind == "error" {
+    /// One whole event, named `name` on its `event:` line; `data` is its text, for errors.
+    fn dispatch(
+        &mut self,
+        name: &str,
+        wire: WireEvent<'_>,
+        data: &str,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<()> {
+        if name == "error" || wire.kind == "error" {
             return Err(stream_error(wire.error, data));
         }
         match wire.kind.as_ref() {
@@ -394,6 +382,48 @@ impl SseDecoder for AnthropicDecoder {
             _ => {}
         }
         Ok(())
+    }
+
+    fn block(&mut self, index: u64) -> Option<&mut Block> {
+        // The block being streamed is almost always the last one.
+        self.blocks.iter_mut().rev().find(|b| b.index == index)
+    }
+}
+
+impl SseDecoder for AnthropicDecoder {
+    fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        let data = event.data.as_ref();
+        let parsed = match fast::read_next(data) {
+            Some(fast::Read::Delta(delta)) if event.event != "error" => {
+                #[cfg(any(debug_assertions, fuzzing))]
+                crate::provider::scan::check_against_serde(data, &delta.clone().into_event());
+                self.on_delta(Some(delta.index), delta.field, Some(delta.value), out);
+                return Ok(());
+            }
+            Some(read) => {
+                let wire = read.into_event();
+                #[cfg(any(debug_assertions, fuzzing))]
+                crate::provider::scan::check_against_serde(data, &wire);
+                Ok(wire)
+            }
+            None => serde_json::from_str(data),
+        };
+        match parsed {
+            Ok(wire) => self.dispatch(event.event, wire, data, out),
+            Err(_) if event.event == "error" => {
+                return Err(stream_error(None, data));
+            }
+            Err(e) if KNOWN_EVENTS.contains(&event.event) && !is_noise(data) => {
+                return Err(Error::parse(
+                    format!("Anthropic stream event `{}`", event.event),
+                    format_args!("{e} in {}", excerpt(data.as_bytes())),
+                ));
+            }
+            Err(_) => Ok(()),
+        }
     }
 
     fn end(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<()> {

@@ -9,47 +9,124 @@
 //! serde. Where it answers, it answers what serde would: debug builds and fuzzing check every
 //! event against serde, and `tests::agrees_with_serde` does so over generated events.
 
+use std::borrow::Cow;
+
 use super::{WireDelta, WireEvent};
 use crate::provider::scan::{Scanner, Seen, null_only};
 
-/// Read one event, or `None` to let serde read it.
+/// Read one event as serde would, or `None` to let serde read it.
+#[cfg(test)]
 pub(super) fn read(data: &str) -> Option<WireEvent<'_>> {
-    compact_delta(data).or_else(|| any_event(data))
+    read_next(data).map(Read::into_event)
+}
+
+/// Read one event, or `None` to let serde read it.
+pub(super) fn read_next(data: &str) -> Option<Read<'_>> {
+    match compact_delta(data) {
+        Some(delta) => Some(Read::Delta(delta)),
+        None => any_event(data).map(Read::Event),
+    }
+}
+
+/// What [`read_next`] read.
+#[derive(Debug)]
+pub(super) enum Read<'a> {
+    /// A delta event written as the API writes it: most of a stream's events. The decoder
+    /// takes it as it is, with no event struct built and moved around it.
+    Delta(Delta<'a>),
+    /// Any other event.
+    Event(WireEvent<'a>),
+}
+
+impl<'a> Read<'a> {
+    /// The event as serde reads it.
+    pub(super) fn into_event(self) -> WireEvent<'a> {
+        match self {
+            Read::Delta(delta) => delta.into_event(),
+            Read::Event(event) => event,
+        }
+    }
+}
+
+/// A `content_block_delta` event: the block's index, the delta's kind and its value.
+#[derive(Debug, Clone)]
+pub(super) struct Delta<'a> {
+    pub(super) index: u64,
+    pub(super) field: DeltaField,
+    pub(super) value: Cow<'a, str>,
+}
+
+impl<'a> Delta<'a> {
+    /// The event as serde reads it.
+    pub(super) fn into_event(self) -> WireEvent<'a> {
+        let mut delta = WireDelta {
+            kind: Some(self.field.kind().into()),
+            ..WireDelta::default()
+        };
+        let slot = match self.field {
+            DeltaField::Text => &mut delta.text,
+            DeltaField::PartialJson => &mut delta.partial_json,
+            DeltaField::Thinking => &mut delta.thinking,
+            DeltaField::Signature => &mut delta.signature,
+        };
+        *slot = Some(self.value);
+        WireEvent {
+            kind: "content_block_delta".into(),
+            index: Some(self.index),
+            delta: Some(delta),
+            ..WireEvent::default()
+        }
+    }
 }
 
 /// The members of a delta event, in the order and spacing the Messages API sends them, up to
 /// the delta's value; with the field that value belongs to.
-const COMPACT_DELTAS: [(&str, &str, DeltaField); 4] = [
-    ("text_delta", r#"text_delta","text":"#, DeltaField::Text),
+const COMPACT_DELTAS: [(&str, DeltaField); 4] = [
+    (r#"text_delta","text":"#, DeltaField::Text),
     (
-        "input_json_delta",
         r#"input_json_delta","partial_json":"#,
         DeltaField::PartialJson,
     ),
-    (
-        "thinking_delta",
-        r#"thinking_delta","thinking":"#,
-        DeltaField::Thinking,
-    ),
-    (
-        "signature_delta",
-        r#"signature_delta","signature":"#,
-        DeltaField::Signature,
-    ),
+    (r#"thinking_delta","thinking":"#, DeltaField::Thinking),
+    (r#"signature_delta","signature":"#, DeltaField::Signature),
 ];
 
-#[derive(Clone, Copy)]
-enum DeltaField {
+/// The delta kinds the decoder streams, by the field that carries their value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DeltaField {
     Text,
     PartialJson,
     Thinking,
     Signature,
 }
 
+impl DeltaField {
+    /// The delta's `type`.
+    pub(super) fn kind(self) -> &'static str {
+        match self {
+            DeltaField::Text => "text_delta",
+            DeltaField::PartialJson => "input_json_delta",
+            DeltaField::Thinking => "thinking_delta",
+            DeltaField::Signature => "signature_delta",
+        }
+    }
+
+    /// The kind that `type` names, if the decoder streams it.
+    pub(super) fn from_kind(kind: &str) -> Option<Self> {
+        match kind {
+            "text_delta" => Some(DeltaField::Text),
+            "input_json_delta" => Some(DeltaField::PartialJson),
+            "thinking_delta" => Some(DeltaField::Thinking),
+            "signature_delta" => Some(DeltaField::Signature),
+            _ => None,
+        }
+    }
+}
+
 /// A delta event exactly as the API writes it: the same bytes every time but the index and the
 /// value, so they are checked as a whole instead of key by key. Anything else (other spacing,
 /// order or fields) is read by [`any_event`].
-fn compact_delta(data: &str) -> Option<WireEvent<'_>> {
+fn compact_delta(data: &str) -> Option<Delta<'_>> {
     const HEAD: &str = r#"{"type":"content_block_delta","index":"#;
     if !data.starts_with(HEAD) {
         return None;
@@ -57,28 +134,16 @@ fn compact_delta(data: &str) -> Option<WireEvent<'_>> {
     let mut s = Scanner::inside_object(data, HEAD.len());
     let index = s.count()?;
     s.literal(r#","delta":{"type":""#)?;
-    let (kind, field) = COMPACT_DELTAS
+    let field = COMPACT_DELTAS
         .iter()
-        .find_map(|&(kind, members, field)| s.literal(members).map(|()| (kind, field)))?;
+        .find_map(|&(members, field)| s.literal(members).map(|()| field))?;
     let value = s.string()?;
     s.literal("}}")?;
     s.finish()?;
-    let mut delta = WireDelta {
-        kind: Some(kind.into()),
-        ..WireDelta::default()
-    };
-    let slot = match field {
-        DeltaField::Text => &mut delta.text,
-        DeltaField::PartialJson => &mut delta.partial_json,
-        DeltaField::Thinking => &mut delta.thinking,
-        DeltaField::Signature => &mut delta.signature,
-    };
-    *slot = Some(value);
-    Some(WireEvent {
-        kind: "content_block_delta".into(),
-        index: Some(index),
-        delta: Some(delta),
-        ..WireEvent::default()
+    Some(Delta {
+        index,
+        field,
+        value,
     })
 }
 
@@ -138,14 +203,17 @@ fn delta<'a>(s: &mut Scanner<'a>) -> Option<WireDelta<'a>> {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
+    use std::collections::VecDeque;
 
     use proptest::prelude::*;
 
+    use super::super::AnthropicDecoder;
     use super::*;
+    use crate::provider::http::SseDecoder;
     use crate::provider::scan::strategies::{
         Keys, fields, mangled, one_of, recorded_streams, share_read, text,
     };
+    use crate::sse::{SseEvent, SseParser};
 
     fn serde(data: &str) -> Option<WireEvent<'_>> {
         serde_json::from_str(data).ok()
@@ -235,6 +303,59 @@ mod tests {
         }
         assert!(deltas > 50, "only {deltas} recorded deltas found");
         assert_eq!(fast, deltas);
+    }
+
+    /// The events and the result a decoder gives for `events` (name, data): as it reads them
+    /// (deltas taken as they are), and with every event serde reads dispatched whole.
+    fn decoded_both_ways(events: &[(String, String)]) -> [Vec<String>; 2] {
+        let mut fast = AnthropicDecoder::new();
+        let mut whole = AnthropicDecoder::new();
+        let (mut fast_out, mut whole_out) = (VecDeque::new(), VecDeque::new());
+        let (mut fast_log, mut whole_log) = (Vec::new(), Vec::new());
+        for (name, data) in events {
+            let event = SseEvent {
+                event: name,
+                data: Cow::Borrowed(data),
+                id: None,
+                retry: None,
+            };
+            let fast_result = fast.event(&event, &mut fast_out);
+            let whole_result = match serde(data) {
+                Some(wire) => whole.dispatch(name, wire, data, &mut whole_out),
+                None => whole.event(&event, &mut whole_out),
+            };
+            fast_log.extend(fast_out.drain(..).map(|e| format!("{e:?}")));
+            fast_log.push(format!("{fast_result:?}"));
+            whole_log.extend(whole_out.drain(..).map(|e| format!("{e:?}")));
+            whole_log.push(format!("{whole_result:?}"));
+        }
+        [fast_log, whole_log]
+    }
+
+    /// Every recorded Messages stream decodes to the same events whether its deltas are taken
+    /// as they are or as whole events.
+    #[test]
+    fn recorded_streams_decode_the_same_as_whole_events() {
+        let mut deltas = 0;
+        for file in std::fs::read_dir(recorded_streams().join("anthropic")).unwrap() {
+            let path = file.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let mut events = Vec::new();
+            let mut parser = SseParser::new();
+            let mut keep = |e: SseEvent<'_>| events.push((e.event.to_owned(), e.data.into_owned()));
+            parser.feed(&bytes, &mut keep);
+            parser.finish(&mut keep);
+            deltas += events
+                .iter()
+                .filter(|(_, data)| compact_delta(data).is_some())
+                .count();
+            let [fast, whole] = decoded_both_ways(&events);
+            assert_eq!(fast, whole, "{}", path.display());
+        }
+        assert!(
+            deltas > 40,
+            "only {deltas} recorded deltas written the API's way"
+        );
     }
 
     const KEYS: Keys = Keys(&[
@@ -336,7 +457,7 @@ mod tests {
     #[test]
     fn compact_deltas_take_the_shortcut() {
         let data = r#"{"type":"content_block_delta","index":3,"delta":{"type":"thinking_delta","thinking":"Let me \"see\""}}  "#;
-        let event = compact_delta(data).unwrap();
+        let event = compact_delta(data).unwrap().into_event();
         assert_eq!(Some(&event), any_event(data).as_ref());
         assert_eq!(Some(&event), serde(data).as_ref());
         assert_eq!(
@@ -355,11 +476,28 @@ mod tests {
 
         #[test]
         fn compact_deltas_read_as_any_event_reads_them(data in compact_event()) {
-            if let Some(compact) = compact_delta(&data) {
+            if let Some(compact) = compact_delta(&data).map(Delta::into_event) {
                 let general = any_event(&data);
                 prop_assert_eq!(Some(&compact), general.as_ref(), "{}", data);
                 prop_assert_eq!(Some(compact), serde(&data), "{}", data);
             }
+        }
+
+        /// After a text and a tool block start, generated deltas decode as whole events do.
+        #[test]
+        fn deltas_decode_as_whole_events_do(deltas in prop::collection::vec(compact_event(), 1..8)) {
+            let starts = [
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                r#"{"type":"content_block_start","index":12,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#,
+            ];
+            let events: Vec<(String, String)> = starts
+                .iter()
+                .map(|data| data.to_string())
+                .chain(deltas)
+                .map(|data| ("content_block_delta".to_owned(), data))
+                .collect();
+            let [fast, whole] = decoded_both_ways(&events);
+            prop_assert_eq!(fast, whole);
         }
 
         #[test]
