@@ -396,15 +396,18 @@ impl SseDecoder for AnthropicDecoder {
             return Ok(());
         }
         let data = event.data.as_ref();
-        let parsed = match fast::read_next(data) {
-            Some(fast::Read::Delta(delta)) if event.event != "error" => {
-                #[cfg(any(debug_assertions, fuzzing))]
-                crate::provider::scan::check_against_serde(data, &delta.clone().into_event());
-                self.on_delta(Some(delta.index), delta.field, Some(delta.value), out);
-                return Ok(());
-            }
-            Some(read) => {
-                let wire = read.into_event();
+        // Most events are deltas written the API's way: taken as they are, with no event
+        // struct built and moved around them.
+        if event.event != "error"
+            && let Some(delta) = fast::compact_delta(data)
+        {
+            #[cfg(any(debug_assertions, fuzzing))]
+            crate::provider::scan::check_against_serde(data, &delta.clone().into_event());
+            self.on_delta(Some(delta.index), delta.field, Some(delta.value), out);
+            return Ok(());
+        }
+        let parsed = match fast::any_event(data) {
+            Some(wire) => {
                 #[cfg(any(debug_assertions, fuzzing))]
                 crate::provider::scan::check_against_serde(data, &wire);
                 Ok(wire)
@@ -413,15 +416,11 @@ impl SseDecoder for AnthropicDecoder {
         };
         match parsed {
             Ok(wire) => self.dispatch(event.event, wire, data, out),
-            Err(_) if event.event == "error" => {
-                return Err(stream_error(None, data));
-            }
-            Err(e) if KNOWN_EVENTS.contains(&event.event) && !is_noise(data) => {
-                return Err(Error::parse(
-                    format!("Anthropic stream event `{}`", event.event),
-                    format_args!("{e} in {}", excerpt(data.as_bytes())),
-                ));
-            }
+            Err(_) if event.event == "error" => Err(stream_error(None, data)),
+            Err(e) if KNOWN_EVENTS.contains(&event.event) && !is_noise(data) => Err(Error::parse(
+                format!("Anthropic stream event `{}`", event.event),
+                format_args!("{e} in {}", excerpt(data.as_bytes())),
+            )),
             Err(_) => Ok(()),
         }
     }

@@ -8,6 +8,9 @@
 //! belongs, a duplicate field, an escaped key, invalid JSON) and the caller falls back to
 //! serde. Where it answers, it answers what serde would: debug builds and fuzzing check every
 //! event against serde, and `tests::agrees_with_serde` does so over generated events.
+//!
+//! A delta written the API's way is read by [`compact_delta`] into a small [`Delta`] the decoder
+//! takes as it is; any other event by [`any_event`].
 
 use std::borrow::Cow;
 
@@ -17,35 +20,9 @@ use crate::provider::scan::{Scanner, Seen, null_only};
 /// Read one event as serde would, or `None` to let serde read it.
 #[cfg(test)]
 pub(super) fn read(data: &str) -> Option<WireEvent<'_>> {
-    read_next(data).map(Read::into_event)
-}
-
-/// Read one event, or `None` to let serde read it.
-pub(super) fn read_next(data: &str) -> Option<Read<'_>> {
-    match compact_delta(data) {
-        Some(delta) => Some(Read::Delta(delta)),
-        None => any_event(data).map(Read::Event),
-    }
-}
-
-/// What [`read_next`] read.
-#[derive(Debug)]
-pub(super) enum Read<'a> {
-    /// A delta event written as the API writes it: most of a stream's events. The decoder
-    /// takes it as it is, with no event struct built and moved around it.
-    Delta(Delta<'a>),
-    /// Any other event.
-    Event(WireEvent<'a>),
-}
-
-impl<'a> Read<'a> {
-    /// The event as serde reads it.
-    pub(super) fn into_event(self) -> WireEvent<'a> {
-        match self {
-            Read::Delta(delta) => delta.into_event(),
-            Read::Event(event) => event,
-        }
-    }
+    compact_delta(data)
+        .map(Delta::into_event)
+        .or_else(|| any_event(data))
 }
 
 /// A `content_block_delta` event: the block's index, the delta's kind and its value.
@@ -126,7 +103,7 @@ impl DeltaField {
 /// A delta event exactly as the API writes it: the same bytes every time but the index and the
 /// value, so they are checked as a whole instead of key by key. Anything else (other spacing,
 /// order or fields) is read by [`any_event`].
-fn compact_delta(data: &str) -> Option<Delta<'_>> {
+pub(super) fn compact_delta(data: &str) -> Option<Delta<'_>> {
     const HEAD: &str = r#"{"type":"content_block_delta","index":"#;
     if !data.starts_with(HEAD) {
         return None;
@@ -148,7 +125,7 @@ fn compact_delta(data: &str) -> Option<Delta<'_>> {
 }
 
 /// Any event whose members are all known shapes, in any order, with `null`s and unknown fields.
-fn any_event(data: &str) -> Option<WireEvent<'_>> {
+pub(super) fn any_event(data: &str) -> Option<WireEvent<'_>> {
     let mut event = WireEvent::default();
     let mut seen = Seen::default();
     let mut s = Scanner::new(data);
