@@ -243,11 +243,11 @@ impl SseParser {
     }
 }
 
-/// UTF-8 decodes with U+FFFD replacement, validating with the fast std path
-/// first since invalid input is rare.
+/// UTF-8 decodes with U+FFFD replacement, validating with SIMD first since
+/// invalid input is rare (std's check was 7–8 % of decoding a stream).
 #[inline]
 fn lossy(bytes: &[u8]) -> Cow<'_, str> {
-    match str::from_utf8(bytes) {
+    match simdutf8::basic::from_utf8(bytes) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => String::from_utf8_lossy(bytes),
     }

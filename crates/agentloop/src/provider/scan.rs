@@ -45,7 +45,7 @@ fn next_stop(bytes: &[u8], mut from: usize) -> Option<usize> {
 fn unescape(body: &str) -> Option<String> {
     let mut out = String::with_capacity(body.len());
     let mut rest = body;
-    while let Some(at) = rest.find('\\') {
+    while let Some(at) = memchr::memchr(b'\\', rest.as_bytes()) {
         out.push_str(rest.get(..at)?);
         let (decoded, used) = match *rest.as_bytes().get(at + 1)? {
             b'"' => ('"', 2),
