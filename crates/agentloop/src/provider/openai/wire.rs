@@ -13,11 +13,29 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 use serde_json::Value;
 
 use crate::message::{StopReason, Usage};
+use crate::provider::scan::Scanner;
 
 /// A string that reads as absent when it is `null`, missing or not a string. Borrowed from the
 /// input when the JSON string has no escapes.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Str<'a>(pub Option<Cow<'a, str>>);
+
+impl<'a> Str<'a> {
+    /// Read as `Str` deserializes: a string, or absent for `null`, `true`, `false`, arrays and
+    /// objects. Numbers are left to serde (`None`), which range-checks them.
+    #[inline]
+    pub(crate) fn scan(s: &mut Scanner<'a>) -> Option<Self> {
+        match s.peek()? {
+            b'"' => s.string().map(|text| Str(Some(text))),
+            b'n' | b't' | b'f' => {
+                let _: bool = s.null()? || s.boolean()?;
+                Some(Str(None))
+            }
+            b'[' | b'{' => s.skip().map(|()| Str(None)),
+            _ => None,
+        }
+    }
+}
 
 impl<'a> Str<'a> {
     /// The string, if present and not empty.
@@ -237,6 +255,15 @@ impl<'de: 'a, 'a> Visitor<'de> for ArgumentsVisitor<'a> {
 /// A count that reads as absent unless it is a non-negative number (some servers send floats).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Count(pub Option<u64>);
+
+impl Count {
+    /// Read as `Count` deserializes a plain non-negative integer or `null`; anything else is
+    /// left to serde (`None`).
+    #[inline]
+    pub(crate) fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        s.optional_count().map(Count)
+    }
+}
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

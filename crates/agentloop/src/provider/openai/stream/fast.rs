@@ -308,11 +308,11 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         match key {
             "id" => {
                 seen.first(0)?;
-                chunk.id = string_field(s)?;
+                chunk.id = Str::scan(s)?;
             }
             "model" => {
                 seen.first(1)?;
-                chunk.model = string_field(s)?;
+                chunk.model = Str::scan(s)?;
             }
             "choices" => {
                 seen.first(CHOICES)?;
@@ -395,7 +395,7 @@ fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>, span: &mut Span) -> 
         match key {
             "index" => {
                 seen.first(0)?;
-                choice.index = count_field(s)?;
+                choice.index = Count::scan(s)?;
             }
             "delta" => {
                 seen.first(1)?;
@@ -412,7 +412,7 @@ fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>, span: &mut Span) -> 
             }
             "finish_reason" => {
                 seen.first(2)?;
-                choice.finish_reason = string_field(s)?;
+                choice.finish_reason = Str::scan(s)?;
             }
             _ => s.skip()?,
         }
@@ -434,7 +434,7 @@ fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>, span: &mut Span) -> Opt
             }
             "refusal" => {
                 seen.first(1)?;
-                delta.refusal = string_field(s)?;
+                delta.refusal = Str::scan(s)?;
             }
             "reasoning_content" => {
                 seen.first(2)?;
@@ -472,11 +472,11 @@ fn tool_call<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<ToolCallDelta<'
         match key {
             "index" => {
                 seen.first(0)?;
-                call.index = count_field(s)?;
+                call.index = Count::scan(s)?;
             }
             "id" => {
                 seen.first(1)?;
-                call.id = string_field(s)?;
+                call.id = Str::scan(s)?;
             }
             "function" => {
                 seen.first(2)?;
@@ -501,7 +501,7 @@ fn function<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<FunctionDelta<'a
         match key {
             "name" => {
                 seen.first(0)?;
-                function.name = string_field(s)?;
+                function.name = Str::scan(s)?;
             }
             "arguments" => {
                 seen.first(1)?;
@@ -521,36 +521,16 @@ fn function<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<FunctionDelta<'a
 /// Where the last text or argument string read lies (quotes included), for [`Fragment`].
 type Span = Option<(usize, usize)>;
 
-/// [`string_field`], noting where a string value lies in `span`.
+/// [`Str::scan`], noting where a string value lies in `span`.
 #[inline]
 fn spanned<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<Str<'a>> {
     s.peek()?;
     let start = s.position();
-    let value = string_field(s)?;
+    let value = Str::scan(s)?;
     if value.0.is_some() {
         *span = Some((start, s.position()));
     }
     Some(value)
-}
-
-/// A string field as `Str` reads it: a string, or absent for `null`, `true`, `false`, arrays and
-/// objects. Numbers are left to serde, which range-checks them.
-#[inline]
-fn string_field<'a>(s: &mut Scanner<'a>) -> Option<Str<'a>> {
-    match s.peek()? {
-        b'"' => s.string().map(|text| Str(Some(text))),
-        b'n' | b't' | b'f' => {
-            let _: bool = s.null()? || s.boolean()?;
-            Some(Str(None))
-        }
-        b'[' | b'{' => s.skip().map(|()| Str(None)),
-        _ => None,
-    }
-}
-
-/// A count as `Count` reads it: a plain non-negative integer, or absent for `null`.
-fn count_field(s: &mut Scanner<'_>) -> Option<Count> {
-    s.optional_count().map(Count)
 }
 
 #[cfg(test)]
