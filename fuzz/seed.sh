@@ -54,6 +54,17 @@ while IFS= read -r file; do
   seed_file descriptor_yaml "$file"
 done < <(find "$REPO/crates/agentloop/tests/fixtures/tools" -name '*.yaml' -o -name '*.yml')
 
+# Non-streamed completions: llama.cpp's real answers, and the shapes compatible servers vary.
+while IFS= read -r file; do
+  seed_file completion_body "$file"
+done < <(find "$REPO/crates/agentloop/tests/fixtures/llamacpp-real" -name '*.response.json')
+mkdir -p corpus/completion_body
+completion_seed() { printf '%s' "$1" >"corpus/completion_body/$(printf '%s' "$1" | sha1sum | cut -c1-16)"; }
+completion_seed '{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}],"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":12,"completion_tokens":5,"total_tokens":17,"prompt_tokens_details":{"cached_tokens":4}}}'
+completion_seed '{"id":"x","model":"m","choices":[{"message":{"reasoning_content":"think","content":"a \"quoted\" answer"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"prompt_cache_hit_tokens":1}}'
+completion_seed '{"choices":[{"message":{"content":[{"type":"text","text":"parts"}]}}],"error":null}'
+completion_seed '{"error":{"message":"m","code":502}}'
+
 mkdir -p corpus/chat_request
 chat_seed() { printf '%s' "$1" >"corpus/chat_request/$(printf '%s' "$1" | sha1sum | cut -c1-16)"; }
 chat_seed '{"message":"What is the weather in Paris?"}'

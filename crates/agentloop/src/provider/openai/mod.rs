@@ -44,7 +44,7 @@ use crate::message::{Request, Response};
 use crate::provider::http::{self, ApiKey, HttpConfig, Transport};
 use crate::provider::{EventStream, Provider};
 
-pub use response::parse_completion;
+pub use response::{parse_completion, parse_completion_bytes};
 pub use stream::ChunkDecoder;
 
 /// The endpoint path, relative to the base URL.
@@ -430,7 +430,7 @@ impl Provider for OpenAi {
         let name = self.options.name.clone();
         Box::pin(async move {
             let bytes = transport.post_bytes(PATH, body?, HeaderMap::new()).await?;
-            response::parse_completion_slice(&bytes, &name)
+            response::parse_completion_bytes(&bytes, &name)
         })
     }
 }

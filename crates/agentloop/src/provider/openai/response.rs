@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use crate::message::{ContentBlock, Response, StopReason};
 use crate::stream::parse_arguments;
 
-#[derive(Deserialize)]
+mod fast;
+
+#[derive(Deserialize, Debug, PartialEq)]
 struct Completion<'a> {
     #[serde(borrow, default)]
     id: Str<'a>,
@@ -23,7 +25,7 @@ struct Completion<'a> {
     error: Option<WireError>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct Choice<'a> {
     #[serde(default)]
     index: Count,
@@ -33,7 +35,7 @@ struct Choice<'a> {
     finish_reason: Str<'a>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct ChoiceMessage<'a> {
     #[serde(borrow, default)]
     content: Text<'a>,
@@ -47,7 +49,7 @@ struct ChoiceMessage<'a> {
     tool_calls: Option<Vec<ToolCall<'a>>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct ToolCall<'a> {
     #[serde(borrow, default)]
     id: Str<'a>,
@@ -55,7 +57,7 @@ struct ToolCall<'a> {
     function: Option<Function<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, PartialEq)]
 struct Function<'a> {
     #[serde(borrow, default)]
     name: Str<'a>,
@@ -76,9 +78,27 @@ pub fn parse_completion(body: &Value, provider: &str) -> Result<Response> {
 
 /// [`parse_completion`] straight from the body's bytes: strings are borrowed from them and no
 /// [`Value`] tree is built. Invalid JSON is an [`Error::Parse`] too.
-pub(crate) fn parse_completion_slice(body: &[u8], provider: &str) -> Result<Response> {
-    let completion: Completion<'_> = serde_json::from_slice(body)
-        .map_err(|e| Error::parse(format!("{provider} response"), e))?;
+///
+/// ```
+/// use agentloop::provider::openai::parse_completion_bytes;
+///
+/// let body = br#"{"id":"c1","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#;
+/// let response = parse_completion_bytes(body, "openai").unwrap();
+/// assert_eq!(response.text(), "Hi");
+/// assert_eq!(response.usage.output_tokens, 1);
+/// ```
+pub fn parse_completion_bytes(body: &[u8], provider: &str) -> Result<Response> {
+    let fast = simdutf8::basic::from_utf8(body).ok().and_then(|text| {
+        let completion = fast::read(text)?;
+        #[cfg(any(debug_assertions, fuzzing))]
+        crate::provider::scan::check_against_serde(text, &completion);
+        Some(completion)
+    });
+    let completion = match fast {
+        Some(completion) => completion,
+        None => serde_json::from_slice(body)
+            .map_err(|e| Error::parse(format!("{provider} response"), e))?,
+    };
     from_completion(completion, provider)
 }
 
@@ -172,7 +192,7 @@ mod tests {
         for body in bodies {
             let value: Value = serde_json::from_str(body).unwrap();
             assert_eq!(
-                parse_completion_slice(body.as_bytes(), "p").unwrap(),
+                parse_completion_bytes(body.as_bytes(), "p").unwrap(),
                 parse_completion(&value, "p").unwrap(),
                 "{body}"
             );
@@ -181,7 +201,7 @@ mod tests {
 
     #[test]
     fn bytes_report_errors_as_the_value_path_does() {
-        let error = parse_completion_slice(br#"{"error":{"message":"m","code":502}}"#, "p");
+        let error = parse_completion_bytes(br#"{"error":{"message":"m","code":502}}"#, "p");
         assert!(
             matches!(&error, Err(Error::Api { status: 200, error_type: Some(t), message, .. })
                 if t == "502" && message == "m"),
@@ -192,7 +212,7 @@ mod tests {
             b"{\"choices\": tru",
             b"[]",
         ] {
-            let error = parse_completion_slice(body, "p");
+            let error = parse_completion_bytes(body, "p");
             assert!(
                 matches!(&error, Err(Error::Parse { what, .. }) if what == "p response"),
                 "{error:?}"
