@@ -605,14 +605,10 @@ mod tests {
         }
     }
 
-    /// Every chunk of the recorded streams of the OpenAI-compatible services: the fast reader
-    /// agrees with serde wherever it answers, and it answers for nearly all of them.
-    #[test]
-    fn recorded_streams_agree_and_mostly_take_the_fast_path() {
-        let streams = recorded_streams();
-        let (mut chunks, mut fast, mut fragments) = (0, 0, 0);
-        let mut fragments_by_file = std::collections::HashMap::new();
-        for service in std::fs::read_dir(&streams).unwrap() {
+    /// The recorded streams of the OpenAI-compatible services: each file's path and text.
+    fn openai_recordings() -> Vec<(std::path::PathBuf, String)> {
+        let mut recordings = Vec::new();
+        for service in std::fs::read_dir(recorded_streams()).unwrap() {
             let service = service.unwrap().path();
             if !service.is_dir() || service.ends_with("anthropic") {
                 continue;
@@ -620,29 +616,41 @@ mod tests {
             for file in std::fs::read_dir(&service).unwrap() {
                 let path = file.unwrap().path();
                 let text = std::fs::read_to_string(&path).unwrap();
-                // Read in order too, as the decoder does, with the header and fragment kept.
-                let mut header = Header::default();
-                for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
-                    let data = data.trim();
-                    let as_fragment = data.starts_with(header.bytes.as_str())
-                        && !header.bytes.is_empty()
-                        && header.fragment.read(data, header.bytes.len()).is_some();
-                    let in_order = read_after(data, &mut header);
-                    let Some(expected) = serde(data) else {
-                        continue;
-                    };
-                    chunks += 1;
-                    if let Some(chunk) = read(data) {
-                        assert_eq!(chunk, expected, "{data}");
-                        fast += 1;
-                    }
-                    if let Some(chunk) = in_order {
-                        assert_eq!(chunk, expected, "{data}");
-                    }
-                    if as_fragment {
-                        fragments += 1;
-                        *fragments_by_file.entry(path.clone()).or_insert(0) += 1;
-                    }
+                recordings.push((path, text));
+            }
+        }
+        recordings
+    }
+
+    /// Every chunk of the recorded streams of the OpenAI-compatible services: the fast reader
+    /// agrees with serde wherever it answers, and it answers for nearly all of them.
+    #[test]
+    fn recorded_streams_agree_and_mostly_take_the_fast_path() {
+        let (mut chunks, mut fast, mut fragments) = (0, 0, 0);
+        let mut fragments_by_file = std::collections::HashMap::new();
+        for (path, text) in openai_recordings() {
+            // Read in order too, as the decoder does, with the header and fragment kept.
+            let mut header = Header::default();
+            for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
+                let data = data.trim();
+                let as_fragment = data.starts_with(header.bytes.as_str())
+                    && !header.bytes.is_empty()
+                    && header.fragment.read(data, header.bytes.len()).is_some();
+                let in_order = read_after(data, &mut header);
+                let Some(expected) = serde(data) else {
+                    continue;
+                };
+                chunks += 1;
+                if let Some(chunk) = read(data) {
+                    assert_eq!(chunk, expected, "{data}");
+                    fast += 1;
+                }
+                if let Some(chunk) = in_order {
+                    assert_eq!(chunk, expected, "{data}");
+                }
+                if as_fragment {
+                    fragments += 1;
+                    *fragments_by_file.entry(path.clone()).or_insert(0) += 1;
                 }
             }
         }
@@ -658,7 +666,7 @@ mod tests {
             fragments * 100 >= chunks * 60,
             "fragments were {fragments} of {chunks}"
         );
-        let padded = streams.join("openai/tool-call-obfuscation.sse");
+        let padded = recorded_streams().join("openai/tool-call-obfuscation.sse");
         assert!(fragments_by_file.get(&padded).is_some_and(|&n| n >= 4));
     }
 
@@ -999,24 +1007,16 @@ mod tests {
     #[test]
     fn recorded_streams_decode_the_same_as_whole_chunks() {
         let mut pieces = 0;
-        for service in std::fs::read_dir(recorded_streams()).unwrap() {
-            let service = service.unwrap().path();
-            if !service.is_dir() || service.ends_with("anthropic") {
-                continue;
-            }
-            for file in std::fs::read_dir(&service).unwrap() {
-                let path = file.unwrap().path();
-                let text = std::fs::read_to_string(&path).unwrap();
-                let chunks: Vec<&str> = text
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim)
-                    .filter(|data| *data != "[DONE]")
-                    .collect();
-                let (fast, whole) = decoded_both_ways(&chunks);
-                assert_eq!(fast, whole, "{}", path.display());
-                pieces += fast.len();
-            }
+        for (path, text) in openai_recordings() {
+            let chunks: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim)
+                .filter(|data| *data != "[DONE]")
+                .collect();
+            let (fast, whole) = decoded_both_ways(&chunks);
+            assert_eq!(fast, whole, "{}", path.display());
+            pieces += fast.len();
         }
         assert!(pieces > 500, "only {pieces} events decoded");
     }
