@@ -566,6 +566,65 @@ fn sampling_is_left_out_for_openai_reasoning_models() {
     assert_eq!(body.get("top_p"), None);
 }
 
+/// `stop` is "not supported with latest reasoning models `o3` and `o4-mini`" (OpenAI's API
+/// reference, `StopConfiguration` in openai-openapi), and the gpt-5 family answers the same
+/// 400; `o1`, `o3-mini` and the chat models take it.
+#[test]
+fn stop_is_left_out_for_reasoning_models_that_refuse_it() {
+    let mut request = Request::new("m", vec![Message::user("hi")]);
+    request.stop_sequences = vec!["END".into()];
+    let stop = |preset: Preset, model: &str, request: &mut Request| {
+        request.model = model.into();
+        body(&provider(preset), request, false).get("stop").cloned()
+    };
+    for model in [
+        "o3",
+        "o3-2025-04-16",
+        "o3-pro",
+        "o4-mini",
+        "o4-mini-2025-04-16",
+        "o1-mini",
+        "o1-preview",
+        "gpt-5",
+        "gpt-5-mini",
+        "gpt-5.1",
+    ] {
+        assert_eq!(stop(Preset::OpenAi, model, &mut request), None, "{model}");
+    }
+    for model in [
+        "o1",
+        "o3-mini",
+        "o3-mini-2025-01-31",
+        "gpt-4.1",
+        "gpt-4o",
+        "gpt-5-chat-latest",
+        "o30-custom",
+    ] {
+        assert_eq!(
+            stop(Preset::OpenAi, model, &mut request),
+            Some(json!(["END"])),
+            "{model}"
+        );
+    }
+    for preset in [Preset::Compatible, Preset::Vllm, Preset::Groq] {
+        assert_eq!(
+            stop(preset, "o3", &mut request),
+            Some(json!(["END"])),
+            "{preset}"
+        );
+    }
+    // Extensions still win.
+    request.extensions = Some(serde_json::Map::from_iter([(
+        "stop".to_owned(),
+        json!(["HALT"]),
+    )]));
+    request.model = "o3".into();
+    assert_eq!(
+        body(&provider(Preset::OpenAi), &request, false)["stop"],
+        json!(["HALT"])
+    );
+}
+
 #[test]
 fn metadata_only_for_openai_and_generic_servers() {
     let mut request = Request::new("m", vec![Message::user("hi")]);

@@ -237,6 +237,18 @@ pub(crate) fn refuses_sampling(model: &str) -> bool {
     is_reasoning_model(model) && !model.starts_with("gpt-5-chat")
 }
 
+/// Reasoning models that refuse `stop` (400 "Unsupported parameter"): `o3` and `o4-mini` as
+/// OpenAI's API reference says, the gpt-5 family but its chat model, and the first o1
+/// previews. `o1` and `o3-mini` take it.
+pub(crate) fn refuses_stop(model: &str) -> bool {
+    let base = model.split_once('-').map_or(model, |(base, _)| base);
+    (base == "o3" && !model.starts_with("o3-mini"))
+        || base == "o4"
+        || model.starts_with("o1-mini")
+        || model.starts_with("o1-preview")
+        || (refuses_sampling(model) && model.starts_with("gpt-5"))
+}
+
 fn is_reasoning_model(model: &str) -> bool {
     let bytes = model.as_bytes();
     (bytes.first() == Some(&b'o') && bytes.get(1).is_some_and(u8::is_ascii_digit))
@@ -268,7 +280,8 @@ pub struct OpenAiOptions {
     pub thinking_as_text: bool,
     /// Leave out `temperature` and `top_p` (with a warning) for OpenAI reasoning models
     /// (o-series, gpt-5 family except `gpt-5-chat`), which answer 400 "Unsupported parameter"
-    /// to them. Set them in `extensions` to send them anyway.
+    /// to them; likewise `stop` for those of them that refuse it (`o3`, `o4-mini`, the gpt-5
+    /// family). Set them in `extensions` to send them anyway.
     pub sampling_by_model: bool,
 }
 

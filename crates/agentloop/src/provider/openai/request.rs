@@ -160,7 +160,15 @@ impl Serialize for Body<'_> {
             }
         }
         if !request.stop_sequences.is_empty() {
-            map.entry("stop", &request.stop_sequences)?;
+            if options.sampling_by_model && super::refuses_stop(&request.model) {
+                tracing::warn!(
+                    provider = %options.name,
+                    model = %request.model,
+                    "stop is refused by this OpenAI reasoning model and was left out (set it in `extensions` to force it)"
+                );
+            } else {
+                map.entry("stop", &request.stop_sequences)?;
+            }
         }
         if options.metadata
             && let Some(metadata) = &request.metadata
