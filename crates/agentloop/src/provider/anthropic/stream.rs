@@ -290,7 +290,6 @@ impl AnthropicDecoder {
                 signature: value.into_owned(),
             }),
             DeltaField::PartialJson => {
-                let partial = value;
                 let index = index.or_else(|| self.blocks.last().map(|b| b.index));
                 match index.and_then(|i| self.block(i)).map(|b| &mut b.state) {
                     Some(BlockState::Tool {
@@ -299,10 +298,10 @@ impl AnthropicDecoder {
                         *streamed = true;
                         out.push_back(StreamEvent::ToolCallDelta {
                             index: *position,
-                            arguments: partial.into_owned(),
+                            arguments: value.into_owned(),
                         });
                     }
-                    Some(BlockState::Native { input, .. }) => input.push_str(&partial),
+                    Some(BlockState::Native { input, .. }) => input.push_str(&value),
                     // Arguments for no known call: without an id and name they are useless.
                     _ => {}
                 }

@@ -378,25 +378,24 @@ impl SseDecoder for ChunkDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let read = match fast::read_next(data, &mut self.header) {
+        let (mut chunk, piece) = match fast::read_next(data, &mut self.header) {
             Some(read) => {
                 #[cfg(any(debug_assertions, fuzzing))]
                 crate::provider::scan::check_against_serde(data, &read.clone().into_chunk());
-                read
+                read.into_parts()
             }
-            None => fast::Read::Chunk(serde_json::from_str::<Chunk<'_>>(data).map_err(|e| {
-                Error::parse(
-                    format!("{} stream chunk", self.provider),
-                    format!(
-                        "{e} in `{}`",
-                        crate::provider::http::excerpt(data.as_bytes())
-                    ),
-                )
-            })?),
-        };
-        let (mut chunk, piece) = match read {
-            fast::Read::Chunk(chunk) => (chunk, None),
-            fast::Read::Fragment(chunk, piece) => (chunk, Some(piece)),
+            None => {
+                let chunk = serde_json::from_str::<Chunk<'_>>(data).map_err(|e| {
+                    Error::parse(
+                        format!("{} stream chunk", self.provider),
+                        format!(
+                            "{e} in `{}`",
+                            crate::provider::http::excerpt(data.as_bytes())
+                        ),
+                    )
+                })?;
+                (chunk, None)
+            }
         };
         let error = chunk.error.take();
         self.chunk(chunk, out);

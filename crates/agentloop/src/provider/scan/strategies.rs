@@ -82,6 +82,11 @@ pub fn object(fields: &[(String, String)]) -> String {
     format!("{{{}}}", fields.join(","))
 }
 
+/// A JSON array of up to two `item`s.
+pub fn array(item: impl Strategy<Value = String>) -> impl Strategy<Value = String> {
+    prop::collection::vec(item, 0..3).prop_map(|items| format!("[{}]", items.join(",")))
+}
+
 /// Values made of the keys a reader knows (and a few it must not be fooled by).
 #[derive(Clone, Copy)]
 pub struct Keys(pub &'static [&'static str]);

@@ -35,6 +35,7 @@ pub(super) struct Delta<'a> {
 
 impl<'a> Delta<'a> {
     /// The event as serde reads it.
+    #[cfg(any(test, debug_assertions, fuzzing))]
     pub(super) fn into_event(self) -> WireEvent<'a> {
         let mut delta = WireDelta {
             kind: Some(self.field.kind().into()),
@@ -79,6 +80,7 @@ pub(super) enum DeltaField {
 
 impl DeltaField {
     /// The delta's `type`.
+    #[cfg(any(test, debug_assertions, fuzzing))]
     pub(super) fn kind(self) -> &'static str {
         match self {
             DeltaField::Text => "text_delta",

@@ -250,7 +250,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::provider::scan::strategies::{Keys, fields, mangled, one_of, share_read, text};
+    use crate::provider::scan::strategies::{
+        Keys, array, fields, mangled, one_of, share_read, text,
+    };
 
     fn serde(body: &str) -> Option<Completion<'_>> {
         serde_json::from_str(body).ok()
@@ -333,7 +335,7 @@ mod tests {
             KEYS.field("type", text()),
             KEYS.field("function", function.boxed()),
         ]);
-        let calls = prop::collection::vec(call, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
+        let calls = array(call);
         let message = fields(vec![
             KEYS.field("content", text()),
             KEYS.field("refusal", text()),
@@ -348,8 +350,7 @@ mod tests {
             KEYS.field("finish_reason", text()),
             KEYS.field("logprobs", KEYS.value()),
         ]);
-        let choices =
-            prop::collection::vec(choice, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
+        let choices = array(choice);
         let details = fields(vec![KEYS.field("cached_tokens", count())]);
         let usage = fields(vec![
             KEYS.field("prompt_tokens", count()),

@@ -39,7 +39,16 @@ pub(super) enum Read<'a> {
 }
 
 impl<'a> Read<'a> {
+    /// The chunk's members other than a fragment's choices, and the fragment's piece.
+    pub(super) fn into_parts(self) -> (Chunk<'a>, Option<Piece<'a>>) {
+        match self {
+            Read::Chunk(chunk) => (chunk, None),
+            Read::Fragment(chunk, piece) => (chunk, Some(piece)),
+        }
+    }
+
     /// The chunk as serde reads it.
+    #[cfg(any(test, debug_assertions, fuzzing))]
     pub(super) fn into_chunk(self) -> Chunk<'a> {
         match self {
             Read::Chunk(chunk) => chunk,
@@ -92,6 +101,7 @@ impl<'a> Piece<'a> {
     }
 
     /// The whole choice the piece stands for.
+    #[cfg(any(test, debug_assertions, fuzzing))]
     fn into_choice(self) -> Choice<'a> {
         let index = self.choice();
         let delta = self.into_text_delta().unwrap_or_else(|call| Delta {
@@ -545,7 +555,7 @@ mod tests {
     use super::*;
     use crate::provider::http::SseDecoder;
     use crate::provider::scan::strategies::{
-        Keys, fields, mangled, one_of, recorded_streams, share_read, string, text,
+        Keys, array, fields, mangled, one_of, recorded_streams, share_read, string, text,
     };
     use crate::sse::SseEvent;
     use crate::stream::StreamEvent;
@@ -712,7 +722,7 @@ mod tests {
             KEYS.field("type", text()),
             KEYS.field("function", function.boxed()),
         ]);
-        let calls = prop::collection::vec(call, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
+        let calls = array(call);
         let delta = fields(vec![
             KEYS.field("content", text()),
             KEYS.field("refusal", text()),
@@ -727,8 +737,7 @@ mod tests {
             KEYS.field("finish_reason", text()),
             KEYS.field("logprobs", KEYS.value()),
         ]);
-        let choices =
-            prop::collection::vec(choice, 0..3).prop_map(|c| format!("[{}]", c.join(",")));
+        let choices = array(choice);
         fields(vec![
             KEYS.field("id", text()),
             KEYS.field("model", text()),
