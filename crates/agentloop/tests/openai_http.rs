@@ -1,6 +1,8 @@
 //! The OpenAI provider over real HTTP, against a small scripted server on 127.0.0.1: blocking
 //! and streamed runs with a tool call in the middle, retries, typed errors, a cut stream.
 
+mod common;
+
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -318,6 +320,74 @@ async fn streamed_run_with_a_tool_call_in_the_middle() {
         json!({"include_usage": true})
     );
     assert_second_request_has_the_tool_turn(&seen, "{\"city\":\"Paris\"}");
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Weather {
+    /// Where.
+    location: String,
+}
+
+/// A recorded DeepSeek stream (reasoning, then a `weather` call; see shared/conformance) through
+/// a whole run with the DeepSeek preset: the next request must give the reasoning back as
+/// `reasoning_content` beside the call, which DeepSeek's thinking mode requires
+/// (api-docs.deepseek.com/guides/thinking_mode, "Tool Calls").
+#[tokio::test]
+async fn deepseek_reasoning_goes_back_with_the_tool_call() {
+    let recorded = std::fs::read(common::shared_path(
+        "conformance/streams/deepseek/tool-call-with-reasoning.sse",
+    ))
+    .unwrap();
+    let (script, url) = serve(vec![
+        Reply::Sse(recorded.chunks(97).map(Bytes::copy_from_slice).collect()),
+        Reply::Sse(vec![
+            sse_chunk(json!({"reasoning_content": "Got it."}), Value::Null),
+            sse_chunk(json!({"content": "Sunny, 18 °C."}), json!("stop")),
+            done(),
+        ]),
+    ])
+    .await;
+    let mut config = HttpConfig::new(url);
+    config.api_key = Some(ApiKey::new("sk-test-123"));
+    config.retry = RetryPolicy::none();
+    let deepseek = OpenAi::from_preset(Preset::DeepSeek, config).unwrap();
+    let agent =
+        Agent::builder(deepseek)
+            .model("deepseek-v4-flash")
+            .tool(Tool::function(
+                "weather",
+                "Current weather",
+                |args: Weather| async move {
+                    Ok::<_, Infallible>(format!("Sunny in {}", args.location))
+                },
+            ))
+            .build();
+    let mut stream = agent.run_stream("Weather in San Francisco?");
+    let mut result = None;
+    while let Some(event) = stream.next().await {
+        if let agentloop::RunEvent::RunFinish { result: r } = event {
+            result = Some(*r);
+        }
+    }
+    let result = result.expect("the run finishes");
+    assert_eq!(result.text(), "Sunny, 18 °C.");
+    let seen = script.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[0].body["messages"],
+        json!([{"role": "user", "content": "Weather in San Francisco?"}])
+    );
+    assert_eq!(
+        seen[1].body["messages"],
+        json!([
+            {"role": "user", "content": "Weather in San Francisco?"},
+            {"role": "assistant", "content": null,
+             "reasoning_content": "The user is asking for the weather in San Francisco. I need to use the weather tool to get this information. Let me invoke the weather tool with the location parameter set to \"San Francisco\".",
+             "tool_calls": [{"id": "call_00_ioIn7yN9p1ZOMNpDLwd4MgAF", "type": "function",
+                             "function": {"name": "weather", "arguments": "{\"location\":\"San Francisco\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_00_ioIn7yN9p1ZOMNpDLwd4MgAF", "content": "Sunny in San Francisco"}
+        ])
+    );
 }
 
 #[tokio::test(start_paused = true)]

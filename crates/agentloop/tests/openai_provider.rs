@@ -173,3 +173,34 @@ async fn live_openai_answers_and_calls_a_tool() {
     assert_eq!(streamed.tool_uses()[0].name, "get_weather");
     assert!(streamed.usage.input_tokens > 0);
 }
+
+/// DeepSeek's thinking mode with a tool: the second request only succeeds if the first
+/// answer's reasoning goes back as `reasoning_content`. Run with
+/// `DEEPSEEK_API_KEY=... cargo test -p agentloop --test openai_provider -- --ignored`.
+#[tokio::test]
+#[ignore = "calls the real DeepSeek API; needs DEEPSEEK_API_KEY"]
+async fn live_deepseek_thinks_calls_a_tool_and_answers() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct GetWeather {
+        /// City name.
+        city: String,
+    }
+    let deepseek = OpenAi::preset("deepseek").expect("DEEPSEEK_API_KEY is set");
+    let agent = agentloop::Agent::builder(deepseek)
+        .model("deepseek-v4-flash")
+        .max_turns(4)
+        .tool(agentloop::Tool::function(
+            "get_weather",
+            "Current weather for a city",
+            |args: GetWeather| async move {
+                Ok::<_, std::convert::Infallible>(format!("18 °C and sunny in {}", args.city))
+            },
+        ))
+        .build();
+    let result = agent
+        .run("What is the weather in Paris? Use the tool, then answer in one sentence.")
+        .await
+        .expect("the run succeeds");
+    assert!(result.tool_calls >= 1, "{result:?}");
+    assert!(result.text().contains("18"), "{}", result.text());
+}

@@ -439,6 +439,106 @@ fn thinking_can_be_sent_as_text() {
     );
 }
 
+/// DeepSeek's thinking mode answers 400 ("The reasoning_content in the thinking mode must be
+/// passed back to the API") when an assistant message of a turn with tool calls comes back
+/// without its `reasoning_content` (api-docs.deepseek.com/guides/thinking_mode, "Tool Calls").
+/// Reasoning from any provider goes there, and a message without any gets `""`, so a history
+/// started elsewhere can continue on DeepSeek.
+#[test]
+fn deepseek_gets_every_assistant_message_back_with_its_reasoning_content() {
+    let mut request = history_from_another_provider();
+    request.model = "deepseek-v4-flash".into();
+    request.messages.push(Message::user("And tomorrow?"));
+    request.messages.push(Message::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::Thinking {
+                thinking: "Tomorrow: ".into(),
+                signature: None,
+                provider: Some("deepseek".into()),
+            },
+            ContentBlock::Thinking {
+                thinking: "call again.".into(),
+                signature: None,
+                provider: Some("deepseek".into()),
+            },
+            ContentBlock::ToolUse {
+                id: "call_2".into(),
+                name: "get_weather".into(),
+                input: json!({"city": "Paris", "day": "tomorrow"}),
+            },
+        ],
+    ));
+    request.messages.push(Message::new(
+        Role::User,
+        vec![ContentBlock::ToolResult(ToolResult::text(
+            "call_2", "20 °C",
+        ))],
+    ));
+    request.messages.push(Message::assistant(
+        "20 °C tomorrow, from a model that did not think.",
+    ));
+    let deepseek = body(&provider(Preset::DeepSeek), &request, true);
+    assert_eq!(
+        deepseek["messages"],
+        json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "Checking.", "reasoning_content": "The user wants weather.", "tool_calls": [
+                {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "toolu_1", "content": "18 °C"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Images returned by tool call toolu_1:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "Also, be brief."}
+            ]},
+            {"role": "assistant", "content": "", "reasoning_content": "Only thinking here."},
+            {"role": "user", "content": "And tomorrow?"},
+            {"role": "assistant", "content": null, "reasoning_content": "Tomorrow: call again.", "tool_calls": [
+                {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\",\"day\":\"tomorrow\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_2", "content": "20 °C"},
+            {"role": "assistant", "content": "20 °C tomorrow, from a model that did not think.", "reasoning_content": ""}
+        ])
+    );
+    // The other presets never send the field.
+    for preset in Preset::ALL.into_iter().filter(|p| *p != Preset::DeepSeek) {
+        let other = body(&provider(preset), &request, true).to_string();
+        assert!(!other.contains("reasoning_content"), "{preset}: {other}");
+    }
+}
+
+#[test]
+fn reasoning_content_takes_precedence_over_thinking_as_text() {
+    let mut options = Preset::Compatible.options();
+    options.thinking_as_text = true;
+    options.reasoning_content = true;
+    let body = body(
+        &with_options(options),
+        &history_from_another_provider(),
+        false,
+    );
+    assert_eq!(body["messages"][1]["content"], "Checking.");
+    assert_eq!(
+        body["messages"][1]["reasoning_content"],
+        "The user wants weather."
+    );
+}
+
+#[test]
+fn the_deepseek_preset() {
+    let preset = Preset::from_name("deepseek").unwrap();
+    assert_eq!(preset, Preset::DeepSeek);
+    assert_eq!(preset.default_base_url(), Some("https://api.deepseek.com"));
+    assert_eq!(preset.api_key_var(), Some("DEEPSEEK_API_KEY"));
+    assert!(preset.requires_key());
+    let options = preset.options();
+    assert!(options.reasoning_content);
+    assert_eq!(options.token_limit, TokenLimitField::MaxTokens);
+    assert_eq!(options.system_role, SystemRole::System);
+    assert!(!options.top_k && !options.metadata && !options.web_search);
+}
+
 #[test]
 fn system_messages_and_roles() {
     let mut request = Request::new(

@@ -1,5 +1,5 @@
 //! OpenAI Chat Completions (`POST /chat/completions`), and every server that speaks it: xAI,
-//! Cerebras, Groq, Ollama, vLLM, LM Studio, llama.cpp, or any other base URL.
+//! Cerebras, Groq, DeepSeek, Ollama, vLLM, LM Studio, llama.cpp, or any other base URL.
 //!
 //! ```no_run
 //! # async fn demo() -> agentloop::Result<()> {
@@ -62,6 +62,10 @@ pub enum Preset {
     Cerebras,
     /// Groq (`GROQ_API_KEY`).
     Groq,
+    /// DeepSeek (`DEEPSEEK_API_KEY`). Its thinking mode (on by default) answers 400 unless
+    /// every assistant message after a tool call carries its `reasoning_content`, so this
+    /// preset sends reasoning back ([`OpenAiOptions::reasoning_content`]).
+    DeepSeek,
     /// A local Ollama server (no key).
     Ollama,
     /// A vLLM server (no key).
@@ -76,11 +80,12 @@ pub enum Preset {
 
 impl Preset {
     /// Every preset, in the order they are listed in errors.
-    pub const ALL: [Preset; 9] = [
+    pub const ALL: [Preset; 10] = [
         Self::OpenAi,
         Self::Xai,
         Self::Cerebras,
         Self::Groq,
+        Self::DeepSeek,
         Self::Ollama,
         Self::Vllm,
         Self::LmStudio,
@@ -95,6 +100,7 @@ impl Preset {
             Self::Xai => "xai",
             Self::Cerebras => "cerebras",
             Self::Groq => "groq",
+            Self::DeepSeek => "deepseek",
             Self::Ollama => "ollama",
             Self::Vllm => "vllm",
             Self::LmStudio => "lmstudio",
@@ -111,7 +117,8 @@ impl Preset {
     /// The service's base URL (`None` for [`Preset::Compatible`], which needs one given).
     ///
     /// Sources: each service's OpenAI-compatibility docs (platform.openai.com, docs.x.ai,
-    /// inference-docs.cerebras.ai, console.groq.com/docs/openai, docs.ollama.com/api/openai-compatibility,
+    /// inference-docs.cerebras.ai, console.groq.com/docs/openai, api-docs.deepseek.com,
+    /// docs.ollama.com/api/openai-compatibility,
     /// vLLM's `vllm serve` default port 8000, lmstudio.ai/docs/api/openai-api, llama.cpp
     /// `llama-server` default port 8080).
     pub fn default_base_url(self) -> Option<&'static str> {
@@ -120,6 +127,7 @@ impl Preset {
             Self::Xai => "https://api.x.ai/v1",
             Self::Cerebras => "https://api.cerebras.ai/v1",
             Self::Groq => "https://api.groq.com/openai/v1",
+            Self::DeepSeek => "https://api.deepseek.com",
             Self::Ollama => "http://localhost:11434/v1",
             Self::Vllm => "http://localhost:8000/v1",
             Self::LmStudio => "http://localhost:1234/v1",
@@ -135,13 +143,17 @@ impl Preset {
             Self::Xai => Some("XAI_API_KEY"),
             Self::Cerebras => Some("CEREBRAS_API_KEY"),
             Self::Groq => Some("GROQ_API_KEY"),
+            Self::DeepSeek => Some("DEEPSEEK_API_KEY"),
             Self::Ollama | Self::Vllm | Self::LmStudio | Self::LlamaCpp => None,
         }
     }
 
     /// Whether a request without a key is certain to fail (hosted services).
     pub fn requires_key(self) -> bool {
-        matches!(self, Self::OpenAi | Self::Xai | Self::Cerebras | Self::Groq)
+        matches!(
+            self,
+            Self::OpenAi | Self::Xai | Self::Cerebras | Self::Groq | Self::DeepSeek
+        )
     }
 
     /// The request options this service needs.
@@ -165,6 +177,7 @@ impl Preset {
             metadata: matches!(self, Self::OpenAi | Self::Compatible),
             web_search: openai,
             thinking_as_text: false,
+            reasoning_content: self == Self::DeepSeek,
             sampling_by_model: openai,
         }
     }
@@ -278,6 +291,11 @@ pub struct OpenAiOptions {
     pub web_search: bool,
     /// Send reasoning blocks of the history as `<thinking>` text instead of dropping them.
     pub thinking_as_text: bool,
+    /// Send the reasoning of each assistant message back as `reasoning_content`, the field
+    /// DeepSeek streams it in (`""` for a message without any). DeepSeek's thinking mode
+    /// answers 400 without it on the assistant messages of a turn that called tools, and
+    /// ignores it on the others. Takes precedence over `thinking_as_text` for the reasoning.
+    pub reasoning_content: bool,
     /// Leave out `temperature` and `top_p` (with a warning) for OpenAI reasoning models
     /// (o-series, gpt-5 family except `gpt-5-chat`), which answer 400 "Unsupported parameter"
     /// to them; likewise `stop` for those of them that refuse it (`o3`, `o4-mini`, the gpt-5
@@ -326,8 +344,8 @@ impl OpenAi {
         Self::preset("openai")
     }
 
-    /// A preset by name (`openai`, `xai`, `cerebras`, `groq`, `ollama`, `vllm`, `lmstudio`,
-    /// `llamacpp`, `openai-compatible`), configured from its environment variables.
+    /// A preset by name (`openai`, `xai`, `cerebras`, `groq`, `deepseek`, `ollama`, `vllm`,
+    /// `lmstudio`, `llamacpp`, `openai-compatible`), configured from its environment variables.
     /// `openai-compatible` takes its base URL from `OPENAI_BASE_URL`.
     pub fn preset(name: &str) -> Result<Self> {
         let config = preset_config(name, |var| std::env::var(var).ok())?;

@@ -342,6 +342,8 @@ impl Serialize for UserLocation<'_> {
 struct WireMessage<'a> {
     role: &'static str,
     content: Content<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -353,6 +355,7 @@ impl<'a> WireMessage<'a> {
         Self {
             role,
             content,
+            reasoning_content: None,
             tool_calls: Vec::new(),
             tool_call_id: None,
         }
@@ -561,26 +564,28 @@ fn tool_message(result: &ToolResult) -> WireMessage<'_> {
         Content::Text(text)
     };
     WireMessage {
-        role: "tool",
-        content,
-        tool_calls: Vec::new(),
         tool_call_id: Some(&result.tool_use_id),
+        ..WireMessage::new("tool", content)
     }
 }
 
-/// Text (joined) and tool calls. Reasoning from any provider is dropped, or sent as tagged text
-/// when `thinking_as_text` is on; other providers' native blocks are dropped. An assistant
-/// message left with nothing is skipped.
+/// Text (joined) and tool calls. Reasoning from any provider goes in `reasoning_content` when
+/// that is on, else is sent as tagged text when `thinking_as_text` is on, else is dropped;
+/// encrypted reasoning and other providers' native blocks are dropped. An assistant message
+/// left with nothing is skipped.
 fn assistant_message<'a>(message: &'a Message, options: &OpenAiOptions) -> Option<WireMessage<'a>> {
     let mut texts: Vec<Cow<'a, str>> = Vec::new();
+    let mut reasoning: Vec<&'a str> = Vec::new();
     let mut tool_calls = Vec::new();
     for block in &message.content {
         match block {
             ContentBlock::Text { text } if !text.is_empty() => texts.push(Cow::Borrowed(text)),
-            ContentBlock::Thinking { thinking, .. }
-                if options.thinking_as_text && !thinking.is_empty() =>
-            {
-                texts.push(Cow::Owned(format!("<thinking>{thinking}</thinking>")));
+            ContentBlock::Thinking { thinking, .. } if !thinking.is_empty() => {
+                if options.reasoning_content {
+                    reasoning.push(thinking);
+                } else if options.thinking_as_text {
+                    texts.push(Cow::Owned(format!("<thinking>{thinking}</thinking>")));
+                }
             }
             ContentBlock::ToolUse { id, name, input } => tool_calls.push(WireToolCall {
                 id,
@@ -594,16 +599,23 @@ fn assistant_message<'a>(message: &'a Message, options: &OpenAiOptions) -> Optio
         }
     }
     let content = match texts.len() {
-        0 if tool_calls.is_empty() => return None,
         // OpenAI's own assistant tool-call messages carry `content: null`.
-        0 => Content::Null,
+        0 if !tool_calls.is_empty() => Content::Null,
+        // Reasoning alone (an answer cut short while thinking) still needs content.
+        0 if !reasoning.is_empty() => Content::Text(Cow::Borrowed("")),
+        0 => return None,
         1 => Content::Text(texts.pop()?),
         _ => Content::Text(Cow::Owned(texts.concat())),
     };
+    let reasoning_content = options
+        .reasoning_content
+        .then(|| match reasoning.as_slice() {
+            [one] => Cow::Borrowed(*one),
+            many => Cow::Owned(many.concat()),
+        });
     Some(WireMessage {
-        role: "assistant",
-        content,
+        reasoning_content,
         tool_calls,
-        tool_call_id: None,
+        ..WireMessage::new("assistant", content)
     })
 }
