@@ -46,6 +46,29 @@ enum Data {
     Owned,
 }
 
+/// The field a line sets.
+#[derive(Clone, Copy)]
+enum Field {
+    Data,
+    Event,
+    Id,
+    Retry,
+    /// Unknown fields are ignored.
+    Other,
+}
+
+impl Field {
+    fn named(name: &[u8]) -> Self {
+        match name {
+            b"data" => Self::Data,
+            b"event" => Self::Event,
+            b"id" => Self::Id,
+            b"retry" => Self::Retry,
+            _ => Self::Other,
+        }
+    }
+}
+
 /// Push-based SSE parser: feed it chunks as they arrive, get events as soon
 /// as their terminating blank line is seen. It never fails and never panics;
 /// malformed input degrades as the specification prescribes.
@@ -98,8 +121,16 @@ impl SseParser {
             line.clear();
             self.line = line;
         }
-        while let Some(i) = memchr2(b'\n', b'\r', &chunk[pos..]) {
-            let end = pos + i;
+        loop {
+            let end = match chunk.get(pos) {
+                // A blank line (the end of every event) needs no search.
+                Some(b'\n' | b'\r') => pos,
+                Some(_) => match memchr2(b'\n', b'\r', &chunk[pos..]) {
+                    Some(i) => pos + i,
+                    None => break,
+                },
+                None => break,
+            };
             let next = self.after_line_end(chunk, end);
             self.line_complete(&chunk[pos..end], Some(pos), chunk, on_event);
             pos = next;
@@ -168,31 +199,43 @@ impl SseParser {
         if line.is_empty() {
             return self.dispatch(chunk, on_event);
         }
-        let (name, value_at) = match memchr(b':', line) {
-            Some(0) => return, // comment
-            Some(colon) if line.get(colon + 1) == Some(&b' ') => (&line[..colon], colon + 2),
-            Some(colon) => (&line[..colon], colon + 1),
-            None => (line, line.len()),
+        // Streams are almost all `data:` and `event:` lines: those are told apart without a
+        // search for the colon or a comparison of the name.
+        let (field, name_len) = if line.starts_with(b"data:") {
+            (Field::Data, 4)
+        } else if line.starts_with(b"event:") {
+            (Field::Event, 5)
+        } else {
+            match memchr(b':', line) {
+                Some(0) => return, // comment
+                Some(colon) => (Field::named(&line[..colon]), colon),
+                None => (Field::named(line), line.len()),
+            }
+        };
+        // The value starts after the colon and one optional space.
+        let value_at = match line.get(name_len + 1) {
+            Some(b' ') => name_len + 2,
+            _ => (name_len + 1).min(line.len()),
         };
         let value = &line[value_at..];
-        match name {
-            b"data" => self.push_data(value, at.map(|a| a + value_at), chunk),
-            b"event" => {
+        match field {
+            Field::Data => self.push_data(value, at.map(|a| a + value_at), chunk),
+            Field::Event => {
                 if value != self.event.as_bytes() {
                     set_lossy(&mut self.event, value);
                 }
                 self.has_event = true;
             }
-            b"id" if memchr(0, value).is_none() => {
+            Field::Id if memchr(0, value).is_none() => {
                 set_lossy(&mut self.id, value);
                 self.has_id = true;
             }
-            b"retry" => {
+            Field::Retry => {
                 if let Some(ms) = parse_retry(value) {
                     self.retry = Some(ms);
                 }
             }
-            _ => {}
+            Field::Id | Field::Other => {}
         }
     }
 
