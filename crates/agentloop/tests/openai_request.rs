@@ -534,6 +534,17 @@ fn the_deepseek_preset() {
     assert!(preset.requires_key());
     let options = preset.options();
     assert!(options.reasoning_content);
+    // The generic preset pointed at DeepSeek does the same; pointed elsewhere it does not.
+    for (url, replays) in [
+        ("https://api.deepseek.com", true),
+        ("https://API.DeepSeek.com/v1", true),
+        ("https://api.deepseek.com.example.org/v1", false),
+        ("http://127.0.0.1:9/v1", false),
+    ] {
+        let compatible = OpenAi::compatible(url).unwrap();
+        assert_eq!(compatible.options().reasoning_content, replays, "{url}");
+        assert_eq!(agentloop::Provider::name(&compatible), "openai-compatible");
+    }
     assert_eq!(options.token_limit, TokenLimitField::MaxTokens);
     assert_eq!(options.system_role, SystemRole::System);
     assert!(!options.top_k && !options.metadata && !options.web_search);

@@ -238,6 +238,17 @@ impl SystemRole {
     }
 }
 
+/// Whether `base_url` is DeepSeek's API (`https://api.deepseek.com`, with or without `/v1`).
+fn is_deepseek(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url)
+        .ok()
+        .and_then(|url| {
+            url.host_str()
+                .map(|host| host.eq_ignore_ascii_case("api.deepseek.com"))
+        })
+        .unwrap_or(false)
+}
+
 fn is_legacy_chat_model(model: &str) -> bool {
     ["gpt-3.5", "gpt-4o", "chatgpt-4o", "gpt-4-"]
         .iter()
@@ -334,8 +345,14 @@ impl OpenAi {
     }
 
     /// A preset with explicit configuration (nothing is read from the environment).
+    /// [`Preset::Compatible`] pointed at DeepSeek's API sends reasoning back as the
+    /// [`Preset::DeepSeek`] preset does, since DeepSeek refuses tool turns without it.
     pub fn from_preset(preset: Preset, config: HttpConfig) -> Result<Self> {
-        Self::with_options(config, preset.options())
+        let mut options = preset.options();
+        if preset == Preset::Compatible && is_deepseek(&config.base_url) {
+            options.reasoning_content = true;
+        }
+        Self::with_options(config, options)
     }
 
     /// OpenAI configured from `OPENAI_API_KEY` and, if set, `OPENAI_BASE_URL`. The key is
