@@ -502,6 +502,7 @@ mod tests {
             ("xai", "XAI_API_KEY", "https://api.x.ai/v1"),
             ("cerebras", "CEREBRAS_API_KEY", "https://api.cerebras.ai/v1"),
             ("groq", "GROQ_API_KEY", "https://api.groq.com/openai/v1"),
+            ("deepseek", "DEEPSEEK_API_KEY", "https://api.deepseek.com"),
         ] {
             let config = preset_config(name, env_of(&[(var, "sk-test")])).unwrap();
             assert_eq!(config.base_url, url);
