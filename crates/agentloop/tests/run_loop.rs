@@ -703,6 +703,8 @@ async fn tool_hooks_rewrite_block_and_replace() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let deleted = Arc::new(AtomicUsize::new(0));
     let d = deleted.clone();
+    let after_saw = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let after = after_saw.clone();
     let hooks = Hooks::new()
         .before_tool(|call| async move {
             match call.name.as_str() {
@@ -711,13 +713,19 @@ async fn tool_hooks_rewrite_block_and_replace() {
                 _ => ToolDecision::Continue,
             }
         })
-        .after_tool(|call, outcome| async move {
-            if call.name == "get_weather" {
-                ToolOutcome::Completed {
-                    content: ToolResultContent::Text("replaced by hook".into()),
+        .after_tool(move |call, outcome| {
+            after
+                .lock()
+                .unwrap()
+                .push((call.name.clone(), call.input.clone()));
+            async move {
+                if call.name == "get_weather" {
+                    ToolOutcome::Completed {
+                        content: ToolResultContent::Text("replaced by hook".into()),
+                    }
+                } else {
+                    outcome
                 }
-            } else {
-                outcome
             }
         })
         .before_model_call(|mut request| async move {
@@ -756,6 +764,18 @@ async fn tool_hooks_rewrite_block_and_replace() {
         matches!(&result.messages[1].content[0], ContentBlock::ToolUse { input, .. } if input == &json!({"city": "Pariss"}))
     );
     assert!(model.requests().iter().all(|r| r.temperature == Some(0.0)));
+    // After-tool hooks see the call as the model made it, not the rewritten input the handler
+    // ran with (the handler takes its input by value only when no after-tool hook needs it).
+    // The calls run side by side, so the order the hooks ran in is not fixed.
+    let mut after_saw = after_saw.lock().unwrap().clone();
+    after_saw.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        after_saw,
+        [
+            ("delete_all".to_owned(), json!({})),
+            ("get_weather".to_owned(), json!({"city": "Pariss"})),
+        ]
+    );
 }
 
 #[tokio::test]

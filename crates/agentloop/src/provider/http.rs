@@ -174,9 +174,15 @@ pub trait SseDecoder: Send + 'static {
 /// Maps an error response to a typed error (provider-specific body shapes).
 pub type ErrorMapper = fn(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Error;
 
-/// A pooled client bound to one provider configuration.
+/// A pooled client bound to one provider configuration. Cloning it is one reference-count
+/// increment: every streamed call takes a clone into its `'static` future.
 #[derive(Clone)]
 pub struct Transport {
+    inner: Arc<Shared>,
+}
+
+/// What every clone of a [`Transport`] shares.
+struct Shared {
     client: reqwest::Client,
     config: HttpConfig,
     provider: String,
@@ -184,7 +190,7 @@ pub struct Transport {
     map_error: ErrorMapper,
     /// Endpoint URLs by path, parsed once: parsing one costs more than building the rest of a
     /// request.
-    endpoints: Arc<Mutex<Vec<(String, reqwest::Url)>>>,
+    endpoints: Mutex<Vec<(String, reqwest::Url)>>,
     body_size: BodySize,
 }
 
@@ -212,8 +218,8 @@ impl BodySize {
 impl std::fmt::Debug for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transport")
-            .field("provider", &self.provider)
-            .field("config", &self.config)
+            .field("provider", &self.inner.provider)
+            .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
 }
@@ -249,33 +255,39 @@ impl Transport {
             .build()
             .map_err(|e| Error::config(format!("could not build the HTTP client: {e}")))?;
         Ok(Self {
-            client,
-            config,
-            provider,
-            headers,
-            map_error,
-            endpoints: Arc::default(),
-            body_size: BodySize::default(),
+            inner: Arc::new(Shared {
+                client,
+                config,
+                provider,
+                headers,
+                map_error,
+                endpoints: Mutex::default(),
+                body_size: BodySize::default(),
+            }),
         })
     }
 
     /// The configuration.
     pub fn config(&self) -> &HttpConfig {
-        &self.config
+        &self.inner.config
     }
 
     /// The serializer for this transport's request bodies.
     pub(crate) fn body_size(&self) -> &BodySize {
-        &self.body_size
+        &self.inner.body_size
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}{}", self.config.base_url.trim_end_matches('/'), path)
+        format!(
+            "{}{}",
+            self.inner.config.base_url.trim_end_matches('/'),
+            path
+        )
     }
 
     /// The endpoint URL for `path`, parsed on first use only; the text when it does not parse.
     fn endpoint(&self, path: &str) -> std::result::Result<reqwest::Url, String> {
-        let cached = self.endpoints.lock().ok().and_then(|endpoints| {
+        let cached = self.inner.endpoints.lock().ok().and_then(|endpoints| {
             endpoints
                 .iter()
                 .find(|(p, _)| p == path)
@@ -286,7 +298,7 @@ impl Transport {
         }
         let url = self.url(path);
         let parsed = reqwest::Url::parse(&url).map_err(|_| url)?;
-        if let Ok(mut endpoints) = self.endpoints.lock() {
+        if let Ok(mut endpoints) = self.inner.endpoints.lock() {
             endpoints.push((path.to_owned(), parsed.clone()));
         }
         Ok(parsed)
@@ -304,11 +316,11 @@ impl Transport {
     ) -> reqwest::Result<reqwest::Request> {
         let url = match self.endpoint(path) {
             Ok(url) => url,
-            Err(text) => return self.client.post(text).build(),
+            Err(text) => return self.inner.client.post(text).build(),
         };
         let mut request = reqwest::Request::new(reqwest::Method::POST, url);
         let headers = request.headers_mut();
-        headers.clone_from(&self.headers);
+        headers.clone_from(&self.inner.headers);
         for name in extra.keys() {
             headers.remove(name);
         }
@@ -332,6 +344,7 @@ impl Transport {
             .post(path, body, extra, timeout)
             .map_err(|e| self.transport_error(e))?;
         let response = self
+            .inner
             .client
             .execute(request)
             .await
@@ -342,8 +355,8 @@ impl Transport {
         }
         let headers = response.headers().clone();
         let body = response.bytes().await.unwrap_or_default();
-        Err((self.map_error)(
-            &self.provider,
+        Err((self.inner.map_error)(
+            &self.inner.provider,
             status.as_u16(),
             &headers,
             &body,
@@ -353,9 +366,9 @@ impl Transport {
     fn transport_error(&self, e: reqwest::Error) -> Error {
         if e.is_timeout() {
             let (kind, after) = if e.is_connect() {
-                (TimeoutKind::Connect, self.config.connect_timeout)
+                (TimeoutKind::Connect, self.inner.config.connect_timeout)
             } else {
-                (TimeoutKind::Request, self.config.request_timeout)
+                (TimeoutKind::Request, self.inner.config.request_timeout)
             };
             Error::Timeout { kind, after }
         } else {
@@ -379,10 +392,10 @@ impl Transport {
                 Ok(response) => return Ok(response),
                 Err(error) => {
                     attempt += 1;
-                    let Some(delay) = self.config.retry.delay(attempt, &error) else {
+                    let Some(delay) = self.inner.config.retry.delay(attempt, &error) else {
                         return Err(error);
                     };
-                    tracing::debug!(provider = %self.provider, attempt, ?delay, %error, "retrying");
+                    tracing::debug!(provider = %self.inner.provider, attempt, ?delay, %error, "retrying");
                     tokio::time::sleep(delay).await;
                 }
             }
@@ -393,7 +406,7 @@ impl Transport {
     pub async fn post_json(&self, path: &str, body: Bytes, extra: HeaderMap) -> Result<Value> {
         let bytes = self.post_bytes(path, body, extra).await?;
         serde_json::from_slice(&bytes)
-            .map_err(|e| Error::parse(format!("{} response", self.provider), e))
+            .map_err(|e| Error::parse(format!("{} response", self.inner.provider), e))
     }
 
     /// POST a JSON body and return the answer's bytes (non-streamed calls), for providers that
@@ -402,7 +415,7 @@ impl Transport {
         let mut attempt = 0;
         loop {
             let response = self
-                .send(path, &body, &extra, Some(self.config.request_timeout))
+                .send(path, &body, &extra, Some(self.inner.config.request_timeout))
                 .await?;
             match response.bytes().await {
                 Ok(bytes) => return Ok(bytes),
@@ -410,7 +423,7 @@ impl Transport {
                 Err(e) => {
                     let error = self.transport_error(e);
                     attempt += 1;
-                    let Some(delay) = self.config.retry.delay(attempt, &error) else {
+                    let Some(delay) = self.inner.config.retry.delay(attempt, &error) else {
                         return Err(error);
                     };
                     tokio::time::sleep(delay).await;
@@ -430,7 +443,7 @@ impl Transport {
     ) -> EventStream {
         let transport = self.clone();
         let path = path.to_owned();
-        let idle = self.config.idle_timeout;
+        let idle = self.inner.config.idle_timeout;
         let connect = Box::pin(async move { transport.send(&path, &body, &extra, None).await });
         Box::pin(SseStream {
             state: SseState::Connecting {
@@ -455,6 +468,11 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     }
     message
 }
+
+/// The fewest bytes a stream event takes on the wire that `pending` is sized for: OpenAI's
+/// chunks and Anthropic's deltas run 110–250 bytes with their SSE framing, so a chunk's events
+/// fit without growing the queue. Shorter events only mean one more growth.
+const MIN_EVENT_BYTES: usize = 96;
 
 /// The streamed answer of one call. A hand-written `Stream` rather than `stream::unfold`:
 /// unfold moves its whole state in and out of a new future for every event, which showed up
@@ -562,6 +580,10 @@ impl<D: SseDecoder> Reading<D> {
                 Poll::Ready(Some(Ok(bytes))) => {
                     self.last_chunk = Instant::now();
                     self.got_first = true;
+                    // A chunk holding many events (a body that arrived at once) would grow the
+                    // queue by doubling, copying it each time; `pending` is empty here, so this
+                    // is one allocation sized to the chunk, and free when events come one by one.
+                    self.pending.reserve(bytes.len() / MIN_EVENT_BYTES);
                     let mut failure = None;
                     let (decoder, pending) = (&mut self.decoder, &mut self.pending);
                     self.parser.feed(&bytes, |event| {

@@ -408,16 +408,28 @@ impl Driver {
             .await
     }
 
-    async fn run_one(&self, call: ToolCall, first_poll_inline: bool) -> ToolOutcome {
-        let mut outcome = self.execute(&call, first_poll_inline).await;
+    async fn run_one(&self, mut call: ToolCall, first_poll_inline: bool) -> ToolOutcome {
+        // After-tool hooks see the call as the model made it; without them the input can move
+        // into the handler instead of being copied.
+        let input = if self.options.hooks.after_tool.is_empty() {
+            std::mem::take(&mut call.input)
+        } else {
+            call.input.clone()
+        };
+        let mut outcome = self.execute(&call, input, first_poll_inline).await;
         for hook in &self.options.hooks.after_tool {
             outcome = hook((call.clone(), outcome)).await;
         }
         outcome
     }
 
-    async fn execute(&self, call: &ToolCall, first_poll_inline: bool) -> ToolOutcome {
-        let mut input = call.input.clone();
+    /// Run `call` with `input` (its arguments, owned by the handler once it runs).
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        mut input: Value,
+        first_poll_inline: bool,
+    ) -> ToolOutcome {
         for hook in &self.options.hooks.before_tool {
             let mut seen = call.clone();
             seen.input = input.clone();

@@ -14,8 +14,6 @@ mod request;
 mod response;
 mod stream;
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -117,7 +115,7 @@ pub struct WireRequest {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Anthropic {
-    transport: Arc<Transport>,
+    transport: Transport,
     options: AnthropicOptions,
     /// `anthropic-beta` values from the configured headers: a per-call beta header replaces
     /// the configured one, so it must repeat them.
@@ -172,7 +170,7 @@ impl Anthropic {
         };
         let transport = Transport::new(PROVIDER_NAME, config, auth, map_error)?;
         Ok(Self {
-            transport: Arc::new(transport),
+            transport,
             options,
             configured_betas,
             messages_path,
@@ -247,7 +245,7 @@ impl Provider for Anthropic {
 
     fn complete(&self, request: &Request) -> BoxFuture<'static, Result<Response>> {
         let prepared = self.prepare(request, false);
-        let transport = Arc::clone(&self.transport);
+        let transport = self.transport.clone();
         let path = self.messages_path;
         Box::pin(async move {
             let wire = prepared?;
