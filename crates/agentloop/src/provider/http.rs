@@ -469,10 +469,10 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     message
 }
 
-/// The fewest bytes a stream event takes on the wire that `pending` is sized for: OpenAI's
-/// chunks and Anthropic's deltas run 110–250 bytes with their SSE framing, so a chunk's events
-/// fit without growing the queue. Shorter events only mean one more growth.
-const MIN_EVENT_BYTES: usize = 96;
+/// Bytes of a chunk per slot that `pending` reserves before decoding it. OpenAI's chunks and
+/// Anthropic's deltas run 110–250 bytes with their SSE framing, so a chunk's events fit
+/// without growing the queue; a stream of shorter events costs one growth more, no error.
+const BYTES_PER_QUEUED_EVENT: usize = 96;
 
 /// The streamed answer of one call. A hand-written `Stream` rather than `stream::unfold`:
 /// unfold moves its whole state in and out of a new future for every event, which showed up
@@ -581,9 +581,10 @@ impl<D: SseDecoder> Reading<D> {
                     self.last_chunk = Instant::now();
                     self.got_first = true;
                     // A chunk holding many events (a body that arrived at once) would grow the
-                    // queue by doubling, copying it each time; `pending` is empty here, so this
-                    // is one allocation sized to the chunk, and free when events come one by one.
-                    self.pending.reserve(bytes.len() / MIN_EVENT_BYTES);
+                    // queue by doubling, copying it each time. `pending` is empty here, so this
+                    // is one allocation sized to the chunk; with one event per chunk it costs
+                    // nothing once the queue has room for one.
+                    self.pending.reserve(bytes.len() / BYTES_PER_QUEUED_EVENT);
                     let mut failure = None;
                     let (decoder, pending) = (&mut self.decoder, &mut self.pending);
                     self.parser.feed(&bytes, |event| {
