@@ -1,61 +1,216 @@
-//! Futures polled again only when they may have finished.
+//! Futures polled again only after they woke their task.
 //!
-//! A pending future wakes the waker of its last poll. Polling it again for the same task only
-//! stores that waker again, and for tokio's timers and notifications that takes a lock or an
-//! atomic exchange. Raced against every chunk of a stream, those polls were a few percent of a
-//! streamed run's client CPU; [`Armed`] skips them while a cheap check says the future cannot
-//! be ready.
+//! A pending future wakes the waker of its last poll. Polling it again before that only stores
+//! the same waker again, and for tokio's timers, notifications and hyper's body channel that
+//! costs a lock or an atomic exchange, or a whole descent through nested futures. Raced against
+//! every chunk of a stream, those polls were several percent of a streamed run's client CPU.
+//! [`Armed`] polls its future with a waker of its own that records the wake-up before passing
+//! it on, so a poll that cannot make progress costs one atomic load.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
-/// A future and the waker it holds, once a poll has left one with it.
-#[derive(Debug)]
+/// A future and the wake-ups it has sent since its last poll.
 pub(crate) struct Armed<F> {
     future: F,
-    waker: Option<Waker>,
+    signal: Arc<Signal>,
+    /// `signal` as a waker, built once: futures that keep a waker compare it with
+    /// `Waker::will_wake` and find it unchanged, so they never clone it again.
+    waker: Waker,
+    /// The task waker `signal` forwards to, kept here to compare without a lock.
+    task: Option<Waker>,
+}
+
+impl<F> std::fmt::Debug for Armed<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Armed")
+            .field("woken", &self.signal.woken.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shared with the waker handed to the future.
+#[derive(Default)]
+struct Signal {
+    /// Set by every wake-up; cleared just before the future is polled.
+    woken: AtomicBool,
+    /// Where wake-ups go on. Locked only to wake (rare) and when the task changes.
+    task: Mutex<Option<Waker>>,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        // A poisoned lock only means a panic elsewhere; the waker inside is still whole.
+        if let Some(task) = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            task.wake_by_ref();
+        }
+    }
 }
 
 impl<F: Future + Unpin> Armed<F> {
     pub(crate) fn new(future: F) -> Self {
+        let signal = Arc::new(Signal {
+            // The first poll must happen.
+            woken: AtomicBool::new(true),
+            task: Mutex::default(),
+        });
         Self {
             future,
-            waker: None,
+            waker: Waker::from(Arc::clone(&signal)),
+            signal,
+            task: None,
         }
     }
 
-    /// Poll the future, unless it holds this task's waker and `may_be_ready` says it has not
-    /// finished: then it will wake the task when it does.
-    pub(crate) fn poll_if(
-        &mut self,
-        cx: &mut Context<'_>,
-        may_be_ready: impl FnOnce(&F) -> bool,
-    ) -> Poll<F::Output> {
-        let armed = self
-            .waker
+    /// Poll the future if it woke since its last poll or the task polling it changed;
+    /// otherwise it is still pending and will wake this task when it can progress.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let same_task = self
+            .task
             .as_ref()
-            .is_some_and(|waker| waker.will_wake(cx.waker()));
-        if armed && !may_be_ready(&self.future) {
+            .is_some_and(|task| task.will_wake(cx.waker()));
+        if !same_task {
+            let task = cx.waker().clone();
+            *self
+                .signal
+                .task
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(task.clone());
+            self.task = Some(task);
+        } else if !self.signal.woken.load(Ordering::Acquire) {
             return Poll::Pending;
         }
-        // Out of budget, tokio's resources answer `Pending` without keeping the waker.
-        let budget = tokio::task::coop::has_budget_remaining();
-        match Pin::new(&mut self.future).poll(cx) {
-            Poll::Pending => {
-                self.waker = budget.then(|| cx.waker().clone());
-                Poll::Pending
-            }
-            Poll::Ready(output) => {
-                self.waker = None;
-                Poll::Ready(output)
-            }
-        }
+        // Cleared before polling, so a wake-up during or after the poll is never lost.
+        self.signal.woken.store(false, Ordering::SeqCst);
+        Pin::new(&mut self.future).poll(&mut Context::from_waker(&self.waker))
     }
 
     /// The future, to change it (a timer's reset): it is polled in full next time.
     pub(crate) fn get_mut(&mut self) -> &mut F {
-        self.waker = None;
+        self.signal.woken.store(true, Ordering::Release);
         &mut self.future
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts its polls; ready once `open` is set, waking the stored waker when opened.
+    #[derive(Default)]
+    struct Gate {
+        open: AtomicBool,
+        waker: Mutex<Option<Waker>>,
+        polls: AtomicUsize,
+    }
+
+    struct GateFuture(Arc<Gate>);
+
+    impl Future for GateFuture {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.0.polls.fetch_add(1, Ordering::SeqCst);
+            if self.0.open.load(Ordering::SeqCst) {
+                return Poll::Ready(());
+            }
+            *self.0.waker.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    impl Gate {
+        fn open(&self) {
+            self.open.store(true, Ordering::SeqCst);
+            if let Some(waker) = self.waker.lock().unwrap().take() {
+                waker.wake();
+            }
+        }
+    }
+
+    /// A task waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Task(AtomicUsize);
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_pending_future_is_polled_again_only_after_it_woke_the_task() {
+        let gate = Arc::new(Gate::default());
+        let task = Arc::new(Task::default());
+        let waker = Waker::from(Arc::clone(&task));
+        let mut cx = Context::from_waker(&waker);
+        let mut armed = Armed::new(GateFuture(Arc::clone(&gate)));
+
+        assert!(armed.poll(&mut cx).is_pending());
+        assert!(armed.poll(&mut cx).is_pending());
+        gate.open.store(true, Ordering::SeqCst); // ready, but it has not said so
+        assert!(armed.poll(&mut cx).is_pending());
+        assert_eq!(gate.polls.load(Ordering::SeqCst), 1);
+        gate.open.store(false, Ordering::SeqCst);
+
+        gate.open();
+        assert_eq!(
+            task.0.load(Ordering::SeqCst),
+            1,
+            "the wake-up reaches the task"
+        );
+        assert!(armed.poll(&mut cx).is_ready());
+        assert_eq!(gate.polls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_new_task_is_registered_and_the_future_polled_for_it() {
+        let gate = Arc::new(Gate::default());
+        let first = Arc::new(Task::default());
+        let second = Arc::new(Task::default());
+        let mut armed = Armed::new(GateFuture(Arc::clone(&gate)));
+
+        let waker = Waker::from(Arc::clone(&first));
+        assert!(armed.poll(&mut Context::from_waker(&waker)).is_pending());
+        let waker = Waker::from(Arc::clone(&second));
+        assert!(armed.poll(&mut Context::from_waker(&waker)).is_pending());
+        assert_eq!(gate.polls.load(Ordering::SeqCst), 2);
+
+        gate.open();
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            second.0.load(Ordering::SeqCst),
+            1,
+            "only the latest task is woken"
+        );
+    }
+
+    #[test]
+    fn get_mut_forces_the_next_poll() {
+        let gate = Arc::new(Gate::default());
+        let task = Arc::new(Task::default());
+        let waker = Waker::from(Arc::clone(&task));
+        let mut cx = Context::from_waker(&waker);
+        let mut armed = Armed::new(GateFuture(Arc::clone(&gate)));
+
+        assert!(armed.poll(&mut cx).is_pending());
+        // Changed in place, as a timer's reset is: no wake-up comes, yet the next poll must
+        // see the change.
+        armed.get_mut().0.open.store(true, Ordering::SeqCst);
+        assert!(armed.poll(&mut cx).is_ready());
+        assert_eq!(gate.polls.load(Ordering::SeqCst), 2);
     }
 }

@@ -985,3 +985,82 @@ async fn interrupted_streams_keep_partial_text_only() {
     assert!(matches!(result.error, Some(Error::Interrupted { .. })));
     history::validate(&result.messages).unwrap();
 }
+
+/// Ask a helper agent, streaming its answer.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Ask {
+    /// The question.
+    question: String,
+}
+
+#[tokio::test]
+async fn a_run_streamed_inside_a_tool_keeps_its_events_apart_from_the_outer_run() {
+    // The inner model pauses between chunks, so the inner stream is polled many times from
+    // inside the outer run's poll, each time with the outer run's events half made.
+    let inner_model = ScriptedModel::new([
+        Turn::text("inner answer, in pieces").with_chunk_delay(Duration::from_millis(2))
+    ]);
+    let inner_events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&inner_events);
+    let ask = Tool::function("ask", "Ask a helper", move |a: Ask| {
+        let (model, seen) = (inner_model.clone(), Arc::clone(&seen));
+        async move {
+            let helper = Agent::builder(model).build();
+            let mut events = helper.run_stream(a.question);
+            let mut text = String::new();
+            while let Some(event) = events.next().await {
+                if let RunEvent::TextDelta { text: delta } = &event {
+                    text.push_str(delta);
+                }
+                seen.lock().unwrap().push(event_name(&event));
+            }
+            Ok::<_, String>(text)
+        }
+    });
+    let outer_model = ScriptedModel::new([
+        Turn::tool_call("ask", json!({"question": "what?"})),
+        Turn::text("outer answer").with_chunk_delay(Duration::from_millis(1)),
+    ]);
+    let agent = Agent::builder(outer_model).tool(ask).build();
+
+    let events: Vec<RunEvent> = agent.run_stream("go").collect().await;
+    let names: Vec<&str> = events.iter().map(event_name).collect();
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "outer answer");
+    assert_eq!(names.iter().filter(|n| **n == "run_start").count(), 1);
+    assert_eq!(names.last(), Some(&"run_finish"));
+    let Some(RunEvent::ToolCallResult { result, .. }) = events
+        .iter()
+        .find(|e| matches!(e, RunEvent::ToolCallResult { .. }))
+    else {
+        panic!("no tool result in {names:?}");
+    };
+    assert_eq!(result.content.to_text(), "inner answer, in pieces");
+
+    let inner = inner_events.lock().unwrap().clone();
+    assert_eq!(inner.first(), Some(&"run_start"));
+    assert_eq!(inner.last(), Some(&"run_finish"));
+    assert_eq!(inner.iter().filter(|n| **n == "run_start").count(), 1);
+}
+
+fn event_name(event: &RunEvent) -> &'static str {
+    match event {
+        RunEvent::RunStart => "run_start",
+        RunEvent::StepStart { .. } => "step_start",
+        RunEvent::TextDelta { .. } => "text_delta",
+        RunEvent::ThinkingDelta { .. } => "thinking_delta",
+        RunEvent::ToolCallStart { .. } => "tool_call_start",
+        RunEvent::ToolCallDelta { .. } => "tool_call_delta",
+        RunEvent::ToolCallReady { .. } => "tool_call_ready",
+        RunEvent::ToolCallResult { .. } => "tool_call_result",
+        RunEvent::StepFinish { .. } => "step_finish",
+        RunEvent::Error { .. } => "error",
+        RunEvent::RunFinish { .. } => "run_finish",
+    }
+}

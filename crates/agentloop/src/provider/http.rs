@@ -618,7 +618,7 @@ impl<D: SseDecoder> Reading<D> {
                 }
                 Poll::Pending => {}
             }
-            ready!(self.timer.poll_if(cx, |timer| timer.is_elapsed()));
+            ready!(self.timer.poll(cx));
             // Re-armed only when it fires, never per chunk.
             let deadline = later(self.last_chunk, self.idle);
             if deadline <= Instant::now() {

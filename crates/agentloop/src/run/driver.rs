@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::events;
 use super::hooks::{StepInfo, StopInfo, ToolDecision};
 use super::machine::{Action, Machine};
 use super::options::RunOptions;
@@ -49,38 +50,12 @@ impl ToolSet {
     }
 }
 
-/// Where a streamed run's events go; a blocking run has none.
-pub(crate) type Sink = Option<Arc<EventQueue>>;
-
-/// Events the driver has produced and the stream has not handed out yet.
-///
-/// The driver only runs inside the stream's own `poll_next`, so the stream finds every event
-/// right after polling it: a plain queue is enough, with no channel and no waker per event.
-#[derive(Default)]
-pub(crate) struct EventQueue(std::sync::Mutex<std::collections::VecDeque<RunEvent>>);
-
-impl EventQueue {
-    pub(crate) fn push(&self, event: RunEvent) {
-        // A poisoned lock only means a panic elsewhere; the queue itself is still whole.
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push_back(event);
-    }
-
-    pub(crate) fn pop(&self) -> Option<RunEvent> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop_front()
-    }
-}
-
 pub(crate) struct Driver {
     pub(crate) provider: Arc<dyn Provider>,
     pub(crate) tools: ToolSet,
     pub(crate) options: RunOptions,
-    pub(crate) sink: Sink,
+    /// Whether events are wanted: a streamed run's driver pushes them to [`events`].
+    pub(crate) streamed: bool,
 }
 
 /// Why a model call did not give a response.
@@ -96,11 +71,6 @@ struct StopSignal<'a> {
 }
 
 impl StopSignal<'_> {
-    /// Whether [`Self::wait`] may have finished; `false` means it surely has not.
-    fn may_have_stopped(&self) -> bool {
-        self.cancel.is_cancelled() || self.deadline.is_some_and(|at| at <= Instant::now())
-    }
-
     async fn wait(&self) -> RunStopReason {
         let timeout = async {
             match self.deadline {
@@ -125,8 +95,8 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 impl Driver {
     fn emit(&self, event: impl FnOnce() -> RunEvent) {
-        if let Some(sink) = &self.sink {
-            sink.push(event());
+        if self.streamed {
+            events::push(event());
         }
     }
 
@@ -300,7 +270,7 @@ impl Driver {
         request: &Request,
         stop: &StopSignal<'_>,
     ) -> Result<Response, ModelFailure> {
-        if self.sink.is_none() {
+        if !self.streamed {
             let call = self.provider.complete(request);
             return tokio::select! {
                 biased;
@@ -315,21 +285,20 @@ impl Driver {
         let idle = self.options.idle_timeout;
         // One timer for both first-chunk and idle timeouts: it is re-armed when it fires (and
         // once at the first event), never per event.
-        let timer = tokio::time::sleep(first.or(idle).unwrap_or(FAR));
-        tokio::pin!(timer);
+        let timer = std::pin::pin!(tokio::time::sleep(first.or(idle).unwrap_or(FAR)));
+        let mut timer = Armed::new(timer);
         // Without either timeout the timer is never polled and the clock never read per event.
         let timed = first.is_some() || idle.is_some();
         let mut last_event: Option<Instant> = None;
         // One stop future for the whole call: a fresh one per event would register with and
-        // leave the cancellation token's waiter list (a lock each way) for every event. Once
-        // it holds this task's waker it is polled again only when the token is cancelled or
-        // the deadline has passed.
+        // leave the cancellation token's waiter list (a lock each way) for every event. Armed,
+        // it is polled again only once the token or the deadline woke it.
         let stopped = std::pin::pin!(stop.wait());
         let mut stopped = Armed::new(stopped);
         loop {
             tokio::select! {
                 biased;
-                reason = std::future::poll_fn(|cx| stopped.poll_if(cx, |_| stop.may_have_stopped())) => {
+                reason = std::future::poll_fn(|cx| stopped.poll(cx)) => {
                     acc.set_provider(self.provider.name());
                     return Err(ModelFailure::Stopped(reason, Some(acc.finish())));
                 }
@@ -340,7 +309,7 @@ impl Driver {
                         if timed {
                             let now = Instant::now();
                             if last_event.is_none() {
-                                timer.as_mut().reset(later(now, idle.unwrap_or(FAR)));
+                                timer.get_mut().as_mut().reset(later(now, idle.unwrap_or(FAR)));
                             }
                             last_event = Some(now);
                         }
@@ -348,7 +317,7 @@ impl Driver {
                         self.forward(event);
                     }
                 },
-                () = &mut timer, if timed => {
+                () = std::future::poll_fn(|cx| timer.poll(cx)), if timed => {
                     match (last_event, idle) {
                         (None, _) => {
                             let after = first.or(idle).unwrap_or(FAR);
@@ -362,9 +331,9 @@ impl Driver {
                                     after: idle,
                                 }));
                             }
-                            timer.as_mut().reset(later(last, idle));
+                            timer.get_mut().as_mut().reset(later(last, idle));
                         }
-                        (Some(_), None) => timer.as_mut().reset(later(Instant::now(), FAR)),
+                        (Some(_), None) => timer.get_mut().as_mut().reset(later(Instant::now(), FAR)),
                     }
                 }
             }
@@ -374,7 +343,7 @@ impl Driver {
     }
 
     fn forward(&self, event: StreamEvent) {
-        if self.sink.is_none() {
+        if !self.streamed {
             return;
         }
         let event = match event {

@@ -6,12 +6,14 @@
 //! Most code uses [`crate::Agent`] instead of these functions.
 
 mod driver;
+mod events;
 mod hooks;
 mod machine;
 mod options;
 mod outcome;
 mod result;
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -25,6 +27,7 @@ pub use options::{Limits, RunOptions, StopCondition};
 pub use outcome::ToolOutcome;
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
 
+use crate::armed::Armed;
 use crate::error::{Error, Result};
 use crate::message::{Request, Role};
 use crate::provider::Provider;
@@ -72,7 +75,7 @@ pub async fn run(
 ) -> Result<RunResult> {
     let tools = ToolSet::new(tools);
     let machine = start(request, &tools, &options).await?;
-    Ok(resume(provider, machine, tools, options, None).await)
+    Ok(resume(provider, machine, tools, options, false).await)
 }
 
 /// Continue a saved machine (see [`Machine`]) to the end.
@@ -82,7 +85,7 @@ pub async fn run_machine(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> RunResult {
-    resume(provider, machine, ToolSet::new(tools), options, None).await
+    resume(provider, machine, ToolSet::new(tools), options, false).await
 }
 
 fn resume(
@@ -90,13 +93,13 @@ fn resume(
     machine: Machine,
     tools: ToolSet,
     options: RunOptions,
-    sink: driver::Sink,
+    streamed: bool,
 ) -> impl Future<Output = RunResult> + Send + 'static {
     let driver = Driver {
         provider,
         tools,
         options,
-        sink,
+        streamed,
     };
     driver.drive(machine)
 }
@@ -109,31 +112,31 @@ pub fn run_stream(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> RunStream {
-    let events = Arc::new(driver::EventQueue::default());
-    let sink = Arc::clone(&events);
     let driver = async move {
         let tools = ToolSet::new(tools);
         match start(request, &tools, &options).await {
             Ok(machine) => {
-                let result =
-                    resume(provider, machine, tools, options, Some(Arc::clone(&sink))).await;
-                sink.push(RunEvent::RunFinish {
+                let result = resume(provider, machine, tools, options, true).await;
+                events::push(RunEvent::RunFinish {
                     result: Box::new(result),
                 });
             }
-            Err(error) => sink.push(RunEvent::Error { error }),
+            Err(error) => events::push(RunEvent::Error { error }),
         }
     };
     RunStream {
-        events,
-        driver: Some(driver.boxed()),
+        events: VecDeque::new(),
+        driver: Some(Armed::new(driver.boxed())),
     }
 }
 
 /// A streamed run. Polling it drives the run; no task is spawned for the loop itself.
 pub struct RunStream {
-    events: Arc<driver::EventQueue>,
-    driver: Option<BoxFuture<'static, ()>>,
+    /// Made by the driver, not handed out yet.
+    events: VecDeque<RunEvent>,
+    /// Armed: a poll that finds no event left re-enters the run only if it woke since, not
+    /// after every event it handed out.
+    driver: Option<Armed<BoxFuture<'static, ()>>>,
 }
 
 impl std::fmt::Debug for RunStream {
@@ -164,24 +167,23 @@ impl Stream for RunStream {
     type Item = RunEvent;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
+        let this = &mut *self;
         loop {
-            if let Some(event) = self.events.pop() {
+            if let Some(event) = this.events.pop_front() {
                 return Poll::Ready(Some(event));
             }
-            match self.driver.as_mut() {
-                Some(driver) => match driver.poll_unpin(cx) {
-                    Poll::Ready(()) => {
-                        self.driver = None;
-                    }
-                    // Events pushed before the driver paused are handed out first.
-                    Poll::Pending => {
-                        return match self.events.pop() {
-                            Some(event) => Poll::Ready(Some(event)),
-                            None => Poll::Pending,
-                        };
-                    }
-                },
-                None => return Poll::Ready(self.events.pop()),
+            let Some(driver) = this.driver.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match events::lend(&mut this.events, || driver.poll(cx)) {
+                Poll::Ready(()) => this.driver = None,
+                // Events made before the driver paused are handed out first.
+                Poll::Pending => {
+                    return match this.events.pop_front() {
+                        Some(event) => Poll::Ready(Some(event)),
+                        None => Poll::Pending,
+                    };
+                }
             }
         }
     }
