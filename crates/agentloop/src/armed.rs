@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// A future and the wake-ups it has sent since its last poll.
@@ -20,7 +20,7 @@ pub(crate) struct Armed<F> {
     /// `signal` as a waker, built once: futures that keep a waker compare it with
     /// `Waker::will_wake` and find it unchanged, so they never clone it again.
     waker: Waker,
-    /// The task waker `signal` forwards to, kept here to compare without a lock.
+    /// The task waker `signal` forwards to, kept here to compare without atomics.
     task: Option<Waker>,
 }
 
@@ -37,8 +37,29 @@ impl<F> std::fmt::Debug for Armed<F> {
 struct Signal {
     /// Set by every wake-up; cleared just before the future is polled.
     woken: AtomicBool,
-    /// Where wake-ups go on. Locked only to wake (rare) and when the task changes.
-    task: Mutex<Option<Waker>>,
+    /// The first task to poll: nearly always the only one, so waking it takes no lock.
+    first: OnceLock<Waker>,
+    /// Set while a task other than `first` polls the future; it waits in `other`.
+    moved: AtomicBool,
+    other: Mutex<Option<Waker>>,
+}
+
+impl Signal {
+    /// Make `task` the one wake-ups go to. Only [`Armed::poll`] calls this, with `&mut`.
+    fn register(&self, task: &Waker) {
+        match self.first.get() {
+            None => {
+                // Cannot fail: `Armed::poll` is the only writer and holds `&mut`.
+                let _ = self.first.set(task.clone());
+            }
+            Some(first) if first.will_wake(task) => self.moved.store(false, Ordering::Release),
+            Some(_) => {
+                // A poisoned lock only means a panic elsewhere; the slot is still whole.
+                *self.other.lock().unwrap_or_else(PoisonError::into_inner) = Some(task.clone());
+                self.moved.store(true, Ordering::Release);
+            }
+        }
+    }
 }
 
 impl Wake for Signal {
@@ -48,13 +69,16 @@ impl Wake for Signal {
 
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
-        // A poisoned lock only means a panic elsewhere; the waker inside is still whole.
-        if let Some(task) = self
-            .task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
+        if self.moved.load(Ordering::Acquire) {
+            if let Some(task) = self
+                .other
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+            {
+                task.wake_by_ref();
+            }
+        } else if let Some(task) = self.first.get() {
             task.wake_by_ref();
         }
     }
@@ -65,7 +89,7 @@ impl<F: Future + Unpin> Armed<F> {
         let signal = Arc::new(Signal {
             // The first poll must happen.
             woken: AtomicBool::new(true),
-            task: Mutex::default(),
+            ..Signal::default()
         });
         Self {
             future,
@@ -78,21 +102,30 @@ impl<F: Future + Unpin> Armed<F> {
     /// Poll the future if it woke since its last poll or the task polling it changed;
     /// otherwise it is still pending and will wake this task when it can progress.
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<F::Output> {
+        if self.wants_poll(cx) {
+            self.poll_now()
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Whether a poll could make progress: the future woke since its last poll, or `cx`
+    /// belongs to a task it did not know (which is now the one it wakes).
+    pub(crate) fn wants_poll(&mut self, cx: &Context<'_>) -> bool {
         let same_task = self
             .task
             .as_ref()
             .is_some_and(|task| task.will_wake(cx.waker()));
         if !same_task {
-            let task = cx.waker().clone();
-            *self
-                .signal
-                .task
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(task.clone());
-            self.task = Some(task);
-        } else if !self.signal.woken.load(Ordering::Acquire) {
-            return Poll::Pending;
+            self.signal.register(cx.waker());
+            self.task = Some(cx.waker().clone());
+            return true;
         }
+        self.signal.woken.load(Ordering::Acquire)
+    }
+
+    /// Poll the future now; its wake-ups reach the task of the last [`Self::wants_poll`].
+    pub(crate) fn poll_now(&mut self) -> Poll<F::Output> {
         // Cleared before polling, so a wake-up during or after the poll is never lost.
         self.signal.woken.store(false, Ordering::SeqCst);
         Pin::new(&mut self.future).poll(&mut Context::from_waker(&self.waker))
@@ -189,10 +222,24 @@ mod tests {
         assert!(armed.poll(&mut Context::from_waker(&waker)).is_pending());
         assert_eq!(gate.polls.load(Ordering::SeqCst), 2);
 
-        gate.open();
+        // A wake-up now goes to the second task only.
+        let stored = gate.waker.lock().unwrap().clone().unwrap();
+        stored.wake_by_ref();
         assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+
+        let waker = Waker::from(Arc::clone(&first));
+        assert!(armed.poll(&mut Context::from_waker(&waker)).is_pending());
         assert_eq!(
-            second.0.load(Ordering::SeqCst),
+            gate.polls.load(Ordering::SeqCst),
+            3,
+            "back to the first task"
+        );
+
+        gate.open();
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            first.0.load(Ordering::SeqCst),
             1,
             "only the latest task is woken"
         );

@@ -175,7 +175,10 @@ impl Stream for RunStream {
             let Some(driver) = this.driver.as_mut() else {
                 return Poll::Ready(None);
             };
-            match events::lend(&mut this.events, || driver.poll(cx)) {
+            if !driver.wants_poll(cx) {
+                return Poll::Pending;
+            }
+            match events::lend(&mut this.events, || driver.poll_now()) {
                 Poll::Ready(()) => this.driver = None,
                 // Events made before the driver paused are handed out first.
                 Poll::Pending => {
