@@ -78,6 +78,9 @@ pub enum StreamEvent {
     },
 }
 
+/// Bytes a text block being assembled starts with room for.
+const TEXT_BLOCK_START: usize = 256;
+
 /// Builds a [`Response`] from stream events. Arguments are appended to one buffer per call and
 /// parsed once, at the end.
 #[derive(Debug, Default)]
@@ -175,7 +178,11 @@ impl Accumulator {
         }
         self.close_open();
         self.open_text = Some(self.content.len());
-        self.content.push(ContentBlock::text(text));
+        // Deltas are a few bytes and answers hundreds: starting with room skips the first
+        // five or so doublings of the block (a reallocation and a copy each).
+        let mut open = String::with_capacity(text.len().max(TEXT_BLOCK_START));
+        open.push_str(text);
+        self.content.push(ContentBlock::Text { text: open });
     }
 
     fn push_thinking(&mut self, text: &str, signature: Option<&String>) {
