@@ -184,13 +184,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_pending_future_is_polled_again_only_after_it_woke_the_task() {
+    /// A closed gate armed, and one task to poll it from.
+    fn armed_gate() -> (Arc<Gate>, Arc<Task>, Waker, Armed<GateFuture>) {
         let gate = Arc::new(Gate::default());
         let task = Arc::new(Task::default());
         let waker = Waker::from(Arc::clone(&task));
+        let armed = Armed::new(GateFuture(Arc::clone(&gate)));
+        (gate, task, waker, armed)
+    }
+
+    #[test]
+    fn a_pending_future_is_polled_again_only_after_it_woke_the_task() {
+        let (gate, task, waker, mut armed) = armed_gate();
         let mut cx = Context::from_waker(&waker);
-        let mut armed = Armed::new(GateFuture(Arc::clone(&gate)));
 
         assert!(armed.poll(&mut cx).is_pending());
         assert!(armed.poll(&mut cx).is_pending());
@@ -247,11 +253,8 @@ mod tests {
 
     #[test]
     fn get_mut_forces_the_next_poll() {
-        let gate = Arc::new(Gate::default());
-        let task = Arc::new(Task::default());
-        let waker = Waker::from(Arc::clone(&task));
+        let (gate, _task, waker, mut armed) = armed_gate();
         let mut cx = Context::from_waker(&waker);
-        let mut armed = Armed::new(GateFuture(Arc::clone(&gate)));
 
         assert!(armed.poll(&mut cx).is_pending());
         // Changed in place, as a timer's reset is: no wake-up comes, yet the next poll must

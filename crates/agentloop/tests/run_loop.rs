@@ -788,6 +788,9 @@ async fn run_stream_emits_the_exact_event_sequence() {
         .tool(weather_tool(Default::default()))
         .build();
     let events: Vec<RunEvent> = agent.run_stream("Weather?").collect().await;
+    for event in &events {
+        assert_eq!(serde_json::to_value(event).unwrap()["type"], event.kind());
+    }
     let names: Vec<String> = events
         .iter()
         .map(|e| match e {
@@ -1012,7 +1015,7 @@ async fn a_run_streamed_inside_a_tool_keeps_its_events_apart_from_the_outer_run(
                 if let RunEvent::TextDelta { text: delta } = &event {
                     text.push_str(delta);
                 }
-                seen.lock().unwrap().push(event_name(&event));
+                seen.lock().unwrap().push(event.kind());
             }
             Ok::<_, String>(text)
         }
@@ -1024,7 +1027,7 @@ async fn a_run_streamed_inside_a_tool_keeps_its_events_apart_from_the_outer_run(
     let agent = Agent::builder(outer_model).tool(ask).build();
 
     let events: Vec<RunEvent> = agent.run_stream("go").collect().await;
-    let names: Vec<&str> = events.iter().map(event_name).collect();
+    let names: Vec<&str> = events.iter().map(RunEvent::kind).collect();
     let text: String = events
         .iter()
         .filter_map(|e| match e {
@@ -1047,20 +1050,4 @@ async fn a_run_streamed_inside_a_tool_keeps_its_events_apart_from_the_outer_run(
     assert_eq!(inner.first(), Some(&"run_start"));
     assert_eq!(inner.last(), Some(&"run_finish"));
     assert_eq!(inner.iter().filter(|n| **n == "run_start").count(), 1);
-}
-
-fn event_name(event: &RunEvent) -> &'static str {
-    match event {
-        RunEvent::RunStart => "run_start",
-        RunEvent::StepStart { .. } => "step_start",
-        RunEvent::TextDelta { .. } => "text_delta",
-        RunEvent::ThinkingDelta { .. } => "thinking_delta",
-        RunEvent::ToolCallStart { .. } => "tool_call_start",
-        RunEvent::ToolCallDelta { .. } => "tool_call_delta",
-        RunEvent::ToolCallReady { .. } => "tool_call_ready",
-        RunEvent::ToolCallResult { .. } => "tool_call_result",
-        RunEvent::StepFinish { .. } => "step_finish",
-        RunEvent::Error { .. } => "error",
-        RunEvent::RunFinish { .. } => "run_finish",
-    }
 }

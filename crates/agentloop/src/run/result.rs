@@ -202,3 +202,22 @@ pub enum RunEvent {
         result: Box<RunResult>,
     },
 }
+
+impl RunEvent {
+    /// The event's snake_case name: its `type` when serialized.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::RunStart => "run_start",
+            Self::StepStart { .. } => "step_start",
+            Self::TextDelta { .. } => "text_delta",
+            Self::ThinkingDelta { .. } => "thinking_delta",
+            Self::ToolCallStart { .. } => "tool_call_start",
+            Self::ToolCallDelta { .. } => "tool_call_delta",
+            Self::ToolCallReady { .. } => "tool_call_ready",
+            Self::ToolCallResult { .. } => "tool_call_result",
+            Self::StepFinish { .. } => "step_finish",
+            Self::Error { .. } => "error",
+            Self::RunFinish { .. } => "run_finish",
+        }
+    }
+}
