@@ -20,6 +20,7 @@ use crate::armed::Armed;
 use crate::deadline::later;
 use crate::error::{Error, Result, TimeoutKind};
 use crate::provider::EventStream;
+use crate::provider::rendered::RenderedTools;
 use crate::sse::{SseEvent, SseParser};
 use crate::stream::StreamEvent;
 
@@ -192,6 +193,7 @@ struct Shared {
     /// request.
     endpoints: Mutex<Vec<(String, reqwest::Url)>>,
     body_size: BodySize,
+    rendered_tools: RenderedTools,
 }
 
 /// Serializes request bodies into a buffer about the size of the last one. A run's requests
@@ -263,6 +265,7 @@ impl Transport {
                 map_error,
                 endpoints: Mutex::default(),
                 body_size: BodySize::default(),
+                rendered_tools: RenderedTools::default(),
             }),
         })
     }
@@ -275,6 +278,11 @@ impl Transport {
     /// The serializer for this transport's request bodies.
     pub(crate) fn body_size(&self) -> &BodySize {
         &self.inner.body_size
+    }
+
+    /// The wire forms of the tool definitions sent through this transport.
+    pub(crate) fn rendered_tools(&self) -> &RenderedTools {
+        &self.inner.rendered_tools
     }
 
     fn url(&self, path: &str) -> String {

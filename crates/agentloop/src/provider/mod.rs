@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod http;
 pub mod openai;
+mod rendered;
 pub mod replay;
 pub mod route;
 mod scan;

@@ -206,7 +206,13 @@ impl Anthropic {
 
     /// Serialize `request` the way it would be sent (with `stream: true` when `stream`).
     pub fn prepare(&self, request: &Request, stream: bool) -> Result<WireRequest> {
-        let built = request::build(request, &self.options, stream, self.transport.body_size())?;
+        let built = request::build(
+            request,
+            &self.options,
+            stream,
+            self.transport.body_size(),
+            self.transport.rendered_tools(),
+        )?;
         let mut headers = HeaderMap::new();
         if !built.betas.is_empty() {
             let mut betas: Vec<&str> = self.configured_betas.iter().map(String::as_str).collect();

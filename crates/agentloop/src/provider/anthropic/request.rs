@@ -2,16 +2,19 @@
 //! request (no intermediate `serde_json::Value` for the history).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{AnthropicOptions, ForeignThinking, PROVIDER_NAME};
 use crate::error::{Error, Result};
 use crate::message::{ContentBlock, ImageSource, Request, Role, ToolResult, ToolResultContent};
 use crate::provider::http::BodySize;
+use crate::provider::rendered::RenderedTools;
 use crate::tool::schema::inline_refs;
 use crate::tool::{NativeTool, ToolChoice, ToolDefinition};
 
@@ -35,13 +38,14 @@ pub(super) fn build(
     options: &AnthropicOptions,
     stream: bool,
     body_size: &BodySize,
+    rendered: &RenderedTools,
 ) -> Result<Built> {
     let (system, messages) = messages(request, options);
     let mut betas = Vec::new();
     let tools = request
         .tools
         .iter()
-        .map(|tool| wire_tool(tool, options, &mut betas))
+        .map(|tool| wire_tool(tool, options, &mut betas, rendered))
         .collect::<Result<Vec<_>>>()?;
     let body = Body {
         model: &request.model,
@@ -80,7 +84,7 @@ struct Body<'a> {
     top_p: Option<f32>,
     top_k: Option<u32>,
     stop_sequences: &'a [String],
-    tools: Vec<WireTool<'a>>,
+    tools: Vec<WireTool>,
     tool_choice: Option<WireToolChoice<'a>>,
     metadata: Option<Metadata<'a>>,
     stream: bool,
@@ -335,27 +339,37 @@ fn tool_result(result: &ToolResult) -> TypedBlock<'_> {
 
 #[derive(Serialize)]
 #[serde(untagged)]
-enum WireTool<'a> {
-    Function {
-        name: &'a str,
-        #[serde(skip_serializing_if = "str::is_empty")]
-        description: &'a str,
-        input_schema: Cow<'a, Value>,
-    },
+enum WireTool {
+    /// A function tool's wire form, rendered once per provider (see [`RenderedTools`]).
+    Function(Arc<RawValue>),
     Native(Value),
 }
 
-fn wire_tool<'a>(
-    tool: &'a ToolDefinition,
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    input_schema: Cow<'a, Value>,
+}
+
+fn wire_tool(
+    tool: &ToolDefinition,
     options: &AnthropicOptions,
     betas: &mut Vec<&'static str>,
-) -> Result<WireTool<'a>> {
+    rendered: &RenderedTools,
+) -> Result<WireTool> {
     match tool {
-        ToolDefinition::Function(function) => Ok(WireTool::Function {
-            name: &function.name,
-            description: &function.description,
-            input_schema: shape_schema(&function.input_schema),
-        }),
+        ToolDefinition::Function(function) => rendered
+            .get(function, |function| {
+                serde_json::value::to_raw_value(&WireFunction {
+                    name: &function.name,
+                    description: &function.description,
+                    input_schema: shape_schema(&function.input_schema),
+                })
+            })
+            .map(WireTool::Function)
+            .map_err(|e| Error::parse("Anthropic tool definition while serializing it", e)),
         ToolDefinition::Native(native) => native_tool(native, options, betas).map(WireTool::Native),
     }
 }

@@ -390,7 +390,13 @@ impl OpenAi {
 
     /// The exact body this provider sends for `request`.
     pub fn request_body(&self, request: &Request, stream: bool) -> Result<Bytes> {
-        request::build(request, &self.options, stream, self.transport.body_size())
+        request::build(
+            request,
+            &self.options,
+            stream,
+            self.transport.body_size(),
+            self.transport.rendered_tools(),
+        )
     }
 }
 

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{OpenAiOptions, Preset};
@@ -18,21 +19,31 @@ use crate::message::{
     ContentBlock, ImageSource, Message, Request, Role, ToolResult, ToolResultContent,
 };
 use crate::provider::http::BodySize;
+use crate::provider::rendered::RenderedTools;
 use crate::tool::schema::{inline_refs, openai_strict};
 use crate::tool::{FunctionDefinition, NativeTool, ToolChoice, ToolDefinition};
 
-/// Serialize `request` for `POST /chat/completions`.
+/// Serialize `request` for `POST /chat/completions`; function tools come from `rendered`.
 pub(crate) fn build(
     request: &Request,
     options: &OpenAiOptions,
     stream: bool,
     body_size: &BodySize,
+    rendered: &RenderedTools,
 ) -> Result<Bytes> {
+    let unserializable =
+        |e: serde_json::Error| Error::config(format!("could not serialize the request body: {e}"));
     let mut tools = Vec::with_capacity(request.tools.len());
     let mut web_search = None;
     for tool in &request.tools {
         match tool {
-            ToolDefinition::Function(function) => tools.push(WireTool::new(function)),
+            ToolDefinition::Function(function) => tools.push(
+                rendered
+                    .get(function, |f| {
+                        serde_json::value::to_raw_value(&WireTool::new(f))
+                    })
+                    .map_err(unserializable)?,
+            ),
             ToolDefinition::Native(native) => web_search = Some(native_tool(native, options)?),
         }
     }
@@ -41,12 +52,10 @@ pub(crate) fn build(
         options,
         stream,
         messages: messages(request, options),
-        tools,
+        tools: tools.iter().map(|tool| &**tool).collect(),
         web_search,
     };
-    body_size
-        .serialize(&body)
-        .map_err(|e| Error::config(format!("could not serialize the request body: {e}")))
+    body_size.serialize(&body).map_err(unserializable)
 }
 
 /// Native tools: only OpenAI's web search exists in Chat Completions, as `web_search_options`
@@ -104,7 +113,7 @@ struct Body<'a> {
     options: &'a OpenAiOptions,
     stream: bool,
     messages: Vec<WireMessage<'a>>,
-    tools: Vec<WireTool<'a>>,
+    tools: Vec<&'a RawValue>,
     web_search: Option<WebSearchOptions<'a>>,
 }
 
