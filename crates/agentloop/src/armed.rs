@@ -45,11 +45,11 @@ struct Signal {
 }
 
 impl Signal {
-    /// Make `task` the one wake-ups go to. Only [`Armed::poll`] calls this, with `&mut`.
+    /// Make `task` the one wake-ups go to. Only [`Armed::wants_poll`] calls this, with `&mut`.
     fn register(&self, task: &Waker) {
         match self.first.get() {
             None => {
-                // Cannot fail: `Armed::poll` is the only writer and holds `&mut`.
+                // Cannot fail: `Armed::wants_poll` is the only writer and holds `&mut`.
                 let _ = self.first.set(task.clone());
             }
             Some(first) if first.will_wake(task) => self.moved.store(false, Ordering::Release),
