@@ -180,13 +180,9 @@ impl Stream for RunStream {
             }
             match events::lend(&mut this.events, || driver.poll_now()) {
                 Poll::Ready(()) => this.driver = None,
+                Poll::Pending if this.events.is_empty() => return Poll::Pending,
                 // Events made before the driver paused are handed out first.
-                Poll::Pending => {
-                    return match this.events.pop_front() {
-                        Some(event) => Poll::Ready(Some(event)),
-                        None => Poll::Pending,
-                    };
-                }
+                Poll::Pending => {}
             }
         }
     }

@@ -6,6 +6,7 @@
 //! (`CreateChatCompletionRequest` in openai/openai-openapi, v2.3.0).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -52,7 +53,7 @@ pub(crate) fn build(
         options,
         stream,
         messages: messages(request, options),
-        tools: tools.iter().map(|tool| &**tool).collect(),
+        tools,
         web_search,
     };
     body_size.serialize(&body).map_err(unserializable)
@@ -113,7 +114,8 @@ struct Body<'a> {
     options: &'a OpenAiOptions,
     stream: bool,
     messages: Vec<WireMessage<'a>>,
-    tools: Vec<&'a RawValue>,
+    /// Rendered once per provider (see [`RenderedTools`]).
+    tools: Vec<Arc<RawValue>>,
     web_search: Option<WebSearchOptions<'a>>,
 }
 
