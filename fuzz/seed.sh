@@ -73,6 +73,14 @@ chat_seed '{"message":"hi","extra":true}'
 chat_seed '{"id":"chat1","messages":[{"role":"user","parts":[{"type":"text","text":"hello"}]}],"trigger":"submit-message"}'
 chat_seed '{"id":"chat1","messages":[{"role":"user","parts":[{"type":"file","mediaType":"image/png","url":"data:image/png;base64,iVBORw0KGgo="}]}]}'
 
+# Tool arguments: JSON documents as models write them, escapes and numbers included.
+mkdir -p corpus/tool_arguments
+arguments_seed() { printf '%s' "$1" >"corpus/tool_arguments/$(printf '%s' "$1" | sha1sum | cut -c1-16)"; }
+arguments_seed '{"city":"Paris","units":"celsius"}'
+arguments_seed '{"path": "src/main.rs", "lines": ["fn line_0() { println!(\"0\"); }", "// end"]}'
+arguments_seed '{"query":"caf\u00e9 \ud83d\ude00","max_price":250.5,"nights":-2,"flags":[true,false,null],"nested":{"a":{"b":[1e3,0,-0]}}}'
+arguments_seed '{"a":1,"a":2}'
+
 for dir in corpus/*/; do
   echo "$(basename "$dir"): $(find "$dir" -type f | wc -l) seeds"
 done

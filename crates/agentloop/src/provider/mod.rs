@@ -9,7 +9,7 @@ pub mod openai;
 mod rendered;
 pub mod replay;
 pub mod route;
-mod scan;
+pub(crate) mod scan;
 
 use std::pin::Pin;
 use std::sync::Arc;

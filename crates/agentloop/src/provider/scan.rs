@@ -8,6 +8,8 @@
 
 use std::borrow::Cow;
 
+use serde_json::{Map, Number, Value};
+
 #[cfg(test)]
 pub(super) mod strategies;
 
@@ -17,20 +19,29 @@ const MAX_DEPTH: u8 = 64;
 const ONES: u64 = u64::from_le_bytes([1; 8]);
 const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
 
-/// The first byte at or after `from` that ends a run of string characters: `"`, `\\` or a
-/// control character. Eight bytes at a time: a byte's high bit marks a match, and the lowest
-/// marked byte is exact (borrows only ever mark bytes above a real match).
+/// Marks, in each byte's high bit, the bytes of `word` that end a run of string characters:
+/// `"`, `\\` or a control character. The lowest marked byte is exact (borrows only ever mark
+/// bytes above a real match).
+#[inline]
+fn stop_marks(word: u64) -> u64 {
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    let marks = (quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash)
+        | (word.wrapping_sub(ONES * 0x20) & !word);
+    marks & HIGHS
+}
+
+fn is_stop(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
+/// The first byte at or after `from` that ends a run of string characters, eight bytes at a
+/// time.
 #[inline]
 fn next_stop(bytes: &[u8], mut from: usize) -> Option<usize> {
-    let is_stop = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
     while let Some(word) = bytes.get(from..from + 8) {
-        let word = u64::from_le_bytes(word.try_into().ok()?);
-        let quote = word ^ (ONES * u64::from(b'"'));
-        let backslash = word ^ (ONES * u64::from(b'\\'));
-        let marks = (quote.wrapping_sub(ONES) & !quote)
-            | (backslash.wrapping_sub(ONES) & !backslash)
-            | (word.wrapping_sub(ONES * 0x20) & !word);
-        let marks = marks & HIGHS;
+        let marks = stop_marks(u64::from_le_bytes(word.try_into().ok()?));
         if marks != 0 {
             return Some(from + (marks.trailing_zeros() / 8) as usize);
         }
@@ -40,49 +51,158 @@ fn next_stop(bytes: &[u8], mut from: usize) -> Option<usize> {
     tail.iter().position(|&b| is_stop(b)).map(|at| from + at)
 }
 
-/// The text of a string body whose escapes `Scanner::string_end` checked, decoded as serde_json
-/// decodes it; `None` for a surrogate escape that is not a valid pair (left to serde).
-fn unescape(body: &str) -> Option<String> {
-    let mut out = String::with_capacity(body.len());
-    let mut rest = body;
-    while let Some(at) = memchr::memchr(b'\\', rest.as_bytes()) {
-        out.push_str(rest.get(..at)?);
-        let (decoded, used) = match *rest.as_bytes().get(at + 1)? {
-            b'"' => ('"', 2),
-            b'\\' => ('\\', 2),
-            b'/' => ('/', 2),
-            b'b' => ('\u{8}', 2),
-            b'f' => ('\u{c}', 2),
-            b'n' => ('\n', 2),
-            b'r' => ('\r', 2),
-            b't' => ('\t', 2),
-            b'u' => match hex4(rest.get(at + 2..at + 6)?)? {
-                lead @ 0xD800..=0xDBFF => {
-                    let trail = rest.get(at + 6..at + 12)?.strip_prefix("\\u")?;
-                    let trail = hex4(trail)?;
-                    if !(0xDC00..=0xDFFF).contains(&trail) {
-                        return None;
+/// The index of the closing quote of a string whose body starts at `from`, each escape checked
+/// as serde_json checks it.
+fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    loop {
+        i = next_stop(bytes, i)?;
+        match *bytes.get(i)? {
+            b'"' => return Some(i),
+            b'\\' => {
+                i += match *bytes.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
+                    b'u' => {
+                        let hex = bytes.get(i + 2..i + 6)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
+                        }
+                        6
                     }
-                    let code = 0x10000 + ((lead - 0xD800) << 10) + (trail - 0xDC00);
-                    (char::from_u32(code)?, 12)
-                }
-                code => (char::from_u32(code)?, 6),
-            },
+                    _ => return None,
+                };
+            }
+            // A control character, which JSON forbids inside strings.
             _ => return None,
-        };
-        out.push(decoded);
-        rest = rest.get(at + used..)?;
+        }
     }
-    out.push_str(rest);
-    Some(out)
 }
 
-/// Four hex digits (`from_str_radix` alone would also take a sign).
-fn hex4(digits: &str) -> Option<u32> {
-    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+/// Below this many bytes left in the text, a decoded string may take them all as capacity.
+const EXACT_BELOW: usize = 256;
+
+/// Decodes a string body that starts at `start` and whose first stop byte (not its closing
+/// quote) is at `stop`, as serde_json decodes it: the text and the index of the closing quote.
+/// `None` for anything serde_json rejects or that decodes to a lone surrogate (both left to
+/// serde). `scratch` is reused across the strings of one text.
+fn decode_escaped(
+    text: &str,
+    start: usize,
+    stop: usize,
+    scratch: &mut Vec<u8>,
+) -> Option<(String, usize)> {
+    let bytes = text.as_bytes();
+    // Decoding only shrinks text. In a stream's event the string is most of what is left, so
+    // the rest of the text bounds its length closely and the string is decoded in place. In a
+    // longer text (a whole document) it is decoded into `scratch` and then copied out, so that
+    // it holds no more than it needs.
+    let rest = bytes.len().saturating_sub(start);
+    if rest <= EXACT_BELOW {
+        let mut out = Vec::with_capacity(rest);
+        let end = decode_into(bytes, start, stop, &mut out)?;
+        return String::from_utf8(out).ok().map(|text| (text, end));
+    }
+    scratch.clear();
+    let end = decode_into(bytes, start, stop, scratch)?;
+    std::str::from_utf8(scratch)
+        .ok()
+        .map(|text| (text.to_owned(), end))
+}
+
+/// [`decode_escaped`]'s pass: appends the decoded body to `out`, checking escapes as it goes,
+/// and returns the index of the closing quote.
+///
+/// The bytes between escapes are copied eight at a time as they are searched, so a string
+/// dense with escapes (tool arguments are JSON inside a JSON string) costs little per escape.
+/// A word is copied whole and its bytes from the stop on are dropped again: a fixed-size copy
+/// is a single store. So `out` needs room for eight bytes more than the text left from `start`
+/// when that is all it may hold.
+#[inline]
+fn decode_into(bytes: &[u8], start: usize, stop: usize, out: &mut Vec<u8>) -> Option<usize> {
+    out.extend_from_slice(bytes.get(start..stop)?);
+    let mut at = stop;
+    loop {
+        match *bytes.get(at)? {
+            b'"' => return Some(at),
+            b'\\' => at = push_escape(bytes, at, out)?,
+            // A control character, which JSON forbids inside strings.
+            _ => return None,
+        }
+        loop {
+            let Some(word) = bytes.get(at..at + 8) else {
+                let tail = bytes.get(at..)?;
+                let len = tail.iter().position(|&b| is_stop(b))?;
+                out.extend_from_slice(tail.get(..len)?);
+                at += len;
+                break;
+            };
+            let word: [u8; 8] = word.try_into().ok()?;
+            out.extend_from_slice(&word);
+            let marks = stop_marks(u64::from_le_bytes(word));
+            if marks != 0 {
+                let len = (marks.trailing_zeros() / 8) as usize;
+                out.truncate(out.len() - (8 - len));
+                at += len;
+                break;
+            }
+            at += 8;
+        }
+    }
+}
+
+/// What each one-character escape (`\n`, `\"`, ...) decodes to, by the byte after the
+/// backslash; 0 for `u` and for bytes that are no escape. A table rather than a `match`: strings
+/// mix `\"` and `\\` unpredictably, and a jump table mispredicts on them.
+const SHORT_ESCAPES: [u8; 256] = {
+    let mut table = [0; 256];
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table[b'/' as usize] = b'/';
+    table[b'b' as usize] = 0x08;
+    table[b'f' as usize] = 0x0c;
+    table[b'n' as usize] = b'\n';
+    table[b'r' as usize] = b'\r';
+    table[b't' as usize] = b'\t';
+    table
+};
+
+/// Decodes the escape at `at` (a backslash) into `out`; the index after it.
+#[inline]
+fn push_escape(bytes: &[u8], at: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let kind = *bytes.get(at + 1)?;
+    let byte = SHORT_ESCAPES[usize::from(kind)];
+    if byte != 0 {
+        out.push(byte);
+        return Some(at + 2);
+    }
+    if kind != b'u' {
         return None;
     }
-    u32::from_str_radix(digits, 16).ok()
+    let (code, used) = match hex4(bytes.get(at + 2..at + 6)?)? {
+        lead @ 0xD800..=0xDBFF => {
+            let trail = bytes.get(at + 6..at + 12)?.strip_prefix(b"\\u")?;
+            let trail = hex4(trail)?;
+            if !(0xDC00..=0xDFFF).contains(&trail) {
+                return None;
+            }
+            (0x10000 + ((lead - 0xD800) << 10) + (trail - 0xDC00), 12)
+        }
+        code => (code, 6),
+    };
+    let mut buf = [0; 4];
+    out.extend_from_slice(char::from_u32(code)?.encode_utf8(&mut buf).as_bytes());
+    Some(at + used)
+}
+
+/// Four hex digits.
+fn hex4(digits: &[u8]) -> Option<u32> {
+    if digits.len() != 4 {
+        return None;
+    }
+    digits.iter().try_fold(0, |code, &b| {
+        let digit = char::from(b).to_digit(16)?;
+        Some(code << 4 | digit)
+    })
 }
 
 /// A cursor over one JSON text.
@@ -92,6 +212,8 @@ pub(super) struct Scanner<'a> {
     depth: u8,
     /// Where the key of the object member being read starts.
     member_start: usize,
+    /// Where escaped strings of a long text are decoded before they are copied out.
+    scratch: Vec<u8>,
 }
 
 impl<'a> Scanner<'a> {
@@ -102,6 +224,7 @@ impl<'a> Scanner<'a> {
             at: 0,
             depth: 0,
             member_start: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -113,6 +236,7 @@ impl<'a> Scanner<'a> {
             at,
             depth: 1,
             member_start: at,
+            scratch: Vec::new(),
         }
     }
 
@@ -191,15 +315,15 @@ impl<'a> Scanner<'a> {
         if self.peek()? != b'"' {
             return None;
         }
-        let start = self.at;
-        let end = next_stop(self.bytes(), start + 1)?;
-        if self.bytes().get(end) == Some(&b'"') {
-            self.at = end + 1;
-            return self.text.get(start + 1..end).map(Cow::Borrowed);
+        let start = self.at + 1;
+        let stop = next_stop(self.bytes(), start)?;
+        if self.bytes().get(stop) == Some(&b'"') {
+            self.at = stop + 1;
+            return self.text.get(start..stop).map(Cow::Borrowed);
         }
-        let (end, _) = self.string_end(end)?;
+        let (text, end) = decode_escaped(self.text, start, stop, &mut self.scratch)?;
         self.at = end + 1;
-        unescape(self.text.get(start + 1..end)?).map(Cow::Owned)
+        Some(Cow::Owned(text))
     }
 
     /// An object key; keys with escapes are left to serde (it decodes them before matching).
@@ -215,37 +339,6 @@ impl<'a> Scanner<'a> {
         let key = self.text.get(self.at + 1..end)?;
         self.at = end + 1;
         Some(key)
-    }
-
-    /// The index of the closing quote of a string whose body starts at `from`, and whether
-    /// the string holds escapes (each checked as serde_json checks them).
-    #[inline]
-    fn string_end(&self, from: usize) -> Option<(usize, bool)> {
-        let bytes = self.bytes();
-        let mut i = from;
-        let mut escaped = false;
-        loop {
-            i = next_stop(bytes, i)?;
-            match *bytes.get(i)? {
-                b'"' => return Some((i, escaped)),
-                b'\\' => {
-                    escaped = true;
-                    i += match *bytes.get(i + 1)? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
-                        b'u' => {
-                            let hex = bytes.get(i + 2..i + 6)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return None;
-                            }
-                            6
-                        }
-                        _ => return None,
-                    };
-                }
-                // A control character, which JSON forbids inside strings.
-                _ => return None,
-            }
-        }
     }
 
     /// A plain non-negative integer that fits in a `u64` (anything else is left to serde).
@@ -338,7 +431,7 @@ impl<'a> Scanner<'a> {
             b'{' => self.object(|s, _| s.skip()),
             b'[' => self.array(Self::skip),
             b'"' => {
-                let (end, _) = self.string_end(self.at + 1)?;
+                let end = string_end(self.bytes(), self.at + 1)?;
                 self.at = end + 1;
                 Some(())
             }
@@ -347,6 +440,48 @@ impl<'a> Scanner<'a> {
             b'f' => self.literal("false"),
             _ => self.skip_number(),
         }
+    }
+
+    /// Any value, built as serde_json builds a [`Value`]; `None` where the scanner leaves the
+    /// text to serde (escaped keys, depth, invalid JSON).
+    fn value(&mut self) -> Option<Value> {
+        Some(match self.peek()? {
+            b'{' => {
+                let mut map = Map::new();
+                self.object(|s, key| {
+                    let value = s.value()?;
+                    // As serde_json's own visitor: a repeated key keeps its place and takes the
+                    // later value.
+                    map.insert(key.to_owned(), value);
+                    Some(())
+                })?;
+                Value::Object(map)
+            }
+            b'[' => {
+                let mut items = Vec::new();
+                self.array(|s| {
+                    items.push(s.value()?);
+                    Some(())
+                })?;
+                Value::Array(items)
+            }
+            b'"' => Value::String(self.string()?.into_owned()),
+            b'n' => self.literal("null").map(|()| Value::Null)?,
+            b't' => self.literal("true").map(|()| Value::Bool(true))?,
+            b'f' => self.literal("false").map(|()| Value::Bool(false))?,
+            _ => Value::Number(self.number()?),
+        })
+    }
+
+    /// A number: plain non-negative integers directly, any other by serde_json from its text
+    /// alone (its reading of a number does not depend on what surrounds it).
+    fn number(&mut self) -> Option<Number> {
+        let start = self.at;
+        if let Some(count) = self.count() {
+            return Some(Number::from(count));
+        }
+        self.skip_number()?;
+        serde_json::from_str(self.text.get(start..self.at)?).ok()
     }
 
     fn enter(&mut self) -> Option<()> {
@@ -433,6 +568,18 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// A whole JSON text as serde_json reads it into a [`Value`]; `None` where the scanner leaves
+/// it to serde (escaped keys, nesting deeper than 64, invalid JSON). Tool arguments are mostly
+/// strings, often dense with escapes: this reads them in about half serde's time.
+pub(crate) fn read_value(text: &str) -> Option<Value> {
+    let mut s = Scanner::new(text);
+    let value = s.value()?;
+    s.finish()?;
+    #[cfg(any(debug_assertions, fuzzing))]
+    check_against_serde(text, &value);
+    Some(value)
+}
+
 /// Debug builds and fuzz targets hold a hand-written reader to serde's answer on every input it
 /// reads: `fast` must be what serde makes of `data`.
 #[cfg(any(debug_assertions, fuzzing))]
@@ -477,6 +624,7 @@ impl Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     /// Whether the scanner skips `json` as one whole value.
     fn skips(json: &str) -> bool {
@@ -566,6 +714,119 @@ mod tests {
             assert_eq!(s.string().as_deref(), Some(expected.as_str()), "{quoted}");
             assert!(s.finish().is_some());
         }
+    }
+
+    /// Long strings built of pieces of every length, so that escapes, stops and the end fall at
+    /// every offset of the eight-byte words the decoder copies.
+    fn long_string() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "a",
+                "ab",
+                "abc",
+                "abcdefg",
+                "abcdefghijklm",
+                "é",
+                "\u{1F600}",
+                " ",
+                "\\n",
+                "\\\"",
+                "\\\\",
+                "\\/",
+                "\\b",
+                "\\u00e9",
+                "\\u20AC",
+                "\\ud83d\\ude00",
+                "\\ud800",
+                "\\udc00x",
+                "\\x",
+                "\\u12",
+                "\\u12g4",
+                "\u{1}",
+                "\u{1f}",
+                "\"",
+            ]),
+            0..40,
+        )
+        .prop_map(|parts| format!("\"{}", parts.concat()))
+    }
+
+    /// Any JSON value with a few keys (an escaped one and a repeated one among them), sometimes
+    /// with whitespace or a stray byte put in or a byte cut out.
+    fn document() -> impl Strategy<Value = String> {
+        const KEYS: strategies::Keys =
+            strategies::Keys(&["city", "units", "c\\u0069ty", "lines", ""]);
+        strategies::mangled(
+            KEYS.value(),
+            vec![" ", "\n", ",", "}", "]", "\"", "-", "0", "1e3"],
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// Where the scanner reads a document into a value, serde_json reads the same value;
+        /// where serde_json rejects it, the scanner leaves it to serde too.
+        #[test]
+        fn documents_read_as_serde_json_reads_them(json in document()) {
+            let fast = read_value(&json);
+            let serde = serde_json::from_str::<Value>(&json).ok();
+            if fast.is_some() || serde.is_none() {
+                prop_assert_eq!(&fast, &serde, "{}", json);
+            }
+        }
+
+        /// Where the scanner reads a string, it reads what serde_json reads, and it reads every
+        /// string serde_json accepts.
+        #[test]
+        fn strings_read_as_serde_json_reads_them(body in long_string(), after in "[\"\\] ,}]{0,3}") {
+            let json = format!("{body}{after}");
+            let mut s = Scanner::new(&json);
+            let fast = s.string().map(Cow::into_owned);
+            let rest = &json[s.position()..];
+            // serde_json reads the string up to its closing quote; what follows is not its own.
+            let mut values = serde_json::Deserializer::from_str(&json).into_iter::<String>();
+            let serde = values.next().and_then(Result::ok);
+            prop_assert_eq!(&fast, &serde, "{}", json);
+            if fast.is_some() {
+                prop_assert_eq!(json.len() - rest.len(), values.byte_offset(), "{}", json);
+            }
+        }
+    }
+
+    #[test]
+    fn documents_read_into_the_values_serde_json_makes() {
+        for json in [
+            r#"{"city":"Paris","units":"celsius"}"#,
+            r#" { "a" : [ 1 , -2 , 3.5 , -0 , 0.0 , 1e3 , 18446744073709551615 , -9223372036854775808 ] } "#,
+            r#"{"a":1,"b":2,"a":3}"#,
+            r#"{"lines":["fn x() { println!(\"1\"); }","\u00e9\ud83d\ude00"],"n":null,"t":true,"f":false}"#,
+            r#"[[],{},"",[[["deep"]]]]"#,
+            "18446744073709551616",
+            "\"plain\"",
+        ] {
+            let expected: Value = serde_json::from_str(json).unwrap();
+            assert_eq!(read_value(json), Some(expected), "{json}");
+        }
+        // A repeated key keeps its first place, as serde_json's own reading does.
+        let keys: Vec<String> = read_value(r#"{"a":1,"b":2,"a":3}"#)
+            .and_then(|v| v.as_object().map(|m| m.keys().cloned().collect()))
+            .unwrap();
+        assert_eq!(keys, ["a", "b"]);
+        // Left to serde: escaped keys, deep nesting, and anything serde rejects.
+        for json in [
+            r#"{"c\u0069ty":"Paris"}"#,
+            &format!("{}{}", "[".repeat(65), "]".repeat(65)),
+            "",
+            "{} x",
+            "[1,]",
+            "1e999",
+            "\"\\ud800\"",
+        ] {
+            assert_eq!(read_value(json), None, "{json}");
+        }
+        let share = strategies::share_read(document(), |json| read_value(json).is_some());
+        assert!(share > 0.3, "only {share} of generated documents were read");
     }
 
     #[test]

@@ -130,8 +130,9 @@ pub(super) struct Header {
     model: Option<(usize, usize)>,
     /// The known fields the header holds.
     seen: Seen,
-    /// The last chunk's `choices`, if they were one text, reasoning or argument fragment.
-    fragment: Fragment,
+    /// The `choices` of the last few chunks that were one text, reasoning or argument
+    /// fragment.
+    fragments: Fragments,
 }
 
 /// The `choices` member that follows a chunk's header, cut around the one string that changes
@@ -146,6 +147,64 @@ struct Fragment {
     after: String,
     /// `None`: nothing is remembered.
     field: Option<FragmentField>,
+}
+
+/// How many fragment shapes are kept: parallel tool calls whose argument fragments alternate
+/// each have their own (their call's index differs), and a text's is one more.
+const FRAGMENTS: usize = 4;
+
+/// The last few fragment shapes (see [`Fragment`]), the newest at `newest`, replaced oldest
+/// first.
+#[derive(Debug, Default)]
+struct Fragments {
+    slots: Vec<Fragment>,
+    newest: usize,
+}
+
+impl Fragments {
+    /// The piece of `data` read as one of these fragments, newest first; see [`Fragment::read`].
+    fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Piece<'a>, usize)> {
+        let count = self.slots.len();
+        (0..count)
+            .filter_map(|back| self.slots.get((self.newest + count - back) % count))
+            .find_map(|fragment| fragment.read(data, at))
+    }
+
+    /// Keep `chunk`'s choices if they are a fragment (see [`Fragment::cut`]), in place of the
+    /// oldest once all slots are taken.
+    fn remember(&mut self, data: &str, choices: Span, text: Span, chunk: &Chunk<'_>) {
+        let (Some(choices), Some(text)) = (choices, text) else {
+            return;
+        };
+        let slot = if self.slots.len() < FRAGMENTS {
+            self.slots.push(Fragment::default());
+            self.slots.len() - 1
+        } else {
+            (self.newest + 1) % FRAGMENTS
+        };
+        let Some(fragment) = self.slots.get_mut(slot) else {
+            return;
+        };
+        match fragment.cut(data, choices, text, chunk) {
+            Some(field) => {
+                fragment.field = Some(field);
+                self.newest = slot;
+            }
+            // A slot just added stays only if it was filled.
+            None if fragment.field.is_none() => {
+                self.slots.pop();
+            }
+            None => {}
+        }
+    }
+
+    /// The newest fragment's field.
+    #[cfg(test)]
+    fn newest_field(&self) -> Option<FragmentField> {
+        self.slots
+            .get(self.newest)
+            .and_then(|fragment| fragment.field)
+    }
 }
 
 /// Which field the changing string is, and the indexes around it.
@@ -169,16 +228,6 @@ pub(super) enum FragmentField {
 }
 
 impl Fragment {
-    /// Remember `chunk`'s choices if they are a fragment, and forget the last ones either way.
-    /// `choices` is where the `choices` member lies in `data`, when it comes first after the
-    /// header.
-    /// `text` is where the last text or argument string lies in `data`.
-    fn remember(&mut self, data: &str, choices: Span, text: Span, chunk: &Chunk<'_>) {
-        self.field = choices
-            .zip(text)
-            .and_then(|(choices, text)| self.cut(data, choices, text, chunk));
-    }
-
     /// Keep the bytes of the `choices` member (`choices` in `data`) around its changing string
     /// (`text`), if it has one: one choice, no finish reason, and a delta of one text (content
     /// or reasoning) or of one nameless argument piece.
@@ -292,7 +341,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         chunk.id = Header::value(data, header.id)?;
         chunk.model = Header::value(data, header.model)?;
         seen = header.seen;
-        match header.fragment.read(data, header.bytes.len()) {
+        match header.fragments.read(data, header.bytes.len()) {
             Some((read, end)) => {
                 seen.first(CHOICES)?;
                 piece = Some(read);
@@ -373,7 +422,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
             && start == header.bytes.len()
             && data.starts_with(header.bytes.as_str())
     });
-    header.fragment.remember(data, first, text_span, &chunk);
+    header.fragments.remember(data, first, text_span, &chunk);
     Some(Read::Chunk(chunk))
 }
 
@@ -645,7 +694,7 @@ mod tests {
                 let data = data.trim();
                 let as_fragment = data.starts_with(header.bytes.as_str())
                     && !header.bytes.is_empty()
-                    && header.fragment.read(data, header.bytes.len()).is_some();
+                    && header.fragments.read(data, header.bytes.len()).is_some();
                 let in_order = read_after(data, &mut header);
                 let Some(expected) = serde(data) else {
                     continue;
@@ -928,24 +977,71 @@ mod tests {
             assert_eq!(chunk, serde(&data), "{data}");
             assert_eq!(chunk, read(&data), "{data}");
         }
-        // After a text chunk, the next one's choices are read as its fragment.
-        read_after(&text(r#""a""#, "}"), &mut header).unwrap();
+        // The text's shape is still remembered after the arguments': its chunks are read as
+        // fragments.
         assert!(matches!(
-            header.fragment.field,
-            Some(FragmentField::Content {
-                choice: Count(Some(0))
-            })
+            read_next(&text(r#""a""#, "}"), &mut header),
+            Some(Read::Fragment(
+                _,
+                Piece {
+                    field: FragmentField::Content {
+                        choice: Count(Some(0))
+                    },
+                    ..
+                }
+            ))
         ));
         let at = header.bytes.len();
         let next = text(r#""b""#, r#","obfuscation":"x"}"#);
-        let (piece, end) = header.fragment.read(&next, at).unwrap();
+        let (piece, end) = header.fragments.read(&next, at).unwrap();
         assert!(matches!(piece.value, Cow::Borrowed("b")));
         assert!(matches!(piece.field, FragmentField::Content { .. }));
         assert_eq!(&next[end..], r#","obfuscation":"x"}"#);
         // Not the last chunk's shape: read in full.
         let other = text(r#""b","refusal":"no""#, "}");
-        assert!(header.fragment.read(&other, at).is_none());
-        assert!(header.fragment.read(&text("null", "}"), at).is_none());
+        assert!(header.fragments.read(&other, at).is_none());
+        assert!(header.fragments.read(&text("null", "}"), at).is_none());
+    }
+
+    #[test]
+    fn alternating_tool_calls_each_keep_their_fragment() {
+        let call = |index: usize, piece: &str| {
+            format!(
+                r#"{{"id":"c1","choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{index},"function":{{"arguments":"{piece}"}}}}]}}}}]}}"#
+            )
+        };
+        let mut header = Header::default();
+        let mut fragments = 0;
+        for step in 0..4 {
+            for index in 0..FRAGMENTS {
+                let data = call(index, &format!("p{step}"));
+                let read = read_next(&data, &mut header).unwrap();
+                if let Read::Fragment(_, piece) = &read {
+                    assert!(matches!(
+                        piece.field,
+                        FragmentField::Arguments { call: Count(Some(i)), .. } if i == index as u64
+                    ));
+                    fragments += 1;
+                }
+                assert_eq!(Some(read.into_chunk()), serde(&data), "{data}");
+            }
+        }
+        // Only each call's first chunk is read in full.
+        assert_eq!(fragments, 3 * FRAGMENTS);
+        // One call more than there are slots: the oldest shape makes room.
+        let data = call(FRAGMENTS, "x");
+        assert!(matches!(
+            read_next(&data, &mut header),
+            Some(Read::Chunk(_))
+        ));
+        assert!(matches!(
+            read_next(&data, &mut header),
+            Some(Read::Fragment(..))
+        ));
+        assert!(matches!(
+            read_next(&call(0, "y"), &mut header),
+            Some(Read::Chunk(_))
+        ));
     }
 
     #[test]
@@ -958,7 +1054,7 @@ mod tests {
                 chunks
                     .next()
                     .is_some_and(|first| read_after(first, &mut header).is_some())
-                    && header.fragment.field.is_some()
+                    && header.fragments.newest_field().is_some()
             },
         );
         assert!(

@@ -1,0 +1,13 @@
+//! Tool-call arguments on arbitrary text: `parse_arguments` never panics, and the scanner that
+//! reads them into a `Value` agrees with serde_json wherever it answers (it checks that itself
+//! in fuzz builds, `cfg(fuzzing)`, and panics on any disagreement).
+#![no_main]
+
+use agentloop::stream::parse_arguments;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = parse_arguments(text);
+    }
+});
