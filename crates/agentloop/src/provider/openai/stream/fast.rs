@@ -32,7 +32,7 @@ pub(super) fn read_after<'a>(data: &'a str, header: &mut Header) -> Option<Chunk
 pub(super) enum Read<'a> {
     /// A whole chunk.
     Chunk(Chunk<'a>),
-    /// A chunk whose choices are the last chunk's with another string (see [`Fragment`]): its
+    /// A chunk whose choices are a recent chunk's with another string (see [`Fragment`]): its
     /// other members, with `choices` left out, and the piece. Most of a stream's chunks; the
     /// decoder takes the piece directly, with no choices built around it.
     Fragment(Chunk<'a>, Piece<'a>),
@@ -138,8 +138,8 @@ pub(super) struct Header {
 /// The `choices` member that follows a chunk's header, cut around the one string that changes
 /// from chunk to chunk of a text or tool call: `"choices":[{"index":0,"delta":{"content":` |
 /// `"Hi"` | `},"logprobs":null,"finish_reason":null}]`. Choices made of the same bytes around
-/// another string read as the last ones did with that string in place, so only the string is
-/// read. The members after `choices` (`usage`, OpenAI's `obfuscation` padding, which changes on
+/// another string read as the remembered ones did with that string in place, so only the string
+/// is read. The members after `choices` (`usage`, OpenAI's `obfuscation` padding, which changes on
 /// every chunk) are read as usual.
 #[derive(Debug, Default)]
 struct Fragment {
@@ -331,7 +331,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         error: None,
     };
     let mut seen = Seen::default();
-    // The choices' piece, when they were read as the remembered fragment.
+    // The choices' piece, when they were read as a remembered fragment.
     let mut piece = None;
     // Where the `choices` member lies, and the last text or argument string in it.
     let mut choices_span = None;
@@ -997,7 +997,7 @@ mod tests {
         assert!(matches!(piece.value, Cow::Borrowed("b")));
         assert!(matches!(piece.field, FragmentField::Content { .. }));
         assert_eq!(&next[end..], r#","obfuscation":"x"}"#);
-        // Not the last chunk's shape: read in full.
+        // No remembered shape: read in full.
         let other = text(r#""b","refusal":"no""#, "}");
         assert!(header.fragments.read(&other, at).is_none());
         assert!(header.fragments.read(&text("null", "}"), at).is_none());
