@@ -84,29 +84,22 @@ const EXACT_BELOW: usize = 256;
 /// Decodes a string body that starts at `start` and whose first stop byte (not its closing
 /// quote) is at `stop`, as serde_json decodes it: the text and the index of the closing quote.
 /// `None` for anything serde_json rejects or that decodes to a lone surrogate (both left to
-/// serde). `scratch` is reused across the strings of one text.
-fn decode_escaped(
-    text: &str,
-    start: usize,
-    stop: usize,
-    scratch: &mut Vec<u8>,
-) -> Option<(String, usize)> {
+/// serde).
+fn decode_escaped(text: &str, start: usize, stop: usize) -> Option<(String, usize)> {
     let bytes = text.as_bytes();
     // Decoding only shrinks text. In a stream's event the string is most of what is left, so
-    // the rest of the text bounds its length closely and the string is decoded in place. In a
-    // longer text (a whole document) it is decoded into `scratch` and then copied out, so that
-    // it holds no more than it needs.
+    // the rest of the text bounds its length closely. In a longer text (a whole document) the
+    // string's end is found first, so that the string holds no more than it needs. Either way
+    // with room for the word `decode_into` may copy past the end.
     let rest = bytes.len().saturating_sub(start);
-    if rest <= EXACT_BELOW {
-        let mut out = Vec::with_capacity(rest);
-        let end = decode_into(bytes, start, stop, &mut out)?;
-        return String::from_utf8(out).ok().map(|text| (text, end));
-    }
-    scratch.clear();
-    let end = decode_into(bytes, start, stop, scratch)?;
-    std::str::from_utf8(scratch)
-        .ok()
-        .map(|text| (text.to_owned(), end))
+    let capacity = if rest <= EXACT_BELOW {
+        rest
+    } else {
+        string_end(bytes, stop)? - start + 8
+    };
+    let mut out = Vec::with_capacity(capacity);
+    let end = decode_into(bytes, start, stop, &mut out)?;
+    String::from_utf8(out).ok().map(|text| (text, end))
 }
 
 /// [`decode_escaped`]'s pass: appends the decoded body to `out`, checking escapes as it goes,
@@ -115,8 +108,8 @@ fn decode_escaped(
 /// The bytes between escapes are copied eight at a time as they are searched, so a string
 /// dense with escapes (tool arguments are JSON inside a JSON string) costs little per escape.
 /// A word is copied whole and its bytes from the stop on are dropped again: a fixed-size copy
-/// is a single store. So `out` needs room for eight bytes more than the text left from `start`
-/// when that is all it may hold.
+/// is a single store. So `out` needs room for eight bytes more than the decoded text, or for
+/// the whole text left from `start`.
 #[inline]
 fn decode_into(bytes: &[u8], start: usize, stop: usize, out: &mut Vec<u8>) -> Option<usize> {
     out.extend_from_slice(bytes.get(start..stop)?);
@@ -212,8 +205,6 @@ pub(super) struct Scanner<'a> {
     depth: u8,
     /// Where the key of the object member being read starts.
     member_start: usize,
-    /// Where escaped strings of a long text are decoded before they are copied out.
-    scratch: Vec<u8>,
 }
 
 impl<'a> Scanner<'a> {
@@ -224,7 +215,6 @@ impl<'a> Scanner<'a> {
             at: 0,
             depth: 0,
             member_start: 0,
-            scratch: Vec::new(),
         }
     }
 
@@ -236,7 +226,6 @@ impl<'a> Scanner<'a> {
             at,
             depth: 1,
             member_start: at,
-            scratch: Vec::new(),
         }
     }
 
@@ -321,7 +310,7 @@ impl<'a> Scanner<'a> {
             self.at = stop + 1;
             return self.text.get(start..stop).map(Cow::Borrowed);
         }
-        let (text, end) = decode_escaped(self.text, start, stop, &mut self.scratch)?;
+        let (text, end) = decode_escaped(self.text, start, stop)?;
         self.at = end + 1;
         Some(Cow::Owned(text))
     }

@@ -162,12 +162,18 @@ struct Fragments {
 }
 
 impl Fragments {
-    /// The piece of `data` read as one of these fragments, newest first; see [`Fragment::read`].
+    /// The piece of `data` read as one of these fragments, the newest first (a text's chunks,
+    /// and a call's sent one after another, match it every time); see [`Fragment::read`].
+    #[inline]
     fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Piece<'a>, usize)> {
-        let count = self.slots.len();
-        (0..count)
-            .filter_map(|back| self.slots.get((self.newest + count - back) % count))
-            .find_map(|fragment| fragment.read(data, at))
+        let newest = self.slots.get(self.newest)?;
+        newest.read(data, at).or_else(|| {
+            self.slots
+                .iter()
+                .enumerate()
+                .filter(|&(slot, _)| slot != self.newest)
+                .find_map(|(_, fragment)| fragment.read(data, at))
+        })
     }
 
     /// Keep `chunk`'s choices if they are a fragment (see [`Fragment::cut`]), in place of the
@@ -282,6 +288,8 @@ impl Fragment {
 
     /// The piece of `data` read as this fragment, if its member at `at` is one; and where the
     /// member ends.
+    // Always inlined: called out of line it costs a text stream 1 % more instructions.
+    #[inline(always)]
     fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Piece<'a>, usize)> {
         let field = self.field?;
         if !data.get(at..)?.starts_with(self.before.as_str()) {
