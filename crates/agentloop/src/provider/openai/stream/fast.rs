@@ -153,53 +153,56 @@ struct Fragment {
 /// each have their own (their call's index differs), and a text's is one more.
 const FRAGMENTS: usize = 4;
 
-/// The last few fragment shapes (see [`Fragment`]), the newest at `newest`, replaced oldest
-/// first.
+/// The last few fragment shapes (see [`Fragment`]).
 #[derive(Debug, Default)]
 struct Fragments {
-    slots: Vec<Fragment>,
-    newest: usize,
+    /// The shape read or remembered last: a text's chunks, and a call's sent one after
+    /// another, match it every time, so it alone is tried first at no extra cost.
+    newest: Fragment,
+    /// Up to `FRAGMENTS - 1` other shapes, in no order.
+    older: Vec<Fragment>,
 }
 
 impl Fragments {
-    /// The piece of `data` read as one of these fragments, the newest first (a text's chunks,
-    /// and a call's sent one after another, match it every time); see [`Fragment::read`].
+    /// The piece of `data` read as one of these fragments; see [`Fragment::read`]. A match
+    /// among the older ones becomes the newest.
     #[inline]
-    fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Piece<'a>, usize)> {
-        let newest = self.slots.get(self.newest)?;
-        newest.read(data, at).or_else(|| {
-            self.slots
-                .iter()
-                .enumerate()
-                .filter(|&(slot, _)| slot != self.newest)
-                .find_map(|(_, fragment)| fragment.read(data, at))
-        })
+    fn read<'a>(&mut self, data: &'a str, at: usize) -> Option<(Piece<'a>, usize)> {
+        let read = self.newest.read(data, at);
+        if read.is_some() || self.older.is_empty() {
+            return read;
+        }
+        let (slot, read) = self
+            .older
+            .iter()
+            .enumerate()
+            .find_map(|(slot, fragment)| fragment.read(data, at).map(|read| (slot, read)))?;
+        std::mem::swap(&mut self.newest, &mut self.older[slot]);
+        Some(read)
     }
 
-    /// Keep `chunk`'s choices if they are a fragment (see [`Fragment::cut`]), in place of the
-    /// oldest once all slots are taken.
+    /// Keep `chunk`'s choices as the newest shape if they are a fragment (see
+    /// [`Fragment::cut`]), in place of an older one once all are taken.
     fn remember(&mut self, data: &str, choices: Span, text: Span, chunk: &Chunk<'_>) {
         let (Some(choices), Some(text)) = (choices, text) else {
             return;
         };
-        let slot = if self.slots.len() < FRAGMENTS {
-            self.slots.push(Fragment::default());
-            self.slots.len() - 1
+        // An evicted shape's buffers are reused.
+        let mut spare = if self.older.len() + 1 < FRAGMENTS {
+            Fragment::default()
         } else {
-            (self.newest + 1) % FRAGMENTS
+            self.older.swap_remove(0)
         };
-        let Some(fragment) = self.slots.get_mut(slot) else {
-            return;
-        };
-        match fragment.cut(data, choices, text, chunk) {
+        match spare.cut(data, choices, text, chunk) {
             Some(field) => {
-                fragment.field = Some(field);
-                self.newest = slot;
+                spare.field = Some(field);
+                let previous = std::mem::replace(&mut self.newest, spare);
+                if previous.field.is_some() {
+                    self.older.push(previous);
+                }
             }
-            // A slot just added stays only if it was filled.
-            None if fragment.field.is_none() => {
-                self.slots.pop();
-            }
+            // Not a fragment: an evicted shape stays.
+            None if spare.field.is_some() => self.older.push(spare),
             None => {}
         }
     }
@@ -207,9 +210,7 @@ impl Fragments {
     /// The newest fragment's field.
     #[cfg(test)]
     fn newest_field(&self) -> Option<FragmentField> {
-        self.slots
-            .get(self.newest)
-            .and_then(|fragment| fragment.field)
+        self.newest.field
     }
 }
 
@@ -288,8 +289,7 @@ impl Fragment {
 
     /// The piece of `data` read as this fragment, if its member at `at` is one; and where the
     /// member ends.
-    // Always inlined: called out of line it costs a text stream 1 % more instructions.
-    #[inline(always)]
+    #[inline]
     fn read<'a>(&self, data: &'a str, at: usize) -> Option<(Piece<'a>, usize)> {
         let field = self.field?;
         if !data.get(at..)?.starts_with(self.before.as_str()) {
@@ -1036,7 +1036,8 @@ mod tests {
         }
         // Only each call's first chunk is read in full.
         assert_eq!(fragments, 3 * FRAGMENTS);
-        // One call more than there are slots: the oldest shape makes room.
+        // One call more than there are slots: an older shape makes room (here call 0's, the one
+        // used longest ago).
         let data = call(FRAGMENTS, "x");
         assert!(matches!(
             read_next(&data, &mut header),
