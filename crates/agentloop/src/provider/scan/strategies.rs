@@ -16,10 +16,15 @@ pub fn recorded_streams() -> std::path::PathBuf {
         .expect("shared/conformance/streams above the crate")
 }
 
+/// Up to `most - 1` of `pieces` (repeats included), joined.
+pub fn joined(pieces: Vec<&'static str>, most: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(pieces), 0..most).prop_map(|parts| parts.concat())
+}
+
 /// A JSON string literal, sometimes with invalid escapes or control characters in it.
 pub fn string() -> impl Strategy<Value = String> {
-    prop::collection::vec(
-        prop::sample::select(vec![
+    joined(
+        vec![
             "a",
             "Paris",
             " ",
@@ -36,10 +41,10 @@ pub fn string() -> impl Strategy<Value = String> {
             "\\u12",
             "\u{1}",
             "{\\\"city\\\":",
-        ]),
-        0..5,
+        ],
+        5,
     )
-    .prop_map(|parts| format!("\"{}\"", parts.concat()))
+    .prop_map(|body| format!("\"{body}\""))
 }
 
 /// A string, or sometimes `null`.
