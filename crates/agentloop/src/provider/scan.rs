@@ -78,7 +78,8 @@ fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
     }
 }
 
-/// Below this many bytes left in the text, a decoded string may take them all as capacity.
+/// Below this many bytes left in the text, a decoded string takes them all as capacity instead
+/// of finding its end first.
 const EXACT_BELOW: usize = 256;
 
 /// Decodes a string body that starts at `start` and whose first stop byte (not its closing
@@ -558,8 +559,9 @@ impl<'a> Scanner<'a> {
 }
 
 /// A whole JSON text as serde_json reads it into a [`Value`]; `None` where the scanner leaves
-/// it to serde (escaped keys, nesting deeper than 64, invalid JSON). Tool arguments are mostly
-/// strings, often dense with escapes: this reads them in about half serde's time.
+/// it to serde (escaped keys, nesting deeper than 64, invalid JSON). About 30 % fewer
+/// instructions than serde_json on tool arguments; both spend most of their time allocating
+/// the strings.
 pub(crate) fn read_value(text: &str) -> Option<Value> {
     let mut s = Scanner::new(text);
     let value = s.value()?;
