@@ -60,16 +60,14 @@ fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
         match *bytes.get(i)? {
             b'"' => return Some(i),
             b'\\' => {
-                i += match *bytes.get(i + 1)? {
-                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 2,
-                    b'u' => {
-                        let hex = bytes.get(i + 2..i + 6)?;
-                        if !hex.iter().all(u8::is_ascii_hexdigit) {
-                            return None;
-                        }
-                        6
-                    }
-                    _ => return None,
+                let kind = *bytes.get(i + 1)?;
+                i += if SHORT_ESCAPES[usize::from(kind)] != 0 {
+                    2
+                } else if kind == b'u' {
+                    hex4(bytes.get(i + 2..i + 6)?)?;
+                    6
+                } else {
+                    return None;
                 };
             }
             // A control character, which JSON forbids inside strings.
