@@ -176,16 +176,41 @@ impl ChunkDecoder {
     }
 
     /// A fragment chunk's choices, as [`Self::chunk`] would take them: one choice, no finish
-    /// reason.
+    /// reason. The piece's text is moved into its event, not copied.
     fn piece(&mut self, piece: fast::Piece<'_>, out: &mut VecDeque<StreamEvent>) {
         if piece.choice().0.unwrap_or(0) != 0 {
             return;
         }
-        match piece.into_text_delta() {
-            Ok(delta) => self.delta(delta, out),
-            Err(call) => {
+        let fast::Piece { field, value } = piece;
+        match field {
+            fast::FragmentField::Content { .. } => {
+                if !value.is_empty() {
+                    self.ensure_started(out);
+                    out.push_back(StreamEvent::TextDelta {
+                        text: value.into_owned(),
+                    });
+                }
+            }
+            fast::FragmentField::ReasoningContent { .. }
+            | fast::FragmentField::Reasoning { .. } => {
+                if !value.is_empty() {
+                    self.ensure_started(out);
+                    out.push_back(StreamEvent::ThinkingDelta {
+                        text: value.into_owned(),
+                    });
+                }
+            }
+            fast::FragmentField::Arguments { call, .. } => {
                 self.ensure_started(out);
-                self.tool_call(call, out);
+                let delta = ToolCallDelta {
+                    index: call,
+                    id: Str(None),
+                    function: Some(FunctionDelta {
+                        name: Str(None),
+                        arguments: Arguments(Some(value)),
+                    }),
+                };
+                self.tool_call(delta, out);
             }
         }
     }
@@ -376,6 +401,18 @@ impl SseDecoder for ChunkDecoder {
             return Ok(());
         }
         if data.is_empty() {
+            return Ok(());
+        }
+        // Once the response has started, a chunk that is only a fragment needs no chunk built.
+        if self.started
+            && let Some(piece) = fast::read_fragment(data, &mut self.header)
+        {
+            #[cfg(any(debug_assertions, fuzzing))]
+            crate::provider::scan::check_against_serde(
+                data,
+                &fast::fragment_chunk(data, &self.header, piece.clone()),
+            );
+            self.piece(piece, out);
             return Ok(());
         }
         let (mut chunk, piece) = match fast::read_next(data, &mut self.header) {

@@ -79,7 +79,8 @@ impl<'a> Piece<'a> {
     }
 
     /// The choice's delta, unless the piece is a tool call's arguments.
-    pub(super) fn into_text_delta(self) -> Result<Delta<'a>, ToolCallDelta<'a>> {
+    #[cfg(any(test, debug_assertions, fuzzing))]
+    fn into_text_delta(self) -> Result<Delta<'a>, ToolCallDelta<'a>> {
         let value = Some(self.value);
         let mut delta = Delta::default();
         match self.field {
@@ -432,6 +433,43 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
     });
     header.fragments.remember(data, first, text_span, &chunk);
     Some(Read::Chunk(chunk))
+}
+
+/// The piece of a chunk that is the remembered header, then a remembered fragment's choices,
+/// then nothing the decoder reads: unknown members (OpenAI's `obfuscation` padding) and `null`
+/// `usage`, `x_groq` or `error`. Most of a stream's chunks are this, and the decoder takes the
+/// piece with no chunk built around it. `None`: read the chunk with [`read_next`].
+pub(super) fn read_fragment<'a>(data: &'a str, header: &mut Header) -> Option<Piece<'a>> {
+    if header.bytes.is_empty() || !data.starts_with(header.bytes.as_str()) {
+        return None;
+    }
+    let (piece, end) = header.fragments.read(data, header.bytes.len())?;
+    let mut seen = header.seen;
+    seen.first(CHOICES)?;
+    let mut s = Scanner::inside_object(data, end);
+    s.after_member(|s, key| match key {
+        // Given again: serde rejects the chunk, and `read_next` leaves it to serde.
+        "id" | "model" | "choices" => None,
+        "usage" => null_only(s, &mut seen, 3),
+        "x_groq" => null_only(s, &mut seen, 4),
+        "error" => null_only(s, &mut seen, 5),
+        _ => s.skip(),
+    })?;
+    s.finish()?;
+    Some(piece)
+}
+
+/// The chunk [`read_fragment`] read `piece` from, as serde reads it.
+#[cfg(any(test, debug_assertions, fuzzing))]
+pub(super) fn fragment_chunk<'a>(data: &'a str, header: &Header, piece: Piece<'a>) -> Chunk<'a> {
+    Chunk {
+        id: Header::value(data, header.id).unwrap_or(Str(None)),
+        model: Header::value(data, header.model).unwrap_or(Str(None)),
+        choices: Some(vec![piece.into_choice()]),
+        usage: WireUsage(None),
+        x_groq: None,
+        error: None,
+    }
 }
 
 /// Keep `data`'s header up to `end` for the next chunk, if it can be found again by position.
@@ -1009,6 +1047,47 @@ mod tests {
         let other = text(r#""b","refusal":"no""#, "}");
         assert!(header.fragments.read(&other, at).is_none());
         assert!(header.fragments.read(&text("null", "}"), at).is_none());
+    }
+
+    #[test]
+    fn a_fragment_with_nothing_else_to_read_is_taken_as_its_piece_alone() {
+        let head = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"#;
+        let tail = r#"},"logprobs":null,"finish_reason":null}]"#;
+        let text = |piece: &str, end: &str| format!(r#"{head}"{piece}"{tail}{end}"#);
+        let mut header = Header::default();
+        // Nothing is remembered before a chunk was read in full.
+        assert!(read_fragment(&text("Hi", "}"), &mut header).is_none());
+        assert!(read_next(&text("Hi", "}"), &mut header).is_some());
+        for end in [
+            "}",
+            " } ",
+            r#","usage":null,"obfuscation":"qfQVOwfh"}"#,
+            r#","x_groq":null,"error":null,"system_fingerprint":"fp"}"#,
+        ] {
+            let data = text("there", end);
+            let piece = read_fragment(&data, &mut header).unwrap();
+            assert!(matches!(piece.value, Cow::Borrowed("there")), "{data}");
+            assert_eq!(
+                Some(fragment_chunk(&data, &header, piece)),
+                serde(&data),
+                "{data}"
+            );
+        }
+        // Anything the decoder reads, or serde rejects, is read by `read_next` instead.
+        for end in [
+            r#","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#,
+            r#","usage":null,"usage":null}"#,
+            r#","id":"late"}"#,
+            r#","choices":[]}"#,
+            r#","error":{"message":"overloaded"}}"#,
+            r#"},"#,
+            "",
+        ] {
+            let data = text("there", end);
+            assert!(read_fragment(&data, &mut header).is_none(), "{data}");
+        }
+        let other_header = text("there", "}").replace(r#""created":1"#, r#""created":2"#);
+        assert!(read_fragment(&other_header, &mut header).is_none());
     }
 
     #[test]
