@@ -182,24 +182,10 @@ impl ChunkDecoder {
             return;
         }
         let fast::Piece { field, value } = piece;
-        match field {
-            fast::FragmentField::Content { .. } => {
-                if !value.is_empty() {
-                    self.ensure_started(out);
-                    out.push_back(StreamEvent::TextDelta {
-                        text: value.into_owned(),
-                    });
-                }
-            }
+        let event: fn(String) -> StreamEvent = match field {
+            fast::FragmentField::Content { .. } => |text| StreamEvent::TextDelta { text },
             fast::FragmentField::ReasoningContent { .. }
-            | fast::FragmentField::Reasoning { .. } => {
-                if !value.is_empty() {
-                    self.ensure_started(out);
-                    out.push_back(StreamEvent::ThinkingDelta {
-                        text: value.into_owned(),
-                    });
-                }
-            }
+            | fast::FragmentField::Reasoning { .. } => |text| StreamEvent::ThinkingDelta { text },
             fast::FragmentField::Arguments { call, .. } => {
                 self.ensure_started(out);
                 let delta = ToolCallDelta {
@@ -210,8 +196,12 @@ impl ChunkDecoder {
                         arguments: Arguments(Some(value)),
                     }),
                 };
-                self.tool_call(delta, out);
+                return self.tool_call(delta, out);
             }
+        };
+        if !value.is_empty() {
+            self.ensure_started(out);
+            out.push_back(event(value.into_owned()));
         }
     }
 

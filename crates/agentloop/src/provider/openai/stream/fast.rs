@@ -304,6 +304,11 @@ impl Fragment {
 }
 
 impl Header {
+    /// Whether a header is remembered and `data` opens with it.
+    fn starts(&self, data: &str) -> bool {
+        !self.bytes.is_empty() && data.starts_with(self.bytes.as_str())
+    }
+
     fn value<'a>(data: &'a str, span: Option<(usize, usize)>) -> Option<Str<'a>> {
         match span {
             None => Some(Str(None)),
@@ -325,8 +330,11 @@ fn span_of(data: &str, value: &Str<'_>) -> Option<Option<(usize, usize)>> {
     }
 }
 
-/// The `Seen` bit of the chunk's `choices`.
+/// The `Seen` bits of the chunk's members after its header.
 const CHOICES: u8 = 2;
+const USAGE: u8 = 3;
+const X_GROQ: u8 = 4;
+const ERROR: u8 = 5;
 
 /// Read one chunk, or `None` to let serde read it; `header` is the last chunk's header and
 /// becomes this one's.
@@ -345,7 +353,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
     // Where the `choices` member lies, and the last text or argument string in it.
     let mut choices_span = None;
     let mut text_span = None;
-    let remembered = !header.bytes.is_empty() && data.starts_with(header.bytes.as_str());
+    let remembered = header.starts(data);
     let mut s = if remembered {
         chunk.id = Header::value(data, header.id)?;
         chunk.model = Header::value(data, header.model)?;
@@ -401,9 +409,9 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
                 choices_span = Some((start, s.position()));
             }
             // `null` on every chunk but one; the objects themselves are left to serde.
-            "usage" => null_only(s, &mut seen, 3)?,
-            "x_groq" => null_only(s, &mut seen, 4)?,
-            "error" => null_only(s, &mut seen, 5)?,
+            "usage" => null_only(s, &mut seen, USAGE)?,
+            "x_groq" => null_only(s, &mut seen, X_GROQ)?,
+            "error" => null_only(s, &mut seen, ERROR)?,
             _ => s.skip()?,
         }
         Some(())
@@ -426,11 +434,8 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         return Some(Read::Fragment(chunk, piece));
     }
     // Only choices that start where the (now remembered) header ends can be found again.
-    let first = choices_span.filter(|&(start, _)| {
-        !header.bytes.is_empty()
-            && start == header.bytes.len()
-            && data.starts_with(header.bytes.as_str())
-    });
+    let first =
+        choices_span.filter(|&(start, _)| start == header.bytes.len() && header.starts(data));
     header.fragments.remember(data, first, text_span, &chunk);
     Some(Read::Chunk(chunk))
 }
@@ -440,7 +445,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
 /// `usage`, `x_groq` or `error`. Most of a stream's chunks are this, and the decoder takes the
 /// piece with no chunk built around it. `None`: read the chunk with [`read_next`].
 pub(super) fn read_fragment<'a>(data: &'a str, header: &mut Header) -> Option<Piece<'a>> {
-    if header.bytes.is_empty() || !data.starts_with(header.bytes.as_str()) {
+    if !header.starts(data) {
         return None;
     }
     let (piece, end) = header.fragments.read(data, header.bytes.len())?;
@@ -450,9 +455,9 @@ pub(super) fn read_fragment<'a>(data: &'a str, header: &mut Header) -> Option<Pi
     s.after_member(|s, key| match key {
         // Given again: serde rejects the chunk, and `read_next` leaves it to serde.
         "id" | "model" | "choices" => None,
-        "usage" => null_only(s, &mut seen, 3),
-        "x_groq" => null_only(s, &mut seen, 4),
-        "error" => null_only(s, &mut seen, 5),
+        "usage" => null_only(s, &mut seen, USAGE),
+        "x_groq" => null_only(s, &mut seen, X_GROQ),
+        "error" => null_only(s, &mut seen, ERROR),
         _ => s.skip(),
     })?;
     s.finish()?;
@@ -738,8 +743,7 @@ mod tests {
             let mut header = Header::default();
             for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
                 let data = data.trim();
-                let as_fragment = data.starts_with(header.bytes.as_str())
-                    && !header.bytes.is_empty()
+                let as_fragment = header.starts(data)
                     && header.fragments.read(data, header.bytes.len()).is_some();
                 let in_order = read_after(data, &mut header);
                 let Some(expected) = serde(data) else {
