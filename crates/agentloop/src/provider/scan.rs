@@ -77,28 +77,35 @@ fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
 }
 
 /// Below this many bytes left in the text, a decoded string takes them all as capacity instead
-/// of finding its end first.
+/// of being decoded into the scanner's scratch buffer and copied out at its exact size.
 const EXACT_BELOW: usize = 256;
 
 /// Decodes a string body that starts at `start` and whose first stop byte (not its closing
 /// quote) is at `stop`, as serde_json decodes it: the text and the index of the closing quote.
 /// `None` for anything serde_json rejects or that decodes to a lone surrogate (both left to
 /// serde).
-fn decode_escaped(text: &str, start: usize, stop: usize) -> Option<(String, usize)> {
+///
+/// Decoding only shrinks text. In a stream's event the string is most of what is left, so the
+/// rest of the text bounds its length closely and the string is decoded in place. In a longer
+/// text (a whole document) it is decoded into `scratch`, which keeps its room from string to
+/// string, and copied out: one pass less than finding the string's end first to size it.
+fn decode_escaped(
+    text: &str,
+    start: usize,
+    stop: usize,
+    scratch: &mut Vec<u8>,
+) -> Option<(String, usize)> {
     let bytes = text.as_bytes();
-    // Decoding only shrinks text. In a stream's event the string is most of what is left, so
-    // the rest of the text bounds its length closely. In a longer text (a whole document) the
-    // string's end is found first, so that the string holds no more than it needs. Either way
-    // with room for the word `decode_into` may copy past the end.
     let rest = bytes.len().saturating_sub(start);
-    let capacity = if rest <= EXACT_BELOW {
-        rest
-    } else {
-        string_end(bytes, stop)? - start + 8
-    };
-    let mut out = Vec::with_capacity(capacity);
-    let end = decode_into(bytes, start, stop, &mut out)?;
-    String::from_utf8(out).ok().map(|text| (text, end))
+    if rest <= EXACT_BELOW {
+        let mut out = Vec::with_capacity(rest);
+        let end = decode_into(bytes, start, stop, &mut out)?;
+        return String::from_utf8(out).ok().map(|text| (text, end));
+    }
+    scratch.clear();
+    let end = decode_into(bytes, start, stop, scratch)?;
+    let text = std::str::from_utf8(scratch).ok()?;
+    Some((text.to_owned(), end))
 }
 
 /// [`decode_escaped`]'s pass: appends the decoded body to `out`, checking escapes as it goes,
@@ -204,6 +211,8 @@ pub(super) struct Scanner<'a> {
     depth: u8,
     /// Where the key of the object member being read starts.
     member_start: usize,
+    /// Where long escaped strings are decoded before they are copied out at their size.
+    scratch: Vec<u8>,
 }
 
 impl<'a> Scanner<'a> {
@@ -214,6 +223,7 @@ impl<'a> Scanner<'a> {
             at: 0,
             depth: 0,
             member_start: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -225,6 +235,7 @@ impl<'a> Scanner<'a> {
             at,
             depth: 1,
             member_start: at,
+            scratch: Vec::new(),
         }
     }
 
@@ -309,7 +320,7 @@ impl<'a> Scanner<'a> {
             self.at = stop + 1;
             return self.text.get(start..stop).map(Cow::Borrowed);
         }
-        let (text, end) = decode_escaped(self.text, start, stop)?;
+        let (text, end) = decode_escaped(self.text, start, stop, &mut self.scratch)?;
         self.at = end + 1;
         Some(Cow::Owned(text))
     }
@@ -432,7 +443,7 @@ impl<'a> Scanner<'a> {
 
     /// Any value, built as serde_json builds a [`Value`]; `None` where the scanner leaves the
     /// text to serde (escaped keys, depth, invalid JSON).
-    fn value(&mut self) -> Option<Value> {
+    pub fn value(&mut self) -> Option<Value> {
         Some(match self.peek()? {
             b'{' => {
                 let mut map = Map::new();
@@ -756,8 +767,12 @@ mod tests {
 
         /// Where the scanner reads a document into a value, serde_json reads the same value;
         /// where serde_json rejects it, the scanner leaves it to serde too.
+        ///
+        /// Padded, every string has more than [`EXACT_BELOW`] bytes after it, so it is decoded
+        /// through the scanner's scratch buffer, which one string leaves to the next.
         #[test]
-        fn documents_read_as_serde_json_reads_them(json in document()) {
+        fn documents_read_as_serde_json_reads_them(json in document(), padded in any::<bool>()) {
+            let json = if padded { format!("{json}{:300}", "") } else { json };
             let fast = read_value(&json);
             let serde = serde_json::from_str::<Value>(&json).ok();
             if fast.is_some() || serde.is_none() {
@@ -768,8 +783,13 @@ mod tests {
         /// Where the scanner reads a string, it reads what serde_json reads, and it reads every
         /// string serde_json accepts.
         #[test]
-        fn strings_read_as_serde_json_reads_them(body in long_string(), after in "[\"\\] ,}]{0,3}") {
-            let json = format!("{body}{after}");
+        fn strings_read_as_serde_json_reads_them(
+            body in long_string(),
+            after in "[\"\\] ,}]{0,3}",
+            padded in any::<bool>(),
+        ) {
+            let pad = if padded { EXACT_BELOW } else { 0 };
+            let json = format!("{body}{after}{:pad$}", "");
             let mut s = Scanner::new(&json);
             let fast = s.string().map(Cow::into_owned);
             let rest = &json[s.position()..];
