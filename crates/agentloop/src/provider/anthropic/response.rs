@@ -26,13 +26,13 @@ struct WireResponse {
 #[derive(Debug, Default, PartialEq, Deserialize)]
 pub(super) struct WireUsage {
     #[serde(default)]
-    input_tokens: Option<u64>,
+    pub(super) input_tokens: Option<u64>,
     #[serde(default)]
-    output_tokens: Option<u64>,
+    pub(super) output_tokens: Option<u64>,
     #[serde(default)]
-    cache_creation_input_tokens: Option<u64>,
+    pub(super) cache_creation_input_tokens: Option<u64>,
     #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
+    pub(super) cache_read_input_tokens: Option<u64>,
 }
 
 impl WireUsage {

@@ -1,20 +1,21 @@
-//! A hand-written reader for the events nearly every Messages stream is made of:
-//! `content_block_delta` (text, thinking, tool input), `content_block_stop`, `ping` and
-//! `message_stop`.
+//! A hand-written reader for the events of a Messages stream: `message_start`,
+//! `content_block_start`, `content_block_delta` (text, thinking, tool input),
+//! `content_block_stop`, `message_delta`, `ping` and `message_stop`.
 //!
 //! serde's derived reading was most of the decoder's time; this reads those events in one pass
-//! with no per-field dispatch. It answers `None` on anything else (`message_start`,
-//! `content_block_start`, `message_delta` with its usage, `error`, a number where a string
-//! belongs, a duplicate field, an escaped key, invalid JSON) and the caller falls back to
-//! serde. Where it answers, it answers what serde would: debug builds and fuzzing check every
-//! event against serde, and `tests::agrees_with_serde` does so over generated events.
+//! with no per-field dispatch. It answers `None` on anything else (an `error` object, a number
+//! where a string belongs, a duplicate field, an escaped key, invalid JSON) and the caller
+//! falls back to serde. Where it answers, it answers what serde would: debug builds and fuzzing
+//! check every event against serde, and `tests::agrees_with_serde` does so over generated
+//! events.
 //!
 //! A delta written the API's way is read by [`compact_delta`] into a small [`Delta`] the decoder
 //! takes as it is; any other event by [`any_event`].
 
 use std::borrow::Cow;
 
-use super::{WireDelta, WireEvent};
+use super::{StartMessage, WireDelta, WireEvent};
+use crate::provider::anthropic::response::WireUsage;
 use crate::provider::scan::{Scanner, Seen, null_only};
 
 /// Read one event as serde would, or `None` to let serde read it.
@@ -147,10 +148,25 @@ pub(super) fn any_event(data: &str) -> Option<WireEvent<'_>> {
                     event.delta = Some(delta(s)?);
                 }
             }
-            // `null` if present at all on these events; the objects are left to serde.
-            "message" => null_only(s, &mut seen, 3)?,
-            "content_block" => null_only(s, &mut seen, 4)?,
-            "usage" => null_only(s, &mut seen, 5)?,
+            "message" => {
+                seen.first(3)?;
+                if !s.null()? {
+                    event.message = Some(Box::new(message(s)?));
+                }
+            }
+            "content_block" => {
+                seen.first(4)?;
+                if !s.null()? {
+                    event.content_block = Some(s.value()?);
+                }
+            }
+            "usage" => {
+                seen.first(5)?;
+                if !s.null()? {
+                    event.usage = Some(Box::new(usage(s)?));
+                }
+            }
+            // `null` if present at all; an error object is left to serde.
             "error" => null_only(s, &mut seen, 6)?,
             _ => s.skip()?,
         }
@@ -158,6 +174,57 @@ pub(super) fn any_event(data: &str) -> Option<WireEvent<'_>> {
     })?;
     s.finish()?;
     Some(event)
+}
+
+/// `message_start`'s message: its id, model and usage (the rest is skipped, as serde skips it).
+fn message<'a>(s: &mut Scanner<'a>) -> Option<StartMessage<'a>> {
+    let mut message = StartMessage {
+        id: None,
+        model: None,
+        usage: None,
+    };
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        match key {
+            "id" => {
+                seen.first(0)?;
+                message.id = s.optional_string()?;
+            }
+            "model" => {
+                seen.first(1)?;
+                message.model = s.optional_string()?;
+            }
+            "usage" => {
+                seen.first(2)?;
+                if !s.null()? {
+                    message.usage = Some(usage(s)?);
+                }
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    Some(message)
+}
+
+/// A usage object: the four counts the decoder keeps (others, such as `server_tool_use` or
+/// `cache_creation`, are skipped).
+fn usage(s: &mut Scanner<'_>) -> Option<WireUsage> {
+    let mut usage = WireUsage::default();
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        let (field, target) = match key {
+            "input_tokens" => (0, &mut usage.input_tokens),
+            "output_tokens" => (1, &mut usage.output_tokens),
+            "cache_creation_input_tokens" => (2, &mut usage.cache_creation_input_tokens),
+            "cache_read_input_tokens" => (3, &mut usage.cache_read_input_tokens),
+            _ => return s.skip(),
+        };
+        seen.first(field)?;
+        *target = s.optional_count()?;
+        Some(())
+    })?;
+    Some(usage)
 }
 
 fn delta<'a>(s: &mut Scanner<'a>) -> Option<WireDelta<'a>> {
@@ -228,15 +295,71 @@ mod tests {
         }
     }
 
+    /// The start events and `message_delta`, as the API writes them (usage objects with the
+    /// nested members it has added over time), are read as serde reads them.
+    #[test]
+    fn reads_starts_and_message_deltas() {
+        let start = r#"{"type":"message_start","message":{"model":"claude-sonnet-4-5-20250929","id":"msg_01QC","type":"message","role":"assistant","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1200,"cache_creation_input_tokens":0,"cache_read_input_tokens":5,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0},"output_tokens":1,"service_tier":"standard"}}}"#;
+        let event = read(start).unwrap();
+        assert_eq!(Some(&event), serde(start).as_ref());
+        let message = event.message.unwrap();
+        assert!(matches!(message.id, Some(Cow::Borrowed("msg_01QC"))));
+        assert_eq!(message.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
+        let usage = message.usage.unwrap();
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens),
+            (Some(1200), Some(1))
+        );
+        assert_eq!(
+            (
+                usage.cache_creation_input_tokens,
+                usage.cache_read_input_tokens
+            ),
+            (Some(0), Some(5))
+        );
+
+        let block = r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01","name":"get_weather","input":{"units":["c",1.5,null]}}}"#;
+        let event = read(block).unwrap();
+        assert_eq!(Some(&event), serde(block).as_ref());
+        assert_eq!(
+            event.content_block,
+            Some(
+                serde_json::json!({"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"units": ["c", 1.5, null]}})
+            )
+        );
+
+        let delta = r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":null,"output_tokens":89,"server_tool_use":{"web_search_requests":1}}}"#;
+        let event = read(delta).unwrap();
+        assert_eq!(Some(&event), serde(delta).as_ref());
+        assert_eq!(
+            event.delta.unwrap().stop_reason.as_deref(),
+            Some("tool_use")
+        );
+        let usage = event.usage.unwrap();
+        assert_eq!((usage.input_tokens, usage.output_tokens), (None, Some(89)));
+
+        for data in [
+            r#"{"type":"message_start","message":{"id":null,"model":"m","usage":null}}"#,
+            r#"{"type":"message_start","message":{}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":"text"}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{}}"#,
+        ] {
+            assert_eq!(read(data), serde(data), "{data}");
+            assert!(read(data).is_some(), "{data}");
+        }
+    }
+
     #[test]
     fn leaves_rare_shapes_to_serde() {
         for data in [
-            r#"{"type":"message_start","message":{"id":"msg_1","model":"m"}}"#,
-            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
-            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#,
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
             r#"{"type":"content_block_delta","index":0,"delta":["text_delta"]}"#,
             r#"{"typ\u0065":"ping"}"#,
+            // serde reads a struct from an array of its fields, too.
+            r#"{"type":"message_start","message":["msg_1","m",null]}"#,
+            r#"{"type":"message_delta","usage":[1,2]}"#,
+            r#"{"type":"content_block_start","content_block":{"typ\u0065":"text"}}"#,
         ] {
             assert_eq!(read(data), None, "{data}");
             assert!(serde(data).is_some(), "{data}");
@@ -244,6 +367,13 @@ mod tests {
         for invalid in [
             r#"{"type":"ping","type":"ping"}"#,
             r#"{"type":"content_block_delta","delta":{"text":"a","text":"b"}}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":1,"output_tokens":2}}"#,
+            r#"{"type":"message_start","message":{"id":"a","id":"b"}}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":1.0}}"#,
+            r#"{"type":"message_delta","usage":{"output_tokens":-1}}"#,
+            r#"{"type":"message_start","message":{"model":7}}"#,
+            r#"{"type":"message_start","message":"m"}"#,
+            r#"{"type":"content_block_start","content_block":{"type":"text",}}"#,
             r#"{"type":null}"#,
             r#"{"index":-1}"#,
             r#"{"index":1.5}"#,
@@ -257,12 +387,12 @@ mod tests {
         }
     }
 
-    /// Every event of the recorded Anthropic streams: the fast reader agrees with serde wherever
-    /// it answers, and it answers for the deltas and the events without a body.
+    /// Every event of the recorded Anthropic streams: the fast reader agrees with serde
+    /// wherever it answers, and it answers for every event but an error.
     #[test]
-    fn recorded_streams_agree_and_deltas_take_the_fast_path() {
+    fn recorded_streams_agree_and_take_the_fast_path() {
         let streams = recorded_streams().join("anthropic");
-        let (mut deltas, mut fast) = (0, 0);
+        let mut kinds = std::collections::BTreeMap::<String, usize>::new();
         for file in std::fs::read_dir(&streams).unwrap() {
             let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
             for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
@@ -270,18 +400,17 @@ mod tests {
                 let Some(expected) = serde(data) else {
                     continue;
                 };
-                let delta = expected.kind == "content_block_delta";
-                deltas += usize::from(delta);
-                if let Some(event) = read(data) {
-                    assert_eq!(event, expected, "{data}");
-                    fast += usize::from(delta);
-                } else {
-                    assert!(!delta, "a delta left to serde: {data}");
+                match read(data) {
+                    Some(event) => assert_eq!(event, expected, "{data}"),
+                    None => assert_eq!(expected.kind, "error", "left to serde: {data}"),
                 }
+                *kinds.entry(expected.kind.into_owned()).or_default() += 1;
             }
         }
-        assert!(deltas > 50, "only {deltas} recorded deltas found");
-        assert_eq!(fast, deltas);
+        for kind in ["message_start", "content_block_start", "message_delta"] {
+            assert!(kinds.get(kind).is_some_and(|&n| n > 3), "{kind}: {kinds:?}");
+        }
+        assert!(kinds["content_block_delta"] > 50, "{kinds:?}");
     }
 
     /// The events and the result a decoder gives for `events` (name, data): as it reads them
@@ -350,9 +479,71 @@ mod tests {
         "thinking",
         "signature",
         "stop_reason",
+        "id",
+        "model",
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
         "typ\\u0065",
         "other",
     ]);
+
+    /// A usage object (or `null`), its counts sometimes out of `u64`'s reach.
+    fn usage() -> BoxedStrategy<String> {
+        let count = || {
+            prop_oneof![
+                4 => one_of(vec!["0", "1200", "null"]),
+                1 => one_of(vec!["1.0", "-1", "18446744073709551616"]),
+            ]
+            .boxed()
+        };
+        let usage = fields(vec![
+            KEYS.field("input_tokens", count()),
+            KEYS.field("output_tokens", count()),
+            KEYS.field("cache_creation_input_tokens", count()),
+            KEYS.field("cache_read_input_tokens", count()),
+            KEYS.field("other", KEYS.value()),
+        ]);
+        prop_oneof![4 => usage, 1 => Just("null".to_owned())].boxed()
+    }
+
+    /// `message_start`'s message (or `null`).
+    fn message() -> BoxedStrategy<String> {
+        let message = fields(vec![
+            KEYS.field("id", text()),
+            KEYS.field("model", text()),
+            KEYS.field("usage", usage()),
+            KEYS.field("other", KEYS.value()),
+        ]);
+        prop_oneof![4 => message, 1 => Just("null".to_owned())].boxed()
+    }
+
+    /// The events with objects in them, in the API's member order, their values generated.
+    fn start_event() -> impl Strategy<Value = String> {
+        let start = (text(), text(), usage(), KEYS.value()).prop_map(|(id, model, usage, other)| {
+            format!(
+                r#"{{"type":"message_start","message":{{"model":{model},"id":{id},"type":"message","content":{other},"usage":{usage}}}}}"#
+            )
+        });
+        let block = KEYS.value().prop_map(|b| {
+            format!(r#"{{"type":"content_block_start","index":0,"content_block":{b}}}"#)
+        });
+        let tool = (text(), KEYS.value()).prop_map(|(name, input)| {
+            format!(
+                r#"{{"type":"content_block_start","index":1,"content_block":{{"type":"tool_use","id":"toolu_1","name":{name},"input":{input}}}}}"#
+            )
+        });
+        let delta = (text(), usage()).prop_map(|(reason, usage)| {
+            format!(
+                r#"{{"type":"message_delta","delta":{{"stop_reason":{reason},"stop_sequence":null}},"usage":{usage}}}"#
+            )
+        });
+        mangled(
+            prop_oneof![start, block, tool, delta],
+            vec![" ", "\n", ",", "}", "\"", ":", "0"],
+        )
+    }
 
     fn event() -> impl Strategy<Value = String> {
         let kind = one_of(vec![
@@ -361,6 +552,8 @@ mod tests {
             "\"ping\"",
             "\"message_stop\"",
             "\"message_delta\"",
+            "\"message_start\"",
+            "\"content_block_start\"",
         ]);
         let delta = fields(vec![
             KEYS.field(
@@ -374,15 +567,14 @@ mod tests {
             KEYS.field("stop_reason", text()),
             KEYS.field("other", KEYS.value()),
         ]);
-        let null = || one_of(vec!["null"]);
         fields(vec![
             KEYS.field("type", kind),
             KEYS.field("index", one_of(vec!["0", "1", "7", "null"])),
             KEYS.field("delta", delta.boxed()),
-            KEYS.field("usage", null()),
-            KEYS.field("message", null()),
-            KEYS.field("content_block", null()),
-            KEYS.field("error", null()),
+            KEYS.field("usage", usage()),
+            KEYS.field("message", message()),
+            KEYS.field("content_block", KEYS.value()),
+            KEYS.field("error", one_of(vec!["null"])),
             KEYS.field("other", KEYS.value()),
         ])
     }
@@ -395,6 +587,22 @@ mod tests {
     fn generated_events_often_take_the_fast_path() {
         let share = share_read(mangled_event(), |data| read(data).is_some());
         assert!(share > 0.2, "only {share} of generated events read");
+    }
+
+    #[test]
+    fn generated_start_events_often_take_the_fast_path() {
+        let with = |has: fn(&WireEvent<'_>) -> bool| {
+            share_read(start_event(), |data| read(data).as_ref().is_some_and(has))
+        };
+        let message = with(|e| e.message.as_ref().is_some_and(|m| m.usage.is_some()));
+        let block = with(|e| e.content_block.is_some());
+        let usage = with(|e| e.usage.is_some());
+        for (what, share) in [("message", message), ("block", block), ("usage", usage)] {
+            assert!(
+                share > 0.01,
+                "only {share} of generated events read a {what}"
+            );
+        }
     }
 
     /// Delta events as the API writes them, with other kinds, fields and values mixed in.
@@ -477,6 +685,14 @@ mod tests {
                 .collect();
             let [fast, whole] = decoded_both_ways(&events);
             prop_assert_eq!(fast, whole);
+        }
+
+        #[test]
+        fn start_events_agree_with_serde(data in start_event()) {
+            if let Some(fast) = read(&data) {
+                let serde = serde_json::from_str::<WireEvent<'_>>(&data);
+                prop_assert!(matches!(&serde, Ok(event) if *event == fast), "{data}: fast {fast:?}, serde {serde:?}");
+            }
         }
 
         #[test]
