@@ -81,6 +81,9 @@ pub enum StreamEvent {
 /// Bytes a text block being assembled starts with room for.
 const TEXT_BLOCK_START: usize = 256;
 
+/// Bytes a tool call's arguments being assembled start with room for.
+const ARGUMENTS_START: usize = 128;
+
 /// Builds a [`Response`] from stream events. Arguments are appended to one buffer per call and
 /// parsed once, at the end.
 #[derive(Debug, Default)]
@@ -146,6 +149,11 @@ impl Accumulator {
                     self.start_call(*index, "", "");
                 }
                 if let Some(call) = self.call_slot(*index) {
+                    if call.arguments.capacity() == 0 {
+                        // Arguments come in many small fragments: room from the first skips
+                        // the first four or so doublings of the buffer.
+                        call.arguments.reserve(arguments.len().max(ARGUMENTS_START));
+                    }
                     call.arguments.push_str(arguments);
                 }
             }
