@@ -374,7 +374,8 @@ impl SseDecoder for ChunkDecoder {
         if self.done {
             return Ok(());
         }
-        let data = event.data.trim();
+        // JSON's whitespace is all ASCII; `trim` would decode characters from both ends.
+        let data = event.data.trim_ascii();
         if event.event == "error" {
             let error = match serde_json::from_str::<serde_json::Value>(data) {
                 Ok(value) => WireError::from_value(value.get("error").unwrap_or(&value)),
