@@ -117,7 +117,7 @@ impl SseParser {
             let mut line = std::mem::take(&mut self.line);
             line.extend_from_slice(&chunk[pos..pos + i]);
             pos = self.after_line_end(chunk, pos + i);
-            self.line_complete(&line, None, chunk, on_event);
+            self.held_line_complete(&line, chunk, on_event);
             line.clear();
             self.line = line;
         }
@@ -150,7 +150,7 @@ impl SseParser {
     pub fn finish(&mut self, mut on_event: impl FnMut(SseEvent<'_>)) {
         let mut line = std::mem::take(&mut self.line);
         if !line.is_empty() {
-            self.line_complete(&line, None, &[], &mut on_event);
+            self.held_line_complete(&line, &[], &mut on_event);
         }
         self.dispatch(&[], &mut on_event);
         line.clear();
@@ -179,9 +179,21 @@ impl SseParser {
         at + 1
     }
 
+    /// [`Self::line_complete`] for a line held over from earlier chunks: rare, so kept out
+    /// of line, which lets the loop over the chunk's own lines take it inline.
+    #[inline(never)]
+    fn held_line_complete<F: FnMut(SseEvent<'_>)>(
+        &mut self,
+        line: &[u8],
+        chunk: &[u8],
+        on_event: &mut F,
+    ) {
+        self.line_complete(line, None, chunk, on_event);
+    }
+
     /// Interprets one complete line; `at` is its offset in `chunk` when it
     /// lies there (and may thus be borrowed).
-    #[inline]
+    #[inline(always)]
     fn line_complete<F: FnMut(SseEvent<'_>)>(
         &mut self,
         mut line: &[u8],
