@@ -204,6 +204,14 @@ fn hex4(digits: &[u8]) -> Option<u32> {
     })
 }
 
+/// A place in the text, with the nesting there: see [`Scanner::mark`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark {
+    at: usize,
+    depth: u8,
+    member_start: usize,
+}
+
 /// A cursor over one JSON text.
 pub(super) struct Scanner<'a> {
     text: &'a str,
@@ -242,6 +250,23 @@ impl<'a> Scanner<'a> {
     /// Where the cursor is: the byte after the last value read.
     pub fn position(&self) -> usize {
         self.at
+    }
+
+    /// Where the scanner stands, to come back to with [`Self::rewind`] after a reading that
+    /// gave up half-way.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            at: self.at,
+            depth: self.depth,
+            member_start: self.member_start,
+        }
+    }
+
+    /// Go back to `mark`.
+    pub fn rewind(&mut self, mark: Mark) {
+        self.at = mark.at;
+        self.depth = mark.depth;
+        self.member_start = mark.member_start;
     }
 
     /// Where the current object member's key starts (whitespace before it included).

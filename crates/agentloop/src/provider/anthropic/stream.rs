@@ -45,9 +45,8 @@ struct WireEvent<'a> {
     // Boxed: rare, and a smaller event struct is cheaper to build for every delta.
     #[serde(default, borrow)]
     message: Option<Box<StartMessage<'a>>>,
-    /// Parsed whole: once per block, and unknown blocks are kept verbatim anyway.
     #[serde(default)]
-    content_block: Option<Value>,
+    content_block: Option<Box<StartBlock<'a>>>,
     #[serde(default, borrow)]
     delta: Option<WireDelta<'a>>,
     #[serde(default)]
@@ -64,6 +63,62 @@ struct StartMessage<'a> {
     model: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+}
+
+/// `content_block_start`'s block: the members the decoder uses of the kinds it takes apart, or
+/// the whole block of any other kind (kept verbatim as a native block).
+#[derive(Debug, PartialEq)]
+enum StartBlock<'a> {
+    Text {
+        text: Option<Cow<'a, str>>,
+    },
+    Thinking {
+        thinking: Option<Cow<'a, str>>,
+        signature: Option<Cow<'a, str>>,
+    },
+    RedactedThinking {
+        data: Option<Cow<'a, str>>,
+    },
+    ToolUse {
+        id: Option<Cow<'a, str>>,
+        name: Option<Cow<'a, str>>,
+        input: Option<Value>,
+    },
+    Other(Value),
+}
+
+impl StartBlock<'_> {
+    /// The block as the decoder sees it: a member that is not a string counts as absent.
+    fn from_value(block: Value) -> Self {
+        let text = |key: &str| {
+            block
+                .get(key)
+                .and_then(Value::as_str)
+                .map(|text| Cow::Owned(text.to_owned()))
+        };
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => StartBlock::Text { text: text("text") },
+            Some("thinking") => StartBlock::Thinking {
+                thinking: text("thinking"),
+                signature: text("signature"),
+            },
+            Some("redacted_thinking") => StartBlock::RedactedThinking { data: text("data") },
+            Some("tool_use") => StartBlock::ToolUse {
+                id: text("id"),
+                name: text("name"),
+                input: block.get("input").cloned(),
+            },
+            _ => StartBlock::Other(block),
+        }
+    }
+}
+
+/// Read through a [`Value`]: serde's path is the rare one (the scanner reads the blocks the API
+/// writes), so it need not be fast.
+impl<'de> Deserialize<'de> for StartBlock<'_> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(StartBlock::from_value)
+    }
 }
 
 /// One shape for both `content_block_delta.delta` and `message_delta.delta`.
@@ -181,7 +236,7 @@ impl AnthropicDecoder {
     fn on_block_start(
         &mut self,
         index: Option<u64>,
-        block: Option<Value>,
+        block: Option<Box<StartBlock<'_>>>,
         out: &mut VecDeque<StreamEvent>,
     ) {
         let index = index.unwrap_or_else(|| self.blocks.last().map_or(0, |b| b.index + 1));
@@ -189,48 +244,42 @@ impl AnthropicDecoder {
             return; // A repeated start for a block we know: keep the first.
         }
         let Some(block) = block else { return };
-        let text_of = |key: &str| {
-            block
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        };
-        let state = match block.get("type").and_then(Value::as_str) {
-            Some("text") => {
-                if let Some(text) = text_of("text") {
+        let text = |text: Option<Cow<'_, str>>| text.filter(|t| !t.is_empty()).map(Cow::into_owned);
+        let state = match *block {
+            StartBlock::Text { text: start } => {
+                if let Some(text) = text(start) {
                     out.push_back(StreamEvent::TextDelta { text });
                 }
                 BlockState::Plain
             }
-            Some("thinking") => {
-                if let Some(text) = text_of("thinking") {
+            StartBlock::Thinking {
+                thinking,
+                signature,
+            } => {
+                if let Some(text) = text(thinking) {
                     out.push_back(StreamEvent::ThinkingDelta { text });
                 }
-                if let Some(signature) = text_of("signature") {
+                if let Some(signature) = text(signature) {
                     out.push_back(StreamEvent::ThinkingSignature { signature });
                 }
                 BlockState::Plain
             }
-            Some("redacted_thinking") => {
+            StartBlock::RedactedThinking { data } => {
                 // The whole block comes in its start event.
-                if let Some(data) = text_of("data") {
+                if let Some(data) = text(data) {
                     out.push_back(StreamEvent::RedactedThinking { data });
                 }
                 BlockState::Plain
             }
-            Some("tool_use") => {
+            StartBlock::ToolUse { id, name, input } => {
                 let position = self.tool_calls;
                 self.tool_calls += 1;
                 out.push_back(StreamEvent::ToolCallStart {
                     index: position,
-                    id: text_of("id").unwrap_or_default(),
-                    name: text_of("name").unwrap_or_default(),
+                    id: text(id).unwrap_or_default(),
+                    name: text(name).unwrap_or_default(),
                 });
-                let initial = block
-                    .get("input")
-                    .filter(|input| has_content(input))
-                    .map(Value::to_string);
+                let initial = input.filter(has_content).map(|input| input.to_string());
                 BlockState::Tool {
                     position,
                     streamed: false,
@@ -239,8 +288,8 @@ impl AnthropicDecoder {
             }
             // server_tool_use, web_search_tool_result, mcp_tool_use, mcp_tool_result and
             // whatever comes next: Anthropic's to interpret, ours to send back unchanged.
-            _ => BlockState::Native {
-                value: block,
+            StartBlock::Other(value) => BlockState::Native {
+                value,
                 input: String::new(),
             },
         };

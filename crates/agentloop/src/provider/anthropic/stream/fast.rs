@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 
-use super::{StartMessage, WireDelta, WireEvent};
+use super::{StartBlock, StartMessage, WireDelta, WireEvent};
 use crate::provider::anthropic::response::WireUsage;
 use crate::provider::scan::{Scanner, Seen, null_only};
 
@@ -157,7 +157,7 @@ pub(super) fn any_event(data: &str) -> Option<WireEvent<'_>> {
             "content_block" => {
                 seen.first(4)?;
                 if !s.null()? {
-                    event.content_block = Some(s.value()?);
+                    event.content_block = Some(Box::new(start_block(s)?));
                 }
             }
             "usage" => {
@@ -174,6 +174,86 @@ pub(super) fn any_event(data: &str) -> Option<WireEvent<'_>> {
     })?;
     s.finish()?;
     Some(event)
+}
+
+/// `content_block_start`'s block. One of the kinds the decoder takes apart, with its `type`
+/// first as the API writes it, is read member by member; any other block is read whole.
+fn start_block<'a>(s: &mut Scanner<'a>) -> Option<StartBlock<'a>> {
+    let mark = s.mark();
+    if let Some(block) = known_block(s) {
+        return Some(block);
+    }
+    s.rewind(mark);
+    s.value().map(StartBlock::from_value)
+}
+
+/// The kinds of block [`known_block`] reads.
+#[derive(Debug, Clone, Copy)]
+enum BlockKind {
+    Text,
+    Thinking,
+    RedactedThinking,
+    ToolUse,
+}
+
+/// A block whose first member is `type` naming one of [`BlockKind`], read as
+/// [`StartBlock::from_value`] reads it; `None` for anything else, including a member it uses
+/// that is not a string or is given twice (the caller then reads the block whole).
+fn known_block<'a>(s: &mut Scanner<'a>) -> Option<StartBlock<'a>> {
+    let mut kind = None;
+    // The kind's string members in the order of its `StartBlock` fields, and a call's input.
+    let mut texts: [Option<Cow<'a, str>>; 2] = [None, None];
+    let mut input = None;
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        let Some(kind) = kind else {
+            if key != "type" {
+                return None;
+            }
+            kind = Some(match s.string()?.as_ref() {
+                "text" => BlockKind::Text,
+                "thinking" => BlockKind::Thinking,
+                "redacted_thinking" => BlockKind::RedactedThinking,
+                "tool_use" => BlockKind::ToolUse,
+                _ => return None,
+            });
+            return Some(());
+        };
+        let slot = match (kind, key) {
+            (BlockKind::Text, "text")
+            | (BlockKind::Thinking, "thinking")
+            | (BlockKind::RedactedThinking, "data")
+            | (BlockKind::ToolUse, "id") => 0,
+            (BlockKind::Thinking, "signature") | (BlockKind::ToolUse, "name") => 1,
+            (BlockKind::ToolUse, "input") => {
+                seen.first(2)?;
+                input = Some(s.value()?);
+                return Some(());
+            }
+            // A second `type`: the last one names the block.
+            (_, "type") => return None,
+            // Read, not skipped: serde reads the block into a `Value`, and a value rejects more
+            // than skipping does (a lone surrogate, a number out of range).
+            _ => return s.value().map(drop),
+        };
+        seen.first(slot)?;
+        texts[usize::from(slot)] = s.optional_string()?;
+        Some(())
+    })?;
+    let [first, second] = texts;
+    Some(match kind? {
+        BlockKind::Text => StartBlock::Text { text: first },
+        BlockKind::Thinking => StartBlock::Thinking {
+            thinking: first,
+            signature: second,
+        },
+        BlockKind::RedactedThinking => StartBlock::RedactedThinking { data: first },
+        BlockKind::ToolUse => StartBlock::ToolUse {
+            id: first,
+            name: second,
+            input,
+        },
+    })
 }
 
 /// `message_start`'s message: its id, model and usage (the rest is skipped, as serde skips it).
@@ -322,10 +402,12 @@ mod tests {
         let event = read(block).unwrap();
         assert_eq!(Some(&event), serde(block).as_ref());
         assert_eq!(
-            event.content_block,
-            Some(
-                serde_json::json!({"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"units": ["c", 1.5, null]}})
-            )
+            event.content_block.map(|b| *b),
+            Some(StartBlock::ToolUse {
+                id: Some(Cow::Borrowed("toolu_01")),
+                name: Some(Cow::Borrowed("get_weather")),
+                input: Some(serde_json::json!({"units": ["c", 1.5, null]})),
+            })
         );
 
         let delta = r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":null,"output_tokens":89,"server_tool_use":{"web_search_requests":1}}}"#;
@@ -347,6 +429,48 @@ mod tests {
         ] {
             assert_eq!(read(data), serde(data), "{data}");
             assert!(read(data).is_some(), "{data}");
+        }
+    }
+
+    /// The blocks the API writes are read member by member, without a `Value` built; any other
+    /// block (another kind, `type` not first, a member of the wrong type or given twice) is
+    /// read whole, and both ways agree with serde.
+    #[test]
+    fn known_blocks_are_read_member_by_member() {
+        let block = |json: &str| {
+            let mut s = Scanner::new(json);
+            let known = known_block(&mut s).filter(|_| s.finish().is_some());
+            let mut s = Scanner::new(json);
+            let read = start_block(&mut s).filter(|_| s.finish().is_some());
+            let serde = serde_json::from_str::<StartBlock<'_>>(json).ok();
+            assert_eq!(read, serde, "{json}");
+            known.is_some()
+        };
+        for known in [
+            r#"{"type":"text","text":""}"#,
+            r#"{"type":"text","text":"Hi","citations":[]}"#,
+            r#"{"type":"thinking","thinking":"","signature":"EqQB"}"#,
+            r#"{"type":"redacted_thinking","data":"EmwKAhgB"}"#,
+            r#"{"type":"tool_use","id":"toolu_01","name":"get_weather","input":{}}"#,
+            r#"{"type":"tool_use","input":{"city":"Paris"},"name":null,"caller":{"type":"direct"}}"#,
+            r#"{"type":"text"}"#,
+        ] {
+            assert!(block(known), "{known} not read member by member");
+        }
+        for whole in [
+            r#"{"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}}"#,
+            r#"{"text":"Hi","type":"text"}"#,
+            r#"{"type":"text","text":7}"#,
+            r#"{"type":"text","text":"a","text":"b"}"#,
+            r#"{"type":"text","type":"thinking","thinking":"x"}"#,
+            r#"{"type":"tool_use","input":{},"input":{"a":1}}"#,
+            r#"{"type":"text","text":"Hi","other":"\ud800"}"#,
+            r#"{"type":"text","text":"Hi","other":1e999}"#,
+            r#"{"type":null}"#,
+            r#"{}"#,
+            r#""text""#,
+        ] {
+            assert!(!block(whole), "{whole} read member by member");
         }
     }
 
@@ -529,6 +653,17 @@ mod tests {
         let block = KEYS.value().prop_map(|b| {
             format!(r#"{{"type":"content_block_start","index":0,"content_block":{b}}}"#)
         });
+        let plain = (
+            one_of(vec!["text", "thinking", "redacted_thinking", "tool_use", "image"]),
+            one_of(vec!["text", "thinking", "signature", "data", "id", "name", "type"]),
+            text(),
+            KEYS.value(),
+        )
+            .prop_map(|(kind, key, value, other)| {
+                format!(
+                    r#"{{"type":"content_block_start","index":2,"content_block":{{"type":"{kind}","{key}":{value},"other":{other}}}}}"#
+                )
+            });
         let tool = (text(), KEYS.value()).prop_map(|(name, input)| {
             format!(
                 r#"{{"type":"content_block_start","index":1,"content_block":{{"type":"tool_use","id":"toolu_1","name":{name},"input":{input}}}}}"#
@@ -540,7 +675,7 @@ mod tests {
             )
         });
         mangled(
-            prop_oneof![start, block, tool, delta],
+            prop_oneof![2 => start, 1 => block, 1 => plain, 1 => tool, 1 => delta],
             vec![" ", "\n", ",", "}", "\"", ":", "0"],
         )
     }
