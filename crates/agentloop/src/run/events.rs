@@ -18,20 +18,23 @@ thread_local! {
 
 /// Run `poll` with `queue` lent to this thread; events pushed meanwhile land in `queue`.
 pub(crate) fn lend<R>(queue: &mut VecDeque<RunEvent>, poll: impl FnOnce() -> R) -> R {
-    /// Gives the queues back even if `poll` panics.
-    struct Restore<'a> {
-        queue: &'a mut VecDeque<RunEvent>,
-        outer: VecDeque<RunEvent>,
-    }
+    /// Swaps the queues back even if `poll` panics.
+    struct Restore<'a>(&'a mut VecDeque<RunEvent>);
     impl Drop for Restore<'_> {
         fn drop(&mut self) {
-            let outer = std::mem::take(&mut self.outer);
-            *self.queue = LENT.with(|lent| lent.replace(outer));
+            swap_lent(self.0);
         }
     }
-    let outer = LENT.with(|lent| lent.replace(std::mem::take(queue)));
-    let _restore = Restore { queue, outer };
+    // While lent, `queue` holds what the thread held before: the queue of an outer run, or an
+    // empty one. Swapping (rather than taking and replacing) leaves no queue to drop.
+    swap_lent(queue);
+    let _restore = Restore(queue);
     poll()
+}
+
+/// Exchange `queue` with the one lent to this thread.
+fn swap_lent(queue: &mut VecDeque<RunEvent>) {
+    LENT.with(|lent| std::mem::swap(&mut *lent.borrow_mut(), queue));
 }
 
 /// Queue an event for the stream whose driver is being polled on this thread.
