@@ -389,25 +389,27 @@ impl<'a> Scanner<'a> {
         Some(value)
     }
 
-    /// A count as `Option<u64>` reads it: `null` is `None`; anything but a plain integer is left
-    /// to serde.
-    pub fn optional_count(&mut self) -> Option<Option<u64>> {
+    /// A value as `Option<T>` reads it: `null` is `None`, anything else is read by `read`.
+    #[inline]
+    pub fn optional<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.null()? {
             Some(None)
         } else {
-            self.count().map(Some)
+            read(self).map(Some)
         }
+    }
+
+    /// A count as `Option<u64>` reads it: `null` is `None`; anything but a plain integer is left
+    /// to serde.
+    pub fn optional_count(&mut self) -> Option<Option<u64>> {
+        self.optional(Self::count)
     }
 
     /// A string as `Option<Cow<str>>` reads it: `null` is `None`; anything but a string is
     /// left to serde.
     #[inline]
     pub fn optional_string(&mut self) -> Option<Option<Cow<'a, str>>> {
-        if self.null()? {
-            Some(None)
-        } else {
-            self.string().map(Some)
-        }
+        self.optional(Self::string)
     }
 
     /// Skip a number as serde_json does when it ignores one (no range check).

@@ -144,27 +144,19 @@ pub(super) fn any_event(data: &str) -> Option<WireEvent<'_>> {
             }
             "delta" => {
                 seen.first(2)?;
-                if !s.null()? {
-                    event.delta = Some(delta(s)?);
-                }
+                event.delta = s.optional(delta)?;
             }
             "message" => {
                 seen.first(3)?;
-                if !s.null()? {
-                    event.message = Some(Box::new(message(s)?));
-                }
+                event.message = s.optional(message)?.map(Box::new);
             }
             "content_block" => {
                 seen.first(4)?;
-                if !s.null()? {
-                    event.content_block = Some(Box::new(start_block(s)?));
-                }
+                event.content_block = s.optional(start_block)?.map(Box::new);
             }
             "usage" => {
                 seen.first(5)?;
-                if !s.null()? {
-                    event.usage = Some(Box::new(usage(s)?));
-                }
+                event.usage = s.optional(usage)?.map(Box::new);
             }
             // `null` if present at all; an error object is left to serde.
             "error" => null_only(s, &mut seen, 6)?,
@@ -276,9 +268,7 @@ fn message<'a>(s: &mut Scanner<'a>) -> Option<StartMessage<'a>> {
             }
             "usage" => {
                 seen.first(2)?;
-                if !s.null()? {
-                    message.usage = Some(usage(s)?);
-                }
+                message.usage = s.optional(usage)?;
             }
             _ => s.skip()?,
         }

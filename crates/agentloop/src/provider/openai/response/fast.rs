@@ -77,9 +77,7 @@ fn choice<'a>(s: &mut Scanner<'a>) -> Option<Choice<'a>> {
             }
             "message" => {
                 seen.first(1)?;
-                if !s.null()? {
-                    choice.message = Some(message(s)?);
-                }
+                choice.message = s.optional(message)?;
             }
             "finish_reason" => {
                 seen.first(2)?;
@@ -155,9 +153,7 @@ fn tool_call<'a>(s: &mut Scanner<'a>) -> Option<ToolCall<'a>> {
             }
             "function" => {
                 seen.first(1)?;
-                if !s.null()? {
-                    call.function = Some(function(s)?);
-                }
+                call.function = s.optional(function)?;
             }
             _ => s.skip()?,
         }
