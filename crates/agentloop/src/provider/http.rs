@@ -458,6 +458,9 @@ impl Transport {
                 connect,
                 decoder: Some(decoder),
                 idle,
+                // A function rather than a boxed stream: the body's own type stays known, so
+                // reading a chunk is no call through a `dyn Stream`.
+                body: reqwest::Response::bytes_stream,
             },
         })
     }
@@ -484,28 +487,29 @@ const BYTES_PER_QUEUED_EVENT: usize = 96;
 
 /// The streamed answer of one call. A hand-written `Stream` rather than `stream::unfold`:
 /// unfold moves its whole state in and out of a new future for every event, which showed up
-/// as memcpy in profiles.
-struct SseStream<D> {
-    state: SseState<D>,
+/// as memcpy in profiles. `B` is the response body as a stream of chunks, made by `F`.
+struct SseStream<D, B, F> {
+    state: SseState<D, B, F>,
 }
 
-// No field is ever pinned: the connect future and the reading state are boxed, and the
-// decoder is only reached through `&mut`.
-impl<D> Unpin for SseStream<D> {}
+// No field is ever pinned: the connect future is boxed, the body is `Unpin`, and the decoder
+// is only reached through `&mut`.
+impl<D, B, F> Unpin for SseStream<D, B, F> {}
 
-enum SseState<D> {
+enum SseState<D, B, F> {
     /// Sending the request (retries happen inside, before any event).
     Connecting {
         connect: Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>,
         decoder: Option<D>,
         idle: Duration,
+        body: F,
     },
-    Reading(Box<Reading<D>>),
+    Reading(Reading<D, B>),
     Done,
 }
 
-struct Reading<D> {
-    body: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+struct Reading<D, B> {
+    body: B,
     parser: SseParser,
     decoder: D,
     pending: VecDeque<StreamEvent>,
@@ -521,7 +525,12 @@ struct Reading<D> {
     failed: Option<Error>,
 }
 
-impl<D: SseDecoder> Stream for SseStream<D> {
+impl<D, B, F> Stream for SseStream<D, B, F>
+where
+    D: SseDecoder,
+    B: Stream<Item = reqwest::Result<Bytes>> + Unpin,
+    F: Fn(reqwest::Response) -> B,
+{
     type Item = Result<StreamEvent>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -533,6 +542,7 @@ impl<D: SseDecoder> Stream for SseStream<D> {
                     connect,
                     decoder,
                     idle,
+                    body,
                 } => {
                     let response = match ready!(connect.as_mut().poll(cx)) {
                         Ok(response) => response,
@@ -545,12 +555,8 @@ impl<D: SseDecoder> Stream for SseStream<D> {
                         this.state = SseState::Done;
                         return Poll::Ready(None);
                     };
-                    let idle = *idle;
-                    this.state = SseState::Reading(Box::new(Reading::new(
-                        response.bytes_stream().boxed(),
-                        decoder,
-                        idle,
-                    )));
+                    let reading = Reading::new(body(response), decoder, *idle);
+                    this.state = SseState::Reading(reading);
                 }
                 SseState::Reading(reading) => {
                     if let Some(event) = reading.pending.pop_front() {
@@ -575,12 +581,8 @@ impl<D: SseDecoder> Stream for SseStream<D> {
     }
 }
 
-impl<D> Reading<D> {
-    fn new(
-        body: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
-        decoder: D,
-        idle: Duration,
-    ) -> Self {
+impl<D, B> Reading<D, B> {
+    fn new(body: B, decoder: D, idle: Duration) -> Self {
         Self {
             body,
             parser: SseParser::new(),
@@ -596,7 +598,7 @@ impl<D> Reading<D> {
     }
 }
 
-impl<D: SseDecoder> Reading<D> {
+impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D, B> {
     /// Read one network chunk into `pending`. `Ok(false)` at the end of the body.
     ///
     /// The idle timer is re-armed only when it fires, never per chunk. It is not made to fire
@@ -775,10 +777,7 @@ mod tests {
     }
 
     /// A body sending one event at each of `at` (from now), then stalling or ending.
-    fn body(
-        at: &'static [u64],
-        then_stall: bool,
-    ) -> futures::stream::BoxStream<'static, reqwest::Result<Bytes>> {
+    fn body(at: &'static [u64], then_stall: bool) -> Body {
         let start = Instant::now();
         let chunks = at.iter().copied().enumerate().map(move |(i, ms)| {
             let when = start + Duration::from_millis(ms);
@@ -795,11 +794,12 @@ mod tests {
         }
     }
 
-    fn stream(
-        body: futures::stream::BoxStream<'static, reqwest::Result<Bytes>>,
-    ) -> SseStream<Texts> {
+    type Body = futures::stream::BoxStream<'static, reqwest::Result<Bytes>>;
+
+    /// Already reading `body`: the function that would make it from a response goes unused.
+    fn stream(body: Body) -> SseStream<Texts, Body, fn(reqwest::Response) -> Body> {
         SseStream {
-            state: SseState::Reading(Box::new(Reading::new(body, Texts, Duration::from_secs(1)))),
+            state: SseState::Reading(Reading::new(body, Texts, Duration::from_secs(1))),
         }
     }
 
