@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::Poll;
 
 use futures::{StreamExt, stream};
 use serde_json::Value;
@@ -61,6 +62,14 @@ pub(crate) struct Driver {
 /// Why a model call did not give a response.
 enum ModelFailure {
     Stopped(RunStopReason, Option<Response>),
+    Failed(Error),
+}
+
+/// How a streamed model call ended.
+enum CallEnd {
+    /// The stream ended.
+    Finished,
+    Stopped(RunStopReason),
     Failed(Error),
 }
 
@@ -295,51 +304,72 @@ impl Driver {
         // it is polled again only once the token or the deadline woke it.
         let stopped = std::pin::pin!(stop.wait());
         let mut stopped = Armed::new(stopped);
-        loop {
-            tokio::select! {
-                biased;
-                reason = std::future::poll_fn(|cx| stopped.poll(cx)) => {
-                    acc.set_provider(self.provider.name());
-                    return Err(ModelFailure::Stopped(reason, Some(acc.finish())));
+        // One poll loop for the whole call, events handled inside it: a `select!` per event
+        // rebuilt its futures and moved each event through its output enum, and the run's
+        // future was resumed and suspended around every one of them.
+        let end = std::future::poll_fn(|cx| {
+            loop {
+                if let Poll::Ready(reason) = stopped.poll(cx) {
+                    return Poll::Ready(CallEnd::Stopped(reason));
                 }
-                item = events.next() => match item {
-                    None => break,
-                    Some(Err(error)) => return Err(ModelFailure::Failed(error)),
-                    Some(Ok(event)) => {
+                match events.poll_next_unpin(cx) {
+                    Poll::Ready(None) => return Poll::Ready(CallEnd::Finished),
+                    Poll::Ready(Some(Err(error))) => return Poll::Ready(CallEnd::Failed(error)),
+                    Poll::Ready(Some(Ok(event))) => {
                         if timed {
                             let now = Instant::now();
                             if last_event.is_none() {
-                                timer.get_mut().as_mut().reset(later(now, idle.unwrap_or(FAR)));
+                                timer
+                                    .get_mut()
+                                    .as_mut()
+                                    .reset(later(now, idle.unwrap_or(FAR)));
                             }
                             last_event = Some(now);
                         }
                         acc.push(&event);
                         self.forward(event);
+                        continue;
                     }
-                },
-                () = std::future::poll_fn(|cx| timer.poll(cx)), if timed => {
-                    match (last_event, idle) {
-                        (None, _) => {
-                            let after = first.or(idle).unwrap_or(FAR);
-                            let kind = if first.is_some() { TimeoutKind::FirstChunk } else { TimeoutKind::Idle };
-                            return Err(ModelFailure::Failed(Error::Timeout { kind, after }));
-                        }
-                        (Some(last), Some(idle)) => {
-                            if later(last, idle) <= Instant::now() {
-                                return Err(ModelFailure::Failed(Error::Timeout {
-                                    kind: TimeoutKind::Idle,
-                                    after: idle,
-                                }));
-                            }
-                            timer.get_mut().as_mut().reset(later(last, idle));
-                        }
-                        (Some(_), None) => timer.get_mut().as_mut().reset(later(Instant::now(), FAR)),
+                    Poll::Pending => {}
+                }
+                if !timed || timer.poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                match (last_event, idle) {
+                    (None, _) => {
+                        let after = first.or(idle).unwrap_or(FAR);
+                        let kind = if first.is_some() {
+                            TimeoutKind::FirstChunk
+                        } else {
+                            TimeoutKind::Idle
+                        };
+                        return Poll::Ready(CallEnd::Failed(Error::Timeout { kind, after }));
                     }
+                    (Some(last), Some(idle)) => {
+                        if later(last, idle) <= Instant::now() {
+                            return Poll::Ready(CallEnd::Failed(Error::Timeout {
+                                kind: TimeoutKind::Idle,
+                                after: idle,
+                            }));
+                        }
+                        timer.get_mut().as_mut().reset(later(last, idle));
+                    }
+                    (Some(_), None) => timer.get_mut().as_mut().reset(later(Instant::now(), FAR)),
                 }
             }
+        })
+        .await;
+        match end {
+            CallEnd::Finished => {
+                acc.set_provider(self.provider.name());
+                Ok(acc.finish())
+            }
+            CallEnd::Stopped(reason) => {
+                acc.set_provider(self.provider.name());
+                Err(ModelFailure::Stopped(reason, Some(acc.finish())))
+            }
+            CallEnd::Failed(error) => Err(ModelFailure::Failed(error)),
         }
-        acc.set_provider(self.provider.name());
-        Ok(acc.finish())
     }
 
     fn forward(&self, event: StreamEvent) {
