@@ -222,7 +222,7 @@ impl Driver {
                     id: call.id.clone(),
                     name: call.name.clone(),
                     outcome: outcome.clone(),
-                    result: result.clone(),
+                    result: Box::new(result.clone()),
                 });
             }
             self.emit(|| RunEvent::StepFinish {

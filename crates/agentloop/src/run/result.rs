@@ -179,8 +179,9 @@ pub enum RunEvent {
         name: String,
         /// How it ended.
         outcome: ToolOutcome,
-        /// What the model sees.
-        result: ToolResult,
+        /// What the model sees. Boxed, like `run_finish`'s result, so that every event stays
+        /// small enough to move without a call to `memcpy`.
+        result: Box<ToolResult>,
     },
     /// A step ended (its tools included).
     StepFinish {
@@ -202,6 +203,10 @@ pub enum RunEvent {
         result: Box<RunResult>,
     },
 }
+
+// Moves of up to 128 bytes compile to inline loads and stores; a larger event went through a
+// call to `memcpy` at each of its four moves from the driver to the caller.
+const _: () = assert!(std::mem::size_of::<RunEvent>() <= 128);
 
 impl RunEvent {
     /// The event's snake_case name: its `type` when serialized.
