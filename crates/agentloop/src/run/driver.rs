@@ -359,15 +359,10 @@ impl Driver {
             }
         })
         .await;
+        acc.set_provider(self.provider.name());
         match end {
-            CallEnd::Finished => {
-                acc.set_provider(self.provider.name());
-                Ok(acc.finish())
-            }
-            CallEnd::Stopped(reason) => {
-                acc.set_provider(self.provider.name());
-                Err(ModelFailure::Stopped(reason, Some(acc.finish())))
-            }
+            CallEnd::Finished => Ok(acc.finish()),
+            CallEnd::Stopped(reason) => Err(ModelFailure::Stopped(reason, Some(acc.finish()))),
             CallEnd::Failed(error) => Err(ModelFailure::Failed(error)),
         }
     }
