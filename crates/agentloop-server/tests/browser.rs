@@ -114,15 +114,27 @@ impl Drop for Browser {
 
 impl Browser {
     async fn command(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        self.try_command(method, path, body)
+            .await
+            .unwrap_or_else(|answer| panic!("WebDriver {path} failed: {answer}"))
+    }
+
+    /// A command's value, or WebDriver's whole answer when it reports an error.
+    async fn try_command(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, Value> {
         let mut request = self.http.request(method, format!("{}{path}", self.session));
         if let Some(body) = body {
             request = request.json(&body);
         }
         let answer: Value = request.send().await.unwrap().json().await.unwrap();
         if answer["value"]["error"].is_string() {
-            panic!("WebDriver {path} failed: {answer}");
+            return Err(answer);
         }
-        answer["value"].clone()
+        Ok(answer["value"].clone())
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
@@ -146,9 +158,22 @@ impl Browser {
             .await;
     }
 
+    /// Clicks the element `css` selects. The page re-renders lists while it refreshes them, so
+    /// an element found just before that is gone by the click: it is then found again.
     async fn click(&self, css: &str) {
-        let id = self.element(css).await;
-        self.post(&format!("/element/{id}/click"), json!({})).await;
+        wait_for(&format!("a click on {css}"), || async {
+            let id = self.element(css).await;
+            let path = format!("/element/{id}/click");
+            match self
+                .try_command(reqwest::Method::POST, &path, Some(json!({})))
+                .await
+            {
+                Ok(_) => Some(()),
+                Err(answer) if answer["value"]["error"] == "stale element reference" => None,
+                Err(answer) => panic!("WebDriver {path} failed: {answer}"),
+            }
+        })
+        .await;
     }
 
     async fn script(&self, script: &str) -> Value {
@@ -260,7 +285,13 @@ async fn the_page_streams_the_answer_and_shows_tool_cards() {
     browser.click("#send").await;
     let shown = wait_for("the streamed answer", || async {
         let state = browser.page_state().await;
-        (state["answer"].as_array().map(Vec::len) == Some(2) && state["busy"] == json!(false))
+        // The list is refreshed by a request of its own, which may finish after the answer.
+        let listed = state["conversations"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty());
+        (state["answer"].as_array().map(Vec::len) == Some(2)
+            && state["busy"] == json!(false)
+            && listed)
             .then_some(state)
     })
     .await;
