@@ -970,6 +970,64 @@ async fn layered_timeouts_for_streams_and_steps() {
     history::validate(&result.messages).unwrap();
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_idle_timeout_shorter_than_the_first_chunk_one_counts_from_the_first_event() {
+    // The first event comes at once, the next after 3 s: the 1 s idle timeout fires at 1 s,
+    // not when the 10 s first-chunk timer would have.
+    let model =
+        ScriptedModel::new([Turn::text("slow stream").with_chunk_delay(Duration::from_secs(3))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| {
+            o.first_chunk_timeout = Some(Duration::from_secs(10));
+            o.idle_timeout = Some(Duration::from_secs(1));
+        })
+        .build();
+    let started = Instant::now();
+    let result = agent.run_stream("go").into_result().await.unwrap();
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    assert_eq!(
+        result.error.unwrap().to_string(),
+        "idle between chunks timeout after 1.0s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_mid_stream_ends_the_events_there_and_keeps_their_text() {
+    let full = "one two three four five six seven eight";
+    let model = ScriptedModel::new([Turn::text(full).with_chunk_delay(Duration::from_secs(1))]);
+    let agent = Agent::builder(model.clone())
+        .with_options(|o| o.step_timeout = Some(Duration::from_millis(2500)))
+        .build();
+    let started = Instant::now();
+    let events: Vec<RunEvent> = agent.run_stream("go").collect().await;
+    assert_eq!(started.elapsed(), Duration::from_millis(2500));
+
+    let (first, rest) = events.split_first().unwrap();
+    assert!(matches!(first, RunEvent::RunStart));
+    assert!(matches!(rest[0], RunEvent::StepStart { step: 0 }));
+    let Some((RunEvent::RunFinish { result }, middle)) = rest[1..].split_last() else {
+        panic!("the last event is not run_finish: {events:?}");
+    };
+    let streamed: String = middle
+        .iter()
+        .map(|event| match event {
+            RunEvent::TextDelta { text } => text.as_str(),
+            other => panic!("only text deltas come between step start and the stop: {other:?}"),
+        })
+        .collect();
+    assert!(
+        !streamed.is_empty() && streamed.len() < full.len(),
+        "{streamed:?}"
+    );
+    assert!(full.starts_with(&streamed), "{streamed:?}");
+
+    assert_eq!(result.stop_reason, RunStopReason::Timeout);
+    history::validate(&result.messages).unwrap();
+    assert_eq!(result.messages.len(), 2);
+    assert_eq!(result.messages[1].role, Role::Assistant);
+    assert_eq!(result.messages[1].text(), streamed);
+}
+
 #[tokio::test]
 async fn interrupted_streams_keep_partial_text_only() {
     let model = ScriptedModel::new([Turn::text("Hello there, friend")

@@ -16,12 +16,12 @@ use super::machine::{Action, Machine};
 use super::options::RunOptions;
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
+use super::streamed::StreamedCall;
 use crate::armed::Armed;
-use crate::deadline::{FAR, later};
-use crate::error::{Error, TimeoutKind};
+use crate::deadline::later;
+use crate::error::Error;
 use crate::message::{Request, Response};
 use crate::provider::Provider;
-use crate::stream::{Accumulator, StreamEvent};
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
 /// The tools of a run, by name.
@@ -62,14 +62,6 @@ pub(crate) struct Driver {
 /// Why a model call did not give a response.
 enum ModelFailure {
     Stopped(RunStopReason, Option<Response>),
-    Failed(Error),
-}
-
-/// How a streamed model call ended.
-enum CallEnd {
-    /// The stream ended.
-    Finished,
-    Stopped(RunStopReason),
     Failed(Error),
 }
 
@@ -288,101 +280,39 @@ impl Driver {
             };
         }
 
-        let mut events = self.provider.stream(request);
-        let mut acc = Accumulator::new();
-        let first = self.options.first_chunk_timeout;
-        let idle = self.options.idle_timeout;
-        // One timer for both first-chunk and idle timeouts: it is re-armed when it fires (and
-        // once at the first event), never per event.
-        let timer = std::pin::pin!(tokio::time::sleep(first.or(idle).unwrap_or(FAR)));
-        let mut timer = Armed::new(timer);
-        // Without either timeout the timer is never polled and the clock never read per event.
-        let timed = first.is_some() || idle.is_some();
-        let mut last_event: Option<Instant> = None;
-        // One stop future for the whole call: a fresh one per event would register with and
-        // leave the cancellation token's waiter list (a lock each way) for every event. Armed,
-        // it is polled again only once the token or the deadline woke it.
+        // The run's stream reads the call's events itself (see `streamed`); this only waits
+        // for their end or a stop. One stop future for the whole call: a fresh one per wake-up
+        // would register with and leave the cancellation token's waiter list (a lock each
+        // way). Armed, it is polled again only once the token or the deadline woke it.
+        events::start_call(StreamedCall::new(
+            self.provider.stream(request),
+            self.options.first_chunk_timeout,
+            self.options.idle_timeout,
+        ));
         let stopped = std::pin::pin!(stop.wait());
         let mut stopped = Armed::new(stopped);
-        // One poll loop for the whole call, events handled inside it: a `select!` per event
-        // rebuilt its futures and moved each event through its output enum, and the run's
-        // future was resumed and suspended around every one of them.
-        let end = std::future::poll_fn(|cx| {
-            loop {
-                if let Poll::Ready(reason) = stopped.poll(cx) {
-                    return Poll::Ready(CallEnd::Stopped(reason));
-                }
-                match events.poll_next_unpin(cx) {
-                    Poll::Ready(None) => return Poll::Ready(CallEnd::Finished),
-                    Poll::Ready(Some(Err(error))) => return Poll::Ready(CallEnd::Failed(error)),
-                    Poll::Ready(Some(Ok(event))) => {
-                        if timed {
-                            let now = Instant::now();
-                            if last_event.is_none() {
-                                timer
-                                    .get_mut()
-                                    .as_mut()
-                                    .reset(later(now, idle.unwrap_or(FAR)));
-                            }
-                            last_event = Some(now);
-                        }
-                        acc.push(&event);
-                        self.forward(event);
-                        continue;
-                    }
-                    Poll::Pending => {}
-                }
-                if !timed || timer.poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                match (last_event, idle) {
-                    (None, _) => {
-                        let after = first.or(idle).unwrap_or(FAR);
-                        let kind = if first.is_some() {
-                            TimeoutKind::FirstChunk
-                        } else {
-                            TimeoutKind::Idle
-                        };
-                        return Poll::Ready(CallEnd::Failed(Error::Timeout { kind, after }));
-                    }
-                    (Some(last), Some(idle)) => {
-                        if later(last, idle) <= Instant::now() {
-                            return Poll::Ready(CallEnd::Failed(Error::Timeout {
-                                kind: TimeoutKind::Idle,
-                                after: idle,
-                            }));
-                        }
-                        timer.get_mut().as_mut().reset(later(last, idle));
-                    }
-                    (Some(_), None) => timer.get_mut().as_mut().reset(later(Instant::now(), FAR)),
-                }
+        let stop = std::future::poll_fn(|cx| {
+            if let Poll::Ready(reason) = stopped.poll(cx) {
+                return Poll::Ready(Some(reason));
             }
+            if events::call_ended() {
+                return Poll::Ready(None);
+            }
+            Poll::Pending
         })
         .await;
-        acc.set_provider(self.provider.name());
-        match end {
-            CallEnd::Finished => Ok(acc.finish()),
-            CallEnd::Stopped(reason) => Err(ModelFailure::Stopped(reason, Some(acc.finish()))),
-            CallEnd::Failed(error) => Err(ModelFailure::Failed(error)),
-        }
-    }
-
-    fn forward(&self, event: StreamEvent) {
-        if !self.streamed {
-            return;
-        }
-        let event = match event {
-            StreamEvent::TextDelta { text } => RunEvent::TextDelta { text },
-            StreamEvent::ThinkingDelta { text } => RunEvent::ThinkingDelta { text },
-            StreamEvent::ToolCallStart { index, id, name } => {
-                RunEvent::ToolCallStart { index, id, name }
-            }
-            StreamEvent::ToolCallDelta { index, arguments } => {
-                RunEvent::ToolCallDelta { index, arguments }
-            }
-            _ => return,
+        let Some(call) = events::take_call() else {
+            // Not reached: the run's stream lends the call back for every poll of the driver.
+            return Err(ModelFailure::Failed(Error::Interrupted {
+                message: "the streamed model call was not read by its run's stream".to_owned(),
+            }));
         };
-        self.emit(|| event);
+        let (response, end) = call.finish(self.provider.name());
+        match (stop, end) {
+            (Some(reason), _) => Err(ModelFailure::Stopped(reason, Some(response))),
+            (None, Some(Err(error))) => Err(ModelFailure::Failed(error)),
+            (None, _) => Ok(response),
+        }
     }
 
     async fn run_tools(&self, calls: Vec<ToolCall>) -> Vec<ToolOutcome> {

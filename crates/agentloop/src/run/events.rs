@@ -1,45 +1,84 @@
-//! Where a streamed run's driver leaves its events for the stream to hand out.
+//! Where a streamed run's driver leaves its events, and its model call, for the stream.
 //!
 //! The driver runs only inside its stream's `poll_next`, so events never cross threads between
-//! being made and being handed out. The stream lends its queue to the thread for the length of
-//! one poll of the driver; the driver pushes to whatever queue the thread holds. That costs no
+//! being made and being handed out. The stream lends its [`Lent`] to the thread for the length
+//! of one poll of the driver; the driver pushes to whatever the thread holds. That costs no
 //! lock per event (a shared `Mutex<VecDeque>` was ~4% of a streamed run's client CPU) and
-//! nests: a run streamed inside a tool of another lends its own queue and then gives the outer
-//! one back.
+//! nests: a run streamed inside a tool of another lends its own and then gives the outer one
+//! back.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
 use super::result::RunEvent;
+use super::streamed::StreamedCall;
 
-thread_local! {
-    static LENT: RefCell<VecDeque<RunEvent>> = const { RefCell::new(VecDeque::new()) };
+/// What a streamed run's driver leaves for its stream.
+#[derive(Default)]
+pub(crate) struct Lent {
+    /// Events made by the driver, not handed out yet.
+    pub(crate) events: VecDeque<RunEvent>,
+    /// The model call in flight, which the stream reads until it ends.
+    pub(crate) call: Option<StreamedCall>,
 }
 
-/// Run `poll` with `queue` lent to this thread; events pushed meanwhile land in `queue`.
-pub(crate) fn lend<R>(queue: &mut VecDeque<RunEvent>, poll: impl FnOnce() -> R) -> R {
-    /// Swaps the queues back even if `poll` panics.
-    struct Restore<'a>(&'a mut VecDeque<RunEvent>);
+impl Lent {
+    const fn new() -> Self {
+        Self {
+            events: VecDeque::new(),
+            call: None,
+        }
+    }
+}
+
+thread_local! {
+    static LENT: RefCell<Lent> = const { RefCell::new(Lent::new()) };
+}
+
+/// Run `poll` with `lent` lent to this thread; what the driver leaves meanwhile lands there.
+pub(crate) fn lend<R>(lent: &mut Lent, poll: impl FnOnce() -> R) -> R {
+    /// Swaps back even if `poll` panics.
+    struct Restore<'a>(&'a mut Lent);
     impl Drop for Restore<'_> {
         fn drop(&mut self) {
             swap_lent(self.0);
         }
     }
-    // While lent, `queue` holds what the thread held before: the queue of an outer run, or an
-    // empty one. Swapping (rather than taking and replacing) leaves no queue to drop.
-    swap_lent(queue);
-    let _restore = Restore(queue);
+    // While lent, `lent` holds what the thread held before: an outer run's, or an empty one.
+    // Swapping (rather than taking and replacing) leaves nothing to drop.
+    swap_lent(lent);
+    let _restore = Restore(lent);
     poll()
 }
 
-/// Exchange `queue` with the one lent to this thread.
-fn swap_lent(queue: &mut VecDeque<RunEvent>) {
-    LENT.with(|lent| std::mem::swap(&mut *lent.borrow_mut(), queue));
+/// Exchange `lent` with what is lent to this thread.
+fn swap_lent(lent: &mut Lent) {
+    LENT.with(|held| std::mem::swap(&mut *held.borrow_mut(), lent));
 }
 
 /// Queue an event for the stream whose driver is being polled on this thread.
 pub(crate) fn push(event: RunEvent) {
-    LENT.with(|lent| lent.borrow_mut().push_back(event));
+    LENT.with(|held| held.borrow_mut().events.push_back(event));
+}
+
+/// Leave a model call for the stream to read.
+pub(crate) fn start_call(call: StreamedCall) {
+    LENT.with(|held| held.borrow_mut().call = Some(call));
+}
+
+/// Whether the call left with [`start_call`] has ended.
+pub(crate) fn call_ended() -> bool {
+    LENT.with(|held| {
+        held.borrow()
+            .call
+            .as_ref()
+            .is_some_and(StreamedCall::has_ended)
+    })
+}
+
+/// Take back the call left with [`start_call`].
+pub(crate) fn take_call() -> Option<StreamedCall> {
+    LENT.with(|held| held.borrow_mut().call.take())
 }
 
 #[cfg(test)]
@@ -50,8 +89,15 @@ mod tests {
         RunEvent::StepStart { step: n }
     }
 
-    fn steps(queue: &VecDeque<RunEvent>) -> Vec<usize> {
-        queue
+    fn lent(events: impl IntoIterator<Item = RunEvent>) -> Lent {
+        Lent {
+            events: events.into_iter().collect(),
+            call: None,
+        }
+    }
+
+    fn steps(lent: &Lent) -> Vec<usize> {
+        lent.events
             .iter()
             .map(|e| match e {
                 RunEvent::StepStart { step } => *step,
@@ -62,8 +108,8 @@ mod tests {
 
     #[test]
     fn events_land_in_the_lent_queue_and_nested_lends_give_the_outer_back() {
-        let mut outer = VecDeque::from([step(0)]);
-        let mut inner = VecDeque::new();
+        let mut outer = lent([step(0)]);
+        let mut inner = lent([]);
         lend(&mut outer, || {
             push(step(1));
             lend(&mut inner, || push(step(10)));
@@ -78,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_panicking_poll_still_gives_the_queue_back() {
-        let mut queue = VecDeque::new();
+        let mut queue = lent([]);
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             lend(&mut queue, || {
                 push(step(1));

@@ -12,8 +12,8 @@ mod machine;
 mod options;
 mod outcome;
 mod result;
+mod streamed;
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -33,6 +33,7 @@ use crate::message::{Request, Role};
 use crate::provider::Provider;
 use crate::tool::Tool;
 use driver::{Driver, ToolSet};
+use events::Lent;
 
 /// Prepare a run: apply the prompt hook to the last user message and add the tools'
 /// definitions that the request does not list yet.
@@ -125,15 +126,15 @@ pub fn run_stream(
         }
     };
     RunStream {
-        events: VecDeque::new(),
+        lent: Lent::default(),
         driver: Some(Armed::new(driver.boxed())),
     }
 }
 
 /// A streamed run. Polling it drives the run; no task is spawned for the loop itself.
 pub struct RunStream {
-    /// Made by the driver, not handed out yet.
-    events: VecDeque<RunEvent>,
+    /// Events made by the driver, not handed out yet, and the model call in flight.
+    lent: Lent,
     /// Armed: a poll that finds no event left re-enters the run only if it woke since, not
     /// after every event it handed out.
     driver: Option<Armed<BoxFuture<'static, ()>>>,
@@ -169,19 +170,28 @@ impl Stream for RunStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         let this = &mut *self;
         loop {
-            if let Some(event) = this.events.pop_front() {
+            if let Some(event) = this.lent.events.pop_front() {
                 return Poll::Ready(Some(event));
             }
             let Some(driver) = this.driver.as_mut() else {
                 return Poll::Ready(None);
             };
-            if !driver.wants_poll(cx) {
-                return Poll::Pending;
+            // A woken driver goes first: it may have been stopped mid-call.
+            let woken = driver.wants_poll(cx);
+            if !woken {
+                match this.lent.call.as_mut().map(|call| call.poll_event(cx)) {
+                    Some(Poll::Ready(Some(event))) => return Poll::Ready(Some(event)),
+                    // The call ended: the driver takes it back.
+                    Some(Poll::Ready(None)) => {}
+                    Some(Poll::Pending) | None => return Poll::Pending,
+                }
             }
-            match events::lend(&mut this.events, || driver.poll_now()) {
+            match events::lend(&mut this.lent, || driver.poll_now()) {
                 Poll::Ready(()) => this.driver = None,
-                Poll::Pending if this.events.is_empty() => return Poll::Pending,
-                // Events made before the driver paused are handed out first.
+                Poll::Pending if this.lent.events.is_empty() && this.lent.call.is_none() => {
+                    return Poll::Pending;
+                }
+                // Events made before the driver paused are handed out first, then the call's.
                 Poll::Pending => {}
             }
         }
