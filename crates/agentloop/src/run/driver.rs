@@ -1,5 +1,6 @@
 //! The driver: performs the machine's actions (model calls, tools) and reports back. One
-//! driver serves blocking and streamed runs; only the event sink differs.
+//! driver serves blocking and streamed runs; a streamed run also gets the driver's events and
+//! reads its model calls' events itself (see `streamed`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
