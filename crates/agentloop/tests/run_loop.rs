@@ -929,19 +929,27 @@ async fn layered_timeouts_for_streams_and_steps() {
         "first chunk timeout after 2.0s"
     );
 
-    // Idle: chunks arrive every 3 s, the idle timeout is 1 s.
-    let model =
-        ScriptedModel::new([Turn::text("slow stream").with_chunk_delay(Duration::from_secs(3))]);
-    let agent = Agent::builder(model.clone())
-        .with_options(|o| o.idle_timeout = Some(Duration::from_secs(1)))
-        .build();
-    let started = Instant::now();
-    let result = agent.run_stream("go").into_result().await.unwrap();
-    assert_eq!(started.elapsed(), Duration::from_secs(1));
-    assert_eq!(
-        result.error.unwrap().to_string(),
-        "idle between chunks timeout after 1.0s"
-    );
+    // Idle: the first event comes at once, the next after 3 s, the idle timeout is 1 s. It
+    // counts from the first event, also when a longer first-chunk timeout was armed before it.
+    for first_chunk in [None, Some(Duration::from_secs(10))] {
+        let model =
+            ScriptedModel::new(
+                [Turn::text("slow stream").with_chunk_delay(Duration::from_secs(3))],
+            );
+        let agent = Agent::builder(model.clone())
+            .with_options(|o| {
+                o.first_chunk_timeout = first_chunk;
+                o.idle_timeout = Some(Duration::from_secs(1));
+            })
+            .build();
+        let started = Instant::now();
+        let result = agent.run_stream("go").into_result().await.unwrap();
+        assert_eq!(started.elapsed(), Duration::from_secs(1), "{first_chunk:?}");
+        assert_eq!(
+            result.error.unwrap().to_string(),
+            "idle between chunks timeout after 1.0s"
+        );
+    }
 
     // Chunks every 500 ms with a 1 s idle timeout finish fine.
     let model =
@@ -968,27 +976,6 @@ async fn layered_timeouts_for_streams_and_steps() {
     assert_eq!(result.stop_reason, RunStopReason::Timeout);
     assert_eq!(result.turns, 1);
     history::validate(&result.messages).unwrap();
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_idle_timeout_shorter_than_the_first_chunk_one_counts_from_the_first_event() {
-    // The first event comes at once, the next after 3 s: the 1 s idle timeout fires at 1 s,
-    // not when the 10 s first-chunk timer would have.
-    let model =
-        ScriptedModel::new([Turn::text("slow stream").with_chunk_delay(Duration::from_secs(3))]);
-    let agent = Agent::builder(model.clone())
-        .with_options(|o| {
-            o.first_chunk_timeout = Some(Duration::from_secs(10));
-            o.idle_timeout = Some(Duration::from_secs(1));
-        })
-        .build();
-    let started = Instant::now();
-    let result = agent.run_stream("go").into_result().await.unwrap();
-    assert_eq!(started.elapsed(), Duration::from_secs(1));
-    assert_eq!(
-        result.error.unwrap().to_string(),
-        "idle between chunks timeout after 1.0s"
-    );
 }
 
 #[tokio::test(start_paused = true)]
