@@ -1015,6 +1015,81 @@ async fn a_stop_mid_stream_ends_the_events_there_and_keeps_their_text() {
     assert_eq!(result.messages[1].text(), streamed);
 }
 
+/// A waker whose every clone is a new allocation, so `Waker::will_wake` never recognizes a
+/// clone of it (tokio's `block_on` waker behaves so in release builds, where its borrowed and
+/// owned forms have different vtables). Wake-ups go to `task`.
+fn unrecognizable(task: &std::task::Waker) -> std::task::Waker {
+    use std::task::{RawWaker, RawWakerVTable, Waker};
+
+    static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, wake, wake_by_ref, drop);
+
+    fn raw(task: Waker) -> RawWaker {
+        RawWaker::new(Box::into_raw(Box::new(task)).cast(), &VTABLE)
+    }
+    // SAFETY (all four): `data` is always a pointer from `Box::into_raw(Box<Waker>)` in `raw`,
+    // owned by exactly one `RawWaker`, and `wake` and `drop` are its last use.
+    unsafe fn clone(data: *const ()) -> RawWaker {
+        raw(unsafe { &*data.cast::<Waker>() }.clone())
+    }
+    unsafe fn wake(data: *const ()) {
+        unsafe { Box::from_raw(data.cast::<Waker>().cast_mut()) }.wake();
+    }
+    unsafe fn wake_by_ref(data: *const ()) {
+        unsafe { &*data.cast::<Waker>() }.wake_by_ref();
+    }
+    unsafe fn drop(data: *const ()) {
+        std::mem::drop(unsafe { Box::from_raw(data.cast::<Waker>().cast_mut()) });
+    }
+    // SAFETY: the vtable's functions uphold the `RawWaker` contract as described above.
+    unsafe { Waker::from_raw(raw(task.clone())) }
+}
+
+#[test]
+fn a_stream_whose_task_waker_is_never_recognized_still_finishes() {
+    // Each poll must return even when the stream cannot tell that the task polling it is the
+    // one it knew: a stream that polled its driver again whenever it looked woken spun forever
+    // inside one poll.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let model = ScriptedModel::new([
+            Turn::tool_call("get_weather", json!({"city": "A"})),
+            Turn::text("one two three four").with_text_pieces(4),
+        ]);
+        let agent = Agent::builder(model)
+            .tool(weather_tool(Default::default()))
+            .build();
+        let mut run = agent.run_stream("go");
+        let events: Vec<RunEvent> = runtime.block_on(
+            futures::stream::poll_fn(|cx| {
+                let waker = unrecognizable(cx.waker());
+                run.poll_next_unpin(&mut std::task::Context::from_waker(&waker))
+            })
+            .collect(),
+        );
+        let _ = done.send(events);
+    });
+    let events = finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the run's stream returned from every poll and ended");
+    let deltas: String = events
+        .iter()
+        .filter_map(|event| match event {
+            RunEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, "one two three four");
+    let Some(RunEvent::RunFinish { result }) = events.last() else {
+        panic!("the last event is not run_finish: {events:?}");
+    };
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    assert_eq!(result.text(), "one two three four");
+}
+
 #[tokio::test]
 async fn interrupted_streams_keep_partial_text_only() {
     let model = ScriptedModel::new([Turn::text("Hello there, friend")

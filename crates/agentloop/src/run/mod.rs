@@ -188,11 +188,20 @@ impl Stream for RunStream {
             }
             match events::lend(&mut this.lent, || driver.poll_now()) {
                 Poll::Ready(()) => this.driver = None,
-                Poll::Pending if this.lent.events.is_empty() && this.lent.call.is_none() => {
-                    return Poll::Pending;
-                }
-                // Events made before the driver paused are handed out first, then the call's.
-                Poll::Pending => {}
+                // Events made before the driver paused are handed out first.
+                Poll::Pending if !this.lent.events.is_empty() => {}
+                // A pending driver is polled again only once its call moved on, never straight
+                // away: one that woke itself, or whose task `will_wake` does not recognize
+                // (tokio's `block_on`), would otherwise be polled forever. Its call is read now.
+                Poll::Pending => match this.lent.call.as_mut() {
+                    Some(call) if !call.has_ended() => match call.poll_event(cx) {
+                        Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
+                        // It ended just now: the next turn of the loop hands it back.
+                        Poll::Ready(None) => {}
+                        Poll::Pending => return Poll::Pending,
+                    },
+                    _ => return Poll::Pending,
+                },
             }
         }
     }
