@@ -124,6 +124,14 @@ impl<F: Future + Unpin> Armed<F> {
         self.signal.woken.load(Ordering::Acquire)
     }
 
+    /// Whether the future woke since its last poll (or was never polled). Unlike
+    /// [`Self::wants_poll`] it does not look at the task, so it costs one atomic load even
+    /// where `Waker::will_wake` cannot recognize the task: for checks between the polls that
+    /// register the task.
+    pub(crate) fn woke(&self) -> bool {
+        self.signal.woken.load(Ordering::Acquire)
+    }
+
     /// Poll the future now; its wake-ups reach the task of the last [`Self::wants_poll`].
     pub(crate) fn poll_now(&mut self) -> Poll<F::Output> {
         // Cleared before polling, so a wake-up during or after the poll is never lost.

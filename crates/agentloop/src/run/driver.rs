@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::Poll;
 
+use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -17,8 +18,7 @@ use super::machine::{Action, Machine};
 use super::options::RunOptions;
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
-use super::streamed::StreamedCall;
-use crate::armed::Armed;
+use super::streamed::{CallEnd, StreamedCall};
 use crate::deadline::later;
 use crate::error::Error;
 use crate::message::{Request, Response};
@@ -73,6 +73,20 @@ struct StopSignal<'a> {
 }
 
 impl StopSignal<'_> {
+    /// [`Self::wait`] owning what it needs, for a model call that the run's stream reads.
+    fn owned(&self) -> BoxFuture<'static, RunStopReason> {
+        let cancel = self.cancel.clone();
+        let deadline = self.deadline;
+        Box::pin(async move {
+            StopSignal {
+                cancel: &cancel,
+                deadline,
+            }
+            .wait()
+            .await
+        })
+    }
+
     async fn wait(&self) -> RunStopReason {
         let timeout = async {
             match self.deadline {
@@ -281,25 +295,20 @@ impl Driver {
             };
         }
 
-        // The run's stream reads the call's events itself (see `streamed`); this only waits
-        // for their end or a stop. One stop future for the whole call: a fresh one per wake-up
-        // would register with and leave the cancellation token's waiter list (a lock each
-        // way). Armed, it is polled again only once the token or the deadline woke it.
+        // The run's stream reads the call itself (see `streamed`), the run's stop included,
+        // and polls the driver again once the call ended: nothing else can wake it meanwhile.
         events::start_call(StreamedCall::new(
             self.provider.stream(request),
+            stop.owned(),
             self.options.first_chunk_timeout,
             self.options.idle_timeout,
         ));
-        let stopped = std::pin::pin!(stop.wait());
-        let mut stopped = Armed::new(stopped);
-        let stop = std::future::poll_fn(|cx| {
-            if let Poll::Ready(reason) = stopped.poll(cx) {
-                return Poll::Ready(Some(reason));
-            }
+        std::future::poll_fn(|_| {
             if events::call_ended() {
-                return Poll::Ready(None);
+                Poll::Ready(())
+            } else {
+                Poll::Pending
             }
-            Poll::Pending
         })
         .await;
         let Some(call) = events::take_call() else {
@@ -308,11 +317,12 @@ impl Driver {
                 message: "the streamed model call was not read by its run's stream".to_owned(),
             }));
         };
-        let (response, end) = call.finish(self.provider.name());
-        match (stop, end) {
-            (Some(reason), _) => Err(ModelFailure::Stopped(reason, Some(response))),
-            (None, Some(Err(error))) => Err(ModelFailure::Failed(error)),
-            (None, _) => Ok(response),
+        match call.finish(self.provider.name()) {
+            (response, Some(CallEnd::Stopped(reason))) => {
+                Err(ModelFailure::Stopped(reason, Some(response)))
+            }
+            (_, Some(CallEnd::Failed(error))) => Err(ModelFailure::Failed(error)),
+            (response, Some(CallEnd::Finished) | None) => Ok(response),
         }
     }
 

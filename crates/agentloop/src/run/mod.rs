@@ -176,32 +176,32 @@ impl Stream for RunStream {
             let Some(driver) = this.driver.as_mut() else {
                 return Poll::Ready(None);
             };
-            // A woken driver goes first: it may have been stopped mid-call.
+            // While the driver waits for its model call, the stream reads the call; the driver
+            // is polled again once the call ended.
+            let call_ended = match this.lent.call.as_mut() {
+                Some(call) if !call.has_ended() => match call.poll_event(cx) {
+                    Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
+                    Poll::Ready(None) => true,
+                    Poll::Pending => return Poll::Pending,
+                },
+                Some(_) => true,
+                None => false,
+            };
+            // Always asked, so the driver's wake-ups reach the task polling now.
             let woken = driver.wants_poll(cx);
-            if !woken {
-                match this.lent.call.as_mut().map(|call| call.poll_event(cx)) {
-                    Some(Poll::Ready(Some(event))) => return Poll::Ready(Some(event)),
-                    // The call ended: the driver takes it back.
-                    Some(Poll::Ready(None)) => {}
-                    Some(Poll::Pending) | None => return Poll::Pending,
-                }
+            if !woken && !call_ended {
+                return Poll::Pending;
             }
             match events::lend(&mut this.lent, || driver.poll_now()) {
                 Poll::Ready(()) => this.driver = None,
-                // Events made before the driver paused are handed out first.
-                Poll::Pending if !this.lent.events.is_empty() => {}
-                // A pending driver is polled again only once its call moved on, never straight
-                // away: one that woke itself, or whose task `will_wake` does not recognize
-                // (tokio's `block_on`), would otherwise be polled forever. Its call is read now.
-                Poll::Pending => match this.lent.call.as_mut() {
-                    Some(call) if !call.has_ended() => match call.poll_event(cx) {
-                        Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
-                        // It ended just now: the next turn of the loop hands it back.
-                        Poll::Ready(None) => {}
-                        Poll::Pending => return Poll::Pending,
-                    },
-                    _ => return Poll::Pending,
-                },
+                // Events made before the driver paused are handed out first, then a call it
+                // started is read. A driver that is pending with neither is not polled again
+                // in this poll: one that woke itself, or whose task `will_wake` does not
+                // recognize (tokio's `block_on` in release builds), would be polled forever.
+                Poll::Pending
+                    if !this.lent.events.is_empty()
+                        || this.lent.call.as_ref().is_some_and(|c| !c.has_ended()) => {}
+                Poll::Pending => return Poll::Pending,
             }
         }
     }

@@ -3,17 +3,19 @@
 //! The driver starts the call and leaves it with the [`RunStream`](super::RunStream), which
 //! polls the provider's events directly and hands each one out as it converts it. An event
 //! thus passes no layer of the driver's nested futures, no queue and no thread-local: that
-//! per-event path was about a tenth of a streamed run's client CPU. The driver waits only for
-//! the call's end or a stop, and takes the call back to finish the response.
+//! per-event path was about a tenth of a streamed run's client CPU. The call ends by its
+//! events, a first-chunk or idle timeout, or the run's stop (cancellation, deadlines); the
+//! driver then takes it back to finish the response.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use tokio::time::{Instant, Sleep};
 
-use super::result::RunEvent;
+use super::result::{RunEvent, RunStopReason};
 use crate::armed::Armed;
 use crate::deadline::{FAR, later};
 use crate::error::{Error, TimeoutKind};
@@ -21,19 +23,32 @@ use crate::message::Response;
 use crate::provider::EventStream;
 use crate::stream::{Accumulator, StreamEvent};
 
-/// A model call in flight: the provider's events, what they assembled so far, and its
-/// first-chunk and idle timeouts.
+/// How a model call ended.
+pub(crate) enum CallEnd {
+    /// The events ended.
+    Finished,
+    /// The events failed, or a timeout fired.
+    Failed(Error),
+    /// The run was stopped.
+    Stopped(RunStopReason),
+}
+
+/// A model call in flight: the provider's events, what they assembled so far, its first-chunk
+/// and idle timeouts, and the run's stop.
 pub(crate) struct StreamedCall {
     events: EventStream,
     acc: Accumulator,
     timeouts: Option<Timeouts>,
-    /// Set when the events ended (`Ok`) or failed; the driver then takes the call back.
-    end: Option<Result<(), Error>>,
+    /// Checked before every event: a stop ends the call at the next event.
+    stop: Armed<BoxFuture<'static, RunStopReason>>,
+    /// Set when the call ended; the driver then takes it back.
+    end: Option<CallEnd>,
 }
 
 impl StreamedCall {
     pub(crate) fn new(
         events: EventStream,
+        stop: BoxFuture<'static, RunStopReason>,
         first_chunk: Option<Duration>,
         idle: Option<Duration>,
     ) -> Self {
@@ -44,17 +59,18 @@ impl StreamedCall {
             events,
             acc: Accumulator::new(),
             timeouts,
+            stop: Armed::new(stop),
             end: None,
         }
     }
 
-    /// Whether the events ended or failed.
+    /// Whether the call ended.
     pub(crate) fn has_ended(&self) -> bool {
         self.end.is_some()
     }
 
-    /// The response assembled so far, and how the events ended (`None` while they had not).
-    pub(crate) fn finish(self, provider: &str) -> (Response, Option<Result<(), Error>>) {
+    /// The response assembled so far, and how the call ended (`None` while it had not).
+    pub(crate) fn finish(self, provider: &str) -> (Response, Option<CallEnd>) {
         let mut acc = self.acc;
         acc.set_provider(provider);
         (acc.finish(), self.end)
@@ -66,6 +82,15 @@ impl StreamedCall {
     #[inline(always)]
     pub(crate) fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         while self.end.is_none() {
+            // Between events the stop is polled only once it woke: one atomic load, even for a
+            // task that `will_wake` cannot recognize. While the events are pending it is
+            // polled as well, which makes its wake-ups reach the task polling now.
+            if self.stop.woke()
+                && let Poll::Ready(reason) = self.stop.poll(cx)
+            {
+                self.end = Some(CallEnd::Stopped(reason));
+                break;
+            }
             match self.events.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(event))) => {
                     if let Some(timeouts) = &mut self.timeouts {
@@ -76,13 +101,17 @@ impl StreamedCall {
                         return Poll::Ready(Some(event));
                     }
                 }
-                Poll::Ready(Some(Err(error))) => self.end = Some(Err(error)),
-                Poll::Ready(None) => self.end = Some(Ok(())),
+                Poll::Ready(Some(Err(error))) => self.end = Some(CallEnd::Failed(error)),
+                Poll::Ready(None) => self.end = Some(CallEnd::Finished),
                 Poll::Pending => {
+                    if let Poll::Ready(reason) = self.stop.poll(cx) {
+                        self.end = Some(CallEnd::Stopped(reason));
+                        break;
+                    }
                     let Some(timeouts) = &mut self.timeouts else {
                         return Poll::Pending;
                     };
-                    self.end = Some(Err(ready!(timeouts.poll_expired(cx))));
+                    self.end = Some(CallEnd::Failed(ready!(timeouts.poll_expired(cx))));
                 }
             }
         }
