@@ -36,6 +36,17 @@ fn weather_tool(calls: Arc<std::sync::Mutex<Vec<String>>>) -> Tool {
 }
 
 /// The results of the tool-result message at `index` of a request's messages.
+/// The text of a streamed run's deltas, in order.
+fn text_deltas(events: &[RunEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            RunEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn results_in(message: &Message) -> Vec<(String, String, bool)> {
     message
         .content
@@ -1075,14 +1086,7 @@ fn a_stream_whose_task_waker_is_never_recognized_still_finishes() {
     let events = finished
         .recv_timeout(Duration::from_secs(30))
         .expect("the run's stream returned from every poll and ended");
-    let deltas: String = events
-        .iter()
-        .filter_map(|event| match event {
-            RunEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(deltas, "one two three four");
+    assert_eq!(text_deltas(&events), "one two three four");
     let Some(RunEvent::RunFinish { result }) = events.last() else {
         panic!("the last event is not run_finish: {events:?}");
     };
@@ -1148,14 +1152,7 @@ async fn a_run_streamed_inside_a_tool_keeps_its_events_apart_from_the_outer_run(
 
     let events: Vec<RunEvent> = agent.run_stream("go").collect().await;
     let names: Vec<&str> = events.iter().map(RunEvent::kind).collect();
-    let text: String = events
-        .iter()
-        .filter_map(|e| match e {
-            RunEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(text, "outer answer");
+    assert_eq!(text_deltas(&events), "outer answer");
     assert_eq!(names.iter().filter(|n| **n == "run_start").count(), 1);
     assert_eq!(names.last(), Some(&"run_finish"));
     let Some(RunEvent::ToolCallResult { result, .. }) = events
