@@ -3,7 +3,7 @@
 //! The driver starts the call and leaves it with the [`RunStream`](super::RunStream), which
 //! polls the provider's events directly and hands each one out as it converts it. An event
 //! thus passes no layer of the driver's nested futures, no queue and no thread-local: that
-//! per-event path was about a tenth of a streamed run's client CPU. The call ends by its
+//! per-event path was about 7 % of a streamed run's instructions. The call ends by its
 //! events, a first-chunk or idle timeout, or the run's stop (cancellation, deadlines); the
 //! driver then takes it back to finish the response.
 
