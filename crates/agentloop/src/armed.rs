@@ -121,7 +121,7 @@ impl<F: Future + Unpin> Armed<F> {
             self.task = Some(cx.waker().clone());
             return true;
         }
-        self.signal.woken.load(Ordering::Acquire)
+        self.woke()
     }
 
     /// Whether the future woke since its last poll (or was never polled). Unlike

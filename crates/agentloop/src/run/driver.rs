@@ -303,26 +303,17 @@ impl Driver {
             self.options.first_chunk_timeout,
             self.options.idle_timeout,
         ));
-        std::future::poll_fn(|_| {
-            if events::call_ended() {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
+        let call = std::future::poll_fn(|_| match events::take_ended_call() {
+            Some(call) => Poll::Ready(call),
+            None => Poll::Pending,
         })
         .await;
-        let Some(call) = events::take_call() else {
-            // Not reached: the run's stream lends the call back for every poll of the driver.
-            return Err(ModelFailure::Failed(Error::Interrupted {
-                message: "the streamed model call was not read by its run's stream".to_owned(),
-            }));
-        };
         match call.finish(self.provider.name()) {
-            (response, Some(CallEnd::Stopped(reason))) => {
+            (response, CallEnd::Stopped(reason)) => {
                 Err(ModelFailure::Stopped(reason, Some(response)))
             }
-            (_, Some(CallEnd::Failed(error))) => Err(ModelFailure::Failed(error)),
-            (response, Some(CallEnd::Finished) | None) => Ok(response),
+            (_, CallEnd::Failed(error)) => Err(ModelFailure::Failed(error)),
+            (response, CallEnd::Finished) => Ok(response),
         }
     }
 

@@ -14,7 +14,6 @@ use super::result::RunEvent;
 use super::streamed::StreamedCall;
 
 /// What a streamed run's driver leaves for its stream.
-#[derive(Default)]
 pub(crate) struct Lent {
     /// Events made by the driver, not handed out yet.
     pub(crate) events: VecDeque<RunEvent>,
@@ -23,7 +22,7 @@ pub(crate) struct Lent {
 }
 
 impl Lent {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             events: VecDeque::new(),
             call: None,
@@ -66,19 +65,16 @@ pub(crate) fn start_call(call: StreamedCall) {
     LENT.with(|held| held.borrow_mut().call = Some(call));
 }
 
-/// Whether the call left with [`start_call`] has ended.
-pub(crate) fn call_ended() -> bool {
+/// Take back the call left with [`start_call`] once it has ended.
+pub(crate) fn take_ended_call() -> Option<StreamedCall> {
     LENT.with(|held| {
-        held.borrow()
-            .call
-            .as_ref()
-            .is_some_and(StreamedCall::has_ended)
+        let mut held = held.borrow_mut();
+        if held.call.as_ref().is_some_and(StreamedCall::has_ended) {
+            held.call.take()
+        } else {
+            None
+        }
     })
-}
-
-/// Take back the call left with [`start_call`].
-pub(crate) fn take_call() -> Option<StreamedCall> {
-    LENT.with(|held| held.borrow_mut().call.take())
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ pub fn run_stream(
         }
     };
     RunStream {
-        lent: Lent::default(),
+        lent: Lent::new(),
         driver: Some(Armed::new(driver.boxed())),
     }
 }

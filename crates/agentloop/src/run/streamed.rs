@@ -69,11 +69,12 @@ impl StreamedCall {
         self.end.is_some()
     }
 
-    /// The response assembled so far, and how the call ended (`None` while it had not).
-    pub(crate) fn finish(self, provider: &str) -> (Response, Option<CallEnd>) {
+    /// The response assembled, and how the call ended. Taken only once it ended (see
+    /// `events::take_ended_call`).
+    pub(crate) fn finish(self, provider: &str) -> (Response, CallEnd) {
         let mut acc = self.acc;
         acc.set_provider(provider);
-        (acc.finish(), self.end)
+        (acc.finish(), self.end.unwrap_or(CallEnd::Finished))
     }
 
     /// The next event for the run's stream. `Ready(None)` once the call ended: the driver
