@@ -7,11 +7,19 @@
 //!   call with its arguments in 8 fragments, the tool runs, then the 60-delta answer.
 //!
 //! Each is measured blocking (`Agent::run`) and streamed (`Agent::run_stream`, every event read).
+//!
+//! `run_layer`: the peer workload's two model calls replayed from memory (only the events'
+//! clone per call), read by `Agent::run_stream` and by a loop written by hand over the provider
+//! (assembly, tool call, history; the peer benchmark's `agentloop-provider`). Their difference
+//! is what the run layer costs.
 
 use std::hint::black_box;
+use std::sync::Arc;
 
+use agentloop::provider::{EventStream, Provider};
 use agentloop::run::RunEvent;
-use agentloop::{Agent, ContentBlock, Request, Tool};
+use agentloop::stream::{Accumulator, StreamEvent};
+use agentloop::{Agent, ContentBlock, Message, Request, Tool, ToolDefinition, ToolResult};
 use agentloop_testkit::{ScriptedModel, Turn};
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
@@ -49,7 +57,7 @@ fn answered_tool(request: &Request) -> bool {
     })
 }
 
-fn agent(model: ScriptedModel) -> Agent {
+fn agent(model: impl Provider) -> Agent {
     Agent::builder(model)
         .model("m")
         .max_turns(4)
@@ -103,6 +111,91 @@ async fn streamed(agent: &Agent) -> usize {
     text
 }
 
+/// The peer workload's two model calls, replayed: the tool call, then (once the history holds
+/// its result) the answer.
+struct Replay {
+    tool_call: Vec<StreamEvent>,
+    answer: Vec<StreamEvent>,
+}
+
+impl Replay {
+    fn new() -> Self {
+        Self {
+            tool_call: Turn::tool_call("get_weather", json!({"city": "Paris"}))
+                .with_argument_pieces(8)
+                .events(0),
+            answer: Turn::text(answer()).with_text_pieces(60).events(1),
+        }
+    }
+}
+
+impl Provider for Replay {
+    fn name(&self) -> &str {
+        "replay"
+    }
+
+    fn stream(&self, request: &Request) -> EventStream {
+        let events = if answered_tool(request) {
+            &self.answer
+        } else {
+            &self.tool_call
+        };
+        Box::pin(futures::stream::iter(events.clone().into_iter().map(Ok)))
+    }
+}
+
+/// The run, written by hand over the provider: what `benches/peers`' `agentloop-provider` does.
+async fn hand_loop(provider: &Replay, tool: &ToolDefinition) -> usize {
+    let mut request = Request::new("m", vec![Message::user(PROMPT)]);
+    request.tools.push(tool.clone());
+    // As many model calls as the agent's `max_turns`.
+    for _ in 0..4 {
+        let mut events = provider.stream(&request);
+        let mut acc = Accumulator::new();
+        let mut text = 0;
+        while let Some(event) = events.next().await {
+            let event = event.expect("replayed events are not errors");
+            if let StreamEvent::TextDelta { text: delta } = &event {
+                text += delta.len();
+            }
+            acc.push(&event);
+        }
+        let response = acc.finish();
+        let calls = response.tool_uses();
+        if calls.is_empty() {
+            return text;
+        }
+        request.messages.push(response.to_message());
+        let results = calls.iter().map(|call| {
+            let args: GetWeather = call.parse().expect("the replayed arguments parse");
+            ToolResult::json(&call.id, &json!({"city": args.city, "temp_c": 18}))
+                .expect("a JSON value serializes")
+        });
+        request.messages.push(Message::tool_results(results));
+    }
+    panic!("the replay did not answer within four model calls")
+}
+
+fn bench_run_layer(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
+    let replay = Arc::new(Replay::new());
+    let agent = agent(Arc::clone(&replay));
+    let tool = ToolDefinition::from(
+        &Tool::from_type::<GetWeather>()
+            .name("get_weather")
+            .description("Current weather for a city"),
+    );
+    assert_eq!(runtime.block_on(streamed(&agent)), answer().len());
+    assert_eq!(runtime.block_on(hand_loop(&replay, &tool)), answer().len());
+    let mut group = c.benchmark_group("run_layer");
+    group.bench_function("agent_run_stream", |b| {
+        b.iter(|| runtime.block_on(streamed(black_box(&agent))))
+    });
+    group.bench_function("hand_loop", |b| {
+        b.iter(|| runtime.block_on(hand_loop(black_box(&replay), black_box(&tool))))
+    });
+    group.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -124,6 +217,7 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+    bench_run_layer(c, &runtime);
 }
 
 criterion_group!(benches, bench);
