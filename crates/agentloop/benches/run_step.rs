@@ -28,6 +28,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 const PROMPT: &str = "What's the weather in Paris?";
+const TOOL_NAME: &str = "get_weather";
+const TOOL_DESCRIPTION: &str = "Current weather for a city";
+/// Model calls per run, at most: the agent's `max_turns` and the hand loop's bound.
+const MAX_TURNS: u32 = 4;
 
 /// Current weather for a city.
 #[derive(Deserialize, JsonSchema)]
@@ -47,6 +51,21 @@ fn answer() -> String {
     text
 }
 
+/// The tool's result.
+fn weather(args: GetWeather) -> serde_json::Value {
+    json!({"city": args.city, "temp_c": 18})
+}
+
+/// The model's first call: `get_weather` with its arguments in 8 fragments.
+fn tool_call_turn() -> Turn {
+    Turn::tool_call(TOOL_NAME, json!({"city": "Paris"})).with_argument_pieces(8)
+}
+
+/// The model's answer in 60 text deltas.
+fn answer_turn(text: String) -> Turn {
+    Turn::text(text).with_text_pieces(60)
+}
+
 /// Has the conversation had a tool result yet?
 fn answered_tool(request: &Request) -> bool {
     request.messages.iter().any(|message| {
@@ -60,23 +79,18 @@ fn answered_tool(request: &Request) -> bool {
 fn agent(model: impl Provider) -> Agent {
     Agent::builder(model)
         .model("m")
-        .max_turns(4)
+        .max_turns(MAX_TURNS)
         .tool(Tool::function(
-            "get_weather",
-            "Current weather for a city",
-            |args: GetWeather| async move {
-                Ok::<_, std::convert::Infallible>(json!({"city": args.city, "temp_c": 18}))
-            },
+            TOOL_NAME,
+            TOOL_DESCRIPTION,
+            |args: GetWeather| async move { Ok::<_, std::convert::Infallible>(weather(args)) },
         ))
         .build()
 }
 
 fn answer_agent() -> Agent {
     let text = answer();
-    agent(
-        ScriptedModel::from_fn(move |_, _| Turn::text(text.clone()).with_text_pieces(60))
-            .unrecorded(),
-    )
+    agent(ScriptedModel::from_fn(move |_, _| answer_turn(text.clone())).unrecorded())
 }
 
 fn tool_agent() -> Agent {
@@ -84,9 +98,9 @@ fn tool_agent() -> Agent {
     agent(
         ScriptedModel::from_fn(move |request, _| {
             if answered_tool(request) {
-                Turn::text(text.clone()).with_text_pieces(60)
+                answer_turn(text.clone())
             } else {
-                Turn::tool_call("get_weather", json!({"city": "Paris"})).with_argument_pieces(8)
+                tool_call_turn()
             }
         })
         .unrecorded(),
@@ -121,10 +135,8 @@ struct Replay {
 impl Replay {
     fn new() -> Self {
         Self {
-            tool_call: Turn::tool_call("get_weather", json!({"city": "Paris"}))
-                .with_argument_pieces(8)
-                .events(0),
-            answer: Turn::text(answer()).with_text_pieces(60).events(1),
+            tool_call: tool_call_turn().events(0),
+            answer: answer_turn(answer()).events(1),
         }
     }
 }
@@ -148,8 +160,7 @@ impl Provider for Replay {
 async fn hand_loop(provider: &Replay, tool: &ToolDefinition) -> usize {
     let mut request = Request::new("m", vec![Message::user(PROMPT)]);
     request.tools.push(tool.clone());
-    // As many model calls as the agent's `max_turns`.
-    for _ in 0..4 {
+    for _ in 0..MAX_TURNS {
         let mut events = provider.stream(&request);
         let mut acc = Accumulator::new();
         let mut text = 0;
@@ -168,12 +179,11 @@ async fn hand_loop(provider: &Replay, tool: &ToolDefinition) -> usize {
         request.messages.push(response.to_message());
         let results = calls.iter().map(|call| {
             let args: GetWeather = call.parse().expect("the replayed arguments parse");
-            ToolResult::json(&call.id, &json!({"city": args.city, "temp_c": 18}))
-                .expect("a JSON value serializes")
+            ToolResult::json(&call.id, &weather(args)).expect("a JSON value serializes")
         });
         request.messages.push(Message::tool_results(results));
     }
-    panic!("the replay did not answer within four model calls")
+    panic!("the replay did not answer within {MAX_TURNS} model calls")
 }
 
 fn bench_run_layer(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
@@ -181,8 +191,8 @@ fn bench_run_layer(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
     let agent = agent(Arc::clone(&replay));
     let tool = ToolDefinition::from(
         &Tool::from_type::<GetWeather>()
-            .name("get_weather")
-            .description("Current weather for a city"),
+            .name(TOOL_NAME)
+            .description(TOOL_DESCRIPTION),
     );
     assert_eq!(runtime.block_on(streamed(&agent)), answer().len());
     assert_eq!(runtime.block_on(hand_loop(&replay, &tool)), answer().len());
