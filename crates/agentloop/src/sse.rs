@@ -102,6 +102,15 @@ impl SseParser {
     /// it, in order. Chunks may be split anywhere, even inside a CRLF pair or
     /// a multi-byte character.
     pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent<'_>)) {
+        if let Some(data) = self.lone_data_event(chunk) {
+            on_event(SseEvent {
+                event: "",
+                data: lossy(data),
+                id: None,
+                retry: None,
+            });
+            return;
+        }
         let on_event = &mut on_event;
         let mut pos = 0;
         if self.skip_lf {
@@ -163,6 +172,25 @@ impl SseParser {
     /// memory against servers that never send a line end.
     pub fn buffered_len(&self) -> usize {
         self.line.len()
+    }
+
+    /// The data of `chunk` if it is exactly one event made of one `data: ` line and a blank
+    /// line, with nothing pending from earlier chunks: how token streams send nearly every
+    /// event. Such a chunk reads the same as line by line, with none of the bookkeeping.
+    #[inline]
+    fn lone_data_event<'c>(&self, chunk: &'c [u8]) -> Option<&'c [u8]> {
+        let pending = !self.started
+            || self.skip_lf
+            || !self.line.is_empty()
+            || !matches!(self.data_at, Data::None)
+            || self.has_event
+            || self.has_id
+            || self.retry.is_some();
+        if pending {
+            return None;
+        }
+        let data = chunk.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")?;
+        memchr2(b'\n', b'\r', data).is_none().then_some(data)
     }
 
     /// Returns the position after the line end at `at`, consuming CRLF as one

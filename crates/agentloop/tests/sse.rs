@@ -467,6 +467,89 @@ fn all_fields_together() {
 }
 
 // ---------------------------------------------------------------------------
+// A chunk that is exactly one `data:` event (token streams send nearly every event so).
+
+#[test]
+fn chunk_per_event_reads_as_line_by_line() {
+    let chunks = [
+        "data: {\"a\":1}\n\n",
+        "data:  two spaces\n\n",
+        "data: \n\n",
+        "data: x\n\n",
+    ];
+    assert_eq!(
+        feed_only(&chunks),
+        [
+            ev("", "{\"a\":1}"),
+            ev("", " two spaces"),
+            ev("", ""),
+            ev("", "x")
+        ]
+    );
+}
+
+#[test]
+fn chunk_per_event_keeps_fields_from_earlier_chunks() {
+    assert_eq!(
+        feed_only(&[
+            "data: a\n\n",
+            "event: named\n",
+            "data: b\n\n",
+            "data: c\n\n"
+        ]),
+        [ev("", "a"), ev("named", "b"), ev("", "c")]
+    );
+    assert_eq!(
+        feed_only(&[
+            "data: a\n\n",
+            "id: 7\nretry: 30\n",
+            "data: b\n\n",
+            "data: c\n\n"
+        ]),
+        [
+            ev("", "a"),
+            ev_full("", "b", Some("7"), Some(30)),
+            ev("", "c")
+        ]
+    );
+    // A data line already pending joins the chunk's.
+    assert_eq!(
+        feed_only(&["data: a\n\n", "data: b\n", "data: c\n\n"]),
+        [ev("", "a"), ev("", "b\nc")]
+    );
+    // An unfinished line goes on in the chunk: `dadata: b` names an unknown field.
+    assert_eq!(
+        feed_only(&["data: a\n\n", "da", "data: b\n\n"]),
+        [ev("", "a")]
+    );
+}
+
+#[test]
+fn chunk_per_event_with_more_lines_is_read_line_by_line() {
+    assert_eq!(
+        feed_only(&["data: a\n\n", "data: b\nevent: late\n\n"]),
+        [ev("", "a"), ev("late", "b")]
+    );
+    assert_eq!(
+        feed_only(&["data: a\n\n", "data: b\r\n\n", "data: c\rdata: d\n\n"]),
+        [ev("", "a"), ev("", "b"), ev("", "c\nd")]
+    );
+    // A CR that ended the previous chunk swallows nothing here: the chunk starts with `d`.
+    assert_eq!(
+        feed_only(&["data: a\r\r", "data: b\n\n"]),
+        [ev("", "a"), ev("", "b")]
+    );
+}
+
+#[test]
+fn chunk_per_event_at_stream_start_strips_the_bom() {
+    assert_eq!(
+        feed_only(&[&b"\xEF\xBB\xBFdata: a\n\n"[..], b"data: \xFFb\n\n"]),
+        [ev("", "a"), ev("", "\u{FFFD}b")]
+    );
+}
+
+// ---------------------------------------------------------------------------
 // UTF-8.
 
 #[test]
@@ -929,6 +1012,24 @@ proptest! {
         prop_assert_eq!(&parse_chunks(&split_at_points(&bytes, &cuts)), &expected);
         prop_assert_eq!(&parse_bytewise(&bytes), &expected);
         prop_assert_eq!(&reference(&bytes), &expected);
+    }
+
+    /// Cut after every blank line, so most chunks are exactly one event, as token streams
+    /// send them.
+    #[test]
+    fn generated_streams_parse_identically_one_event_per_chunk(stream in gen_stream()) {
+        let bytes = stream.bytes();
+        let cuts = memchr::memmem::find_iter(&bytes, b"\n\n").map(|at| at + 2);
+        let mut chunks = Vec::new();
+        let mut last = 0;
+        for cut in cuts {
+            if cut > last {
+                chunks.push(&bytes[last..cut]);
+                last = cut;
+            }
+        }
+        chunks.push(&bytes[last..]);
+        prop_assert_eq!(&parse_chunks(&chunks), &stream.expected());
     }
 
     #[test]
