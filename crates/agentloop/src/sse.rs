@@ -16,6 +16,9 @@ use memchr::{memchr, memchr2};
 /// UTF-8 byte order mark, stripped once at the start of a stream.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// A data line's field name, colon and the one space a value usually starts after.
+const DATA: &[u8] = b"data: ";
+
 /// One dispatched event, borrowed from the fed chunk or the parser's buffers
 /// so that the common case costs no allocation; convert to owned data if it
 /// must outlive the callback.
@@ -102,15 +105,6 @@ impl SseParser {
     /// it, in order. Chunks may be split anywhere, even inside a CRLF pair or
     /// a multi-byte character.
     pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent<'_>)) {
-        if let Some(data) = self.lone_data_event(chunk) {
-            on_event(SseEvent {
-                event: "",
-                data: lossy(data),
-                id: None,
-                retry: None,
-            });
-            return;
-        }
         let on_event = &mut on_event;
         let mut pos = 0;
         if self.skip_lf {
@@ -140,6 +134,11 @@ impl SseParser {
                 },
                 None => break,
             };
+            if self.ends_event_alone(chunk, pos, end) {
+                self.dispatch_alone(&chunk[pos + DATA.len()..end], on_event);
+                pos = end + 2;
+                continue;
+            }
             let next = self.after_line_end(chunk, end);
             self.line_complete(&chunk[pos..end], Some(pos), chunk, on_event);
             pos = next;
@@ -174,23 +173,32 @@ impl SseParser {
         self.line.len()
     }
 
-    /// The data of `chunk` if it is exactly one event made of one `data: ` line and a blank
-    /// line, with nothing pending from earlier chunks: how token streams send nearly every
-    /// event. Such a chunk reads the same as line by line, with none of the bookkeeping.
-    #[inline]
-    fn lone_data_event<'c>(&self, chunk: &'c [u8]) -> Option<&'c [u8]> {
-        let pending = !self.started
-            || self.skip_lf
-            || !self.line.is_empty()
-            || !matches!(self.data_at, Data::None)
-            || self.has_event
-            || self.has_id
-            || self.retry.is_some();
-        if pending {
-            return None;
-        }
-        let data = chunk.strip_prefix(b"data: ")?.strip_suffix(b"\n\n")?;
-        memchr2(b'\n', b'\r', data).is_none().then_some(data)
+    /// Whether the line at `start..end` of `chunk` is a `data: ` line followed by a blank line
+    /// (LF, LF), and the pending event has no data, id or retry yet: then it is the whole event
+    /// but its name. Token streams send nearly every event so, and it needs none of the
+    /// line-by-line bookkeeping; see [`Self::dispatch_alone`].
+    #[inline(always)]
+    fn ends_event_alone(&self, chunk: &[u8], start: usize, end: usize) -> bool {
+        chunk[end] == b'\n'
+            && chunk.get(end + 1) == Some(&b'\n')
+            && self.started
+            && matches!(self.data_at, Data::None)
+            && !self.has_id
+            && self.retry.is_none()
+            && chunk[start..end].starts_with(DATA)
+    }
+
+    /// Dispatches an event whose only data line is `data`, as [`Self::line_complete`] and
+    /// [`Self::dispatch`] would for that line and the blank line after it.
+    #[inline(always)]
+    fn dispatch_alone<F: FnMut(SseEvent<'_>)>(&mut self, data: &[u8], on_event: &mut F) {
+        on_event(SseEvent {
+            event: if self.has_event { &self.event } else { "" },
+            data: lossy(data),
+            id: None,
+            retry: None,
+        });
+        self.has_event = false;
     }
 
     /// Returns the position after the line end at `at`, consuming CRLF as one

@@ -467,7 +467,8 @@ fn all_fields_together() {
 }
 
 // ---------------------------------------------------------------------------
-// A chunk that is exactly one `data:` event (token streams send nearly every event so).
+// Events of one `data:` line, alone in their chunk or many to a chunk (token streams send
+// nearly every event so).
 
 #[test]
 fn chunk_per_event_reads_as_line_by_line() {
@@ -539,6 +540,24 @@ fn chunk_per_event_with_more_lines_is_read_line_by_line() {
         feed_only(&["data: a\r\r", "data: b\n\n"]),
         [ev("", "a"), ev("", "b")]
     );
+}
+
+#[test]
+fn named_events_and_many_events_per_chunk_read_as_line_by_line() {
+    let stream = "event: ping\ndata: {}\n\nevent: delta\ndata: a\n\ndata: b\n\n\
+                  id: 1\ndata: c\n\nretry: 5\ndata: d\n\nevent: e\nid: 2\ndata: f\n\n";
+    let expected = [
+        ev("ping", "{}"),
+        ev("delta", "a"),
+        ev("", "b"),
+        ev_full("", "c", Some("1"), None),
+        ev_full("", "d", None, Some(5)),
+        ev_full("e", "f", Some("2"), None),
+    ];
+    assert_eq!(feed_only(&[stream]), expected);
+    let per_event: Vec<String> = stream.split_inclusive("\n\n").map(str::to_owned).collect();
+    assert_eq!(per_event.len(), expected.len());
+    assert_eq!(feed_only(&per_event), expected);
 }
 
 #[test]
