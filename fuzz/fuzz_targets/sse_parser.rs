@@ -1,5 +1,5 @@
 //! The SSE parser on arbitrary bytes: never panics, and any split of the input gives the same
-//! events as feeding it whole.
+//! events as feeding it whole or byte by byte.
 #![no_main]
 
 use agentloop::sse::SseParser;
@@ -34,4 +34,8 @@ fuzz_target!(|data: &[u8]| {
     let size = usize::from(split % 16) + 1;
     let pieces: Vec<&[u8]> = body.chunks(size).collect();
     assert_eq!(whole, parse(&pieces));
+    // Byte by byte, every line is held over from earlier chunks, so no event is read whole
+    // from its chunk: the line-by-line path checks the one that reads events whole.
+    let bytes: Vec<&[u8]> = body.chunks(1).collect();
+    assert_eq!(whole, parse(&bytes));
 });
