@@ -35,7 +35,10 @@ fuzz_target!(|data: &[u8]| {
     let pieces: Vec<&[u8]> = body.chunks(size).collect();
     assert_eq!(whole, parse(&pieces));
     // Byte by byte, every line is held over from earlier chunks, so no event is read whole
-    // from its chunk: the line-by-line path checks the one that reads events whole.
-    let bytes: Vec<&[u8]> = body.chunks(1).collect();
-    assert_eq!(whole, parse(&bytes));
+    // from its chunk: the line-by-line path checks the one that reads events whole. Only the
+    // first KiB: the corpus holds recorded streams of 256 KiB, and one call per byte over all
+    // of them slowed the target to about 700 executions a second.
+    let head = &body[..body.len().min(1024)];
+    let bytes: Vec<&[u8]> = head.chunks(1).collect();
+    assert_eq!(parse(&[head]), parse(&bytes));
 });
