@@ -43,7 +43,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let (events, error) = decode(body, usize::from(split % 32) + 1);
     let whole = decode(body, body.len().max(1));
-    assert_eq!((&events, &error), (&whole.0, &whole.1), "the split changed the decoded stream");
+    assert_eq!(
+        (&events, &error),
+        (&whole.0, &whole.1),
+        "the split changed the decoded stream"
+    );
     let mut accumulator = Accumulator::new();
     for event in &events {
         accumulator.push(event);

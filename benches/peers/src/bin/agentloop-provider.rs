@@ -46,7 +46,10 @@ async fn one_run(provider: Arc<OpenAi>, tool: ToolDefinition, stream: bool) -> O
             }
             response
         } else {
-            let response = provider.complete(&request).await.map_err(|e| e.to_string())?;
+            let response = provider
+                .complete(&request)
+                .await
+                .map_err(|e| e.to_string())?;
             if response.tool_uses().is_empty() {
                 return workload::check_answer(&response.text());
             }
@@ -56,7 +59,8 @@ async fn one_run(provider: Arc<OpenAi>, tool: ToolDefinition, stream: bool) -> O
         request.messages.push(response.to_message());
         let results = calls.iter().map(|call| {
             let args: GetWeather = call.parse().map_err(|e| e.to_string())?;
-            ToolResult::json(&call.id, &workload::get_weather(&args.city)).map_err(|e| e.to_string())
+            ToolResult::json(&call.id, &workload::get_weather(&args.city))
+                .map_err(|e| e.to_string())
         });
         let results = results.collect::<Result<Vec<_>, String>>()?;
         request.messages.push(Message::tool_results(results));
