@@ -189,7 +189,9 @@ impl SseParser {
     }
 
     /// Dispatches an event whose only data line is `data`, as [`Self::line_complete`] and
-    /// [`Self::dispatch`] would for that line and the blank line after it.
+    /// [`Self::dispatch`] would for that line and the blank line after it. Not `dispatch`
+    /// itself: its resets of fields that are already clear here cost 5–17 % of the stream
+    /// benchmarks.
     #[inline(always)]
     fn dispatch_alone<F: FnMut(SseEvent<'_>)>(&mut self, data: &[u8], on_event: &mut F) {
         on_event(SseEvent {

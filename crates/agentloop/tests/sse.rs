@@ -1038,16 +1038,14 @@ proptest! {
     #[test]
     fn generated_streams_parse_identically_one_event_per_chunk(stream in gen_stream()) {
         let bytes = stream.bytes();
-        let cuts = memchr::memmem::find_iter(&bytes, b"\n\n").map(|at| at + 2);
         let mut chunks = Vec::new();
-        let mut last = 0;
-        for cut in cuts {
-            if cut > last {
-                chunks.push(&bytes[last..cut]);
-                last = cut;
-            }
+        let mut rest = &bytes[..];
+        while let Some(at) = memchr::memmem::find(rest, b"\n\n") {
+            let (chunk, after) = rest.split_at(at + 2);
+            chunks.push(chunk);
+            rest = after;
         }
-        chunks.push(&bytes[last..]);
+        chunks.push(rest);
         prop_assert_eq!(&parse_chunks(&chunks), &stream.expected());
     }
 
