@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::message::{Message, Request};
 use crate::provider::Provider;
-use crate::run::{self, Hooks, RunOptions, RunResult, RunStream, StopCondition};
+use crate::run::{self, Hooks, RunOptions, RunResult, RunStream, StopCondition, ToolSet};
 use crate::tool::{NativeTool, Tool, ToolChoice, ToolDefinition, ToolHandler};
 
 /// A configured agent. Cheap to clone; runs share nothing but the configuration.
@@ -38,7 +38,8 @@ use crate::tool::{NativeTool, Tool, ToolChoice, ToolDefinition, ToolHandler};
 pub struct Agent {
     provider: Arc<dyn Provider>,
     base: Request,
-    tools: Vec<Tool>,
+    /// Gathered once: every run shares them.
+    tools: ToolSet,
     options: RunOptions,
 }
 
@@ -47,7 +48,7 @@ impl std::fmt::Debug for Agent {
         f.debug_struct("Agent")
             .field("provider", &self.provider.name())
             .field("model", &self.base.model)
-            .field("tools", &self.tools.len())
+            .field("tools", &self.tools.as_slice().len())
             .finish_non_exhaustive()
     }
 }
@@ -81,12 +82,17 @@ impl Agent {
 
     /// The agent's tools.
     pub fn tools(&self) -> &[Tool] {
-        &self.tools
+        self.tools.as_slice()
     }
 
     /// The tool named `name`.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
-        self.tools.iter().find(|t| t.tool_name() == name)
+        self.tools.get(name)
+    }
+
+    /// The tools as runs take them.
+    pub(crate) fn tool_set(&self) -> &ToolSet {
+        &self.tools
     }
 
     /// The provider.
@@ -123,7 +129,7 @@ impl Agent {
 
     /// Run from a full history with options for this run (e.g. its own cancellation token).
     pub async fn run_with(&self, messages: Vec<Message>, options: RunOptions) -> Result<RunResult> {
-        run::run(
+        run::run_set(
             self.provider.clone(),
             self.request(messages),
             self.tools.clone(),
@@ -134,7 +140,7 @@ impl Agent {
 
     /// Stream a run from a full history with options for this run.
     pub fn stream_with(&self, messages: Vec<Message>, options: RunOptions) -> RunStream {
-        run::run_stream(
+        run::stream_set(
             self.provider.clone(),
             self.request(messages),
             self.tools.clone(),
@@ -306,7 +312,7 @@ impl AgentBuilder {
         Agent {
             provider: self.provider,
             base: self.base,
-            tools: self.tools,
+            tools: ToolSet::new(self.tools),
             options: self.options,
         }
     }

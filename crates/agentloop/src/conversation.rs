@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::history;
 use crate::message::{ContentBlock, Message, Request, Role, ToolResult};
 use crate::provider::Provider;
-use crate::run::{self, RunEvent, RunOptions, RunResult, RunStopReason, RunStream};
+use crate::run::{self, RunEvent, RunOptions, RunResult, RunStopReason, RunStream, ToolSet};
 use crate::tool::{Tool, ToolCall};
 
 /// Who runs the tools the model asks for.
@@ -80,7 +80,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Conversation {
     provider: Arc<dyn Provider>,
     base: Request,
-    tools: Vec<Tool>,
+    tools: ToolSet,
     options: RunOptions,
     mode: ToolMode,
     shared: Arc<Mutex<Shared>>,
@@ -106,7 +106,7 @@ impl Conversation {
         Self {
             provider: agent.provider().clone(),
             base: agent.base_request().clone(),
-            tools: agent.tools().to_vec(),
+            tools: agent.tool_set().clone(),
             mode: ToolMode::Automatic {
                 max_iterations: options.limits.max_turns,
             },
@@ -162,7 +162,7 @@ impl Conversation {
 
     /// The tool named `name`.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
-        self.tools.iter().find(|t| t.tool_name() == name)
+        self.tools.get(name)
     }
 
     /// A handle that interrupts the reply in flight, from any task.
@@ -274,7 +274,7 @@ impl Conversation {
         }
         let mut request = self.base.clone();
         request.messages = messages;
-        let stream = run::run_stream(self.provider.clone(), request, self.tools.clone(), options);
+        let stream = run::stream_set(self.provider.clone(), request, self.tools.clone(), options);
         Ok(Reply {
             stream,
             shared: self.shared.clone(),

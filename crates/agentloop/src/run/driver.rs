@@ -25,30 +25,57 @@ use crate::message::{Request, Response};
 use crate::provider::Provider;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
-/// The tools of a run, by name.
+/// The tools of a run, by name. Shared: an agent builds it once, and its runs clone a pointer.
 #[derive(Clone, Default)]
-pub(crate) struct ToolSet {
-    tools: HashMap<String, Tool>,
-    names: Vec<String>,
+pub(crate) struct ToolSet(Arc<Tools>);
+
+#[derive(Default)]
+struct Tools {
+    /// In the order given; a tool given again under the same name replaces the earlier one.
+    list: Vec<Tool>,
+    by_name: HashMap<String, usize>,
 }
 
 impl ToolSet {
     pub(crate) fn new(tools: impl IntoIterator<Item = Tool>) -> Self {
-        let mut set = Self::default();
+        let mut set = Tools::default();
         for tool in tools {
-            let name = tool.tool_name().to_owned();
-            if set.tools.insert(name.clone(), tool).is_none() {
-                set.names.push(name);
+            match set.by_name.get(tool.tool_name()) {
+                Some(&at) => {
+                    if let Some(slot) = set.list.get_mut(at) {
+                        *slot = tool;
+                    }
+                }
+                None => {
+                    set.by_name
+                        .insert(tool.tool_name().to_owned(), set.list.len());
+                    set.list.push(tool);
+                }
             }
         }
-        set
+        Self(Arc::new(set))
+    }
+
+    /// The tools, in order.
+    pub(crate) fn as_slice(&self) -> &[Tool] {
+        &self.0.list
+    }
+
+    /// The tool named `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&Tool> {
+        self.0.by_name.get(name).and_then(|&at| self.0.list.get(at))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0
+            .list
+            .iter()
+            .map(|t| t.tool_name().to_owned())
+            .collect()
     }
 
     pub(crate) fn definitions(&self) -> impl Iterator<Item = ToolDefinition> + '_ {
-        self.names
-            .iter()
-            .filter_map(|n| self.tools.get(n))
-            .map(ToolDefinition::from)
+        self.0.list.iter().map(ToolDefinition::from)
     }
 }
 
@@ -317,16 +344,24 @@ impl Driver {
         }
     }
 
-    async fn run_tools(&self, calls: Vec<ToolCall>) -> Vec<ToolOutcome> {
+    async fn run_tools(&self, mut calls: Vec<ToolCall>) -> Vec<ToolOutcome> {
+        // A call that runs alone gains nothing from a task of its own: its first poll happens
+        // on the run's task. Calls that may run side by side each get a task from the start,
+        // so CPU-bound tools still spread over the runtime's threads.
+        //
+        // The usual step asks for one call: it is awaited as it is, without an ordered stream
+        // of futures around it (code that would otherwise run, and be fetched, every step).
+        if calls.len() == 1
+            && let Some(call) = calls.pop()
+        {
+            return vec![self.run_one(call, true).await];
+        }
         let concurrency = if self.options.parallel_tools {
             self.options.max_concurrency.max(1)
         } else {
             1
         };
-        // A call that runs alone gains nothing from a task of its own: its first poll happens
-        // on the run's task. Calls that may run side by side each get a task from the start,
-        // so CPU-bound tools still spread over the runtime's threads.
-        let first_poll_inline = concurrency == 1 || calls.len() == 1;
+        let first_poll_inline = concurrency == 1;
         stream::iter(calls)
             .map(|call| self.run_one(call, first_poll_inline))
             .buffered(concurrency)
@@ -365,9 +400,9 @@ impl Driver {
                 ToolDecision::Block(reason) => return ToolOutcome::Denied { reason },
             }
         }
-        let Some(tool) = self.tools.tools.get(&call.name) else {
+        let Some(tool) = self.tools.get(&call.name) else {
             return ToolOutcome::UnknownTool {
-                available: self.tools.names.clone(),
+                available: self.tools.names(),
             };
         };
         match &input {

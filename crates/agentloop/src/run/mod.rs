@@ -32,7 +32,8 @@ use crate::error::{Error, Result};
 use crate::message::{Request, Role};
 use crate::provider::Provider;
 use crate::tool::Tool;
-use driver::{Driver, ToolSet};
+use driver::Driver;
+pub(crate) use driver::ToolSet;
 use events::Lent;
 
 /// Prepare a run: apply the prompt hook to the last user message and add the tools'
@@ -74,7 +75,16 @@ pub async fn run(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> Result<RunResult> {
-    let tools = ToolSet::new(tools);
+    run_set(provider, request, ToolSet::new(tools), options).await
+}
+
+/// [`run`] with tools gathered once for many runs.
+pub(crate) async fn run_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: RunOptions,
+) -> Result<RunResult> {
     let machine = start(request, &tools, &options).await?;
     Ok(resume(provider, machine, tools, options, false).await)
 }
@@ -113,8 +123,17 @@ pub fn run_stream(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> RunStream {
+    stream_set(provider, request, ToolSet::new(tools), options)
+}
+
+/// [`run_stream`] with tools gathered once for many runs.
+pub(crate) fn stream_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: RunOptions,
+) -> RunStream {
     let driver = async move {
-        let tools = ToolSet::new(tools);
         match start(request, &tools, &options).await {
             Ok(machine) => {
                 let result = resume(provider, machine, tools, options, true).await;

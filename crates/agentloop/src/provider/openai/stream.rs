@@ -5,6 +5,7 @@
 //! (or, when a server omits it, by id continuity) and get 0-based positions in the order they
 //! first appear, so a stream whose first index is 1 still yields call 0.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 use serde::Deserialize;
@@ -205,30 +206,28 @@ impl ChunkDecoder {
         }
     }
 
+    /// A whole chunk's delta. Its strings are moved into their events: one with escapes was
+    /// decoded into a `String` already.
     fn delta(&mut self, delta: Delta<'_>, out: &mut VecDeque<StreamEvent>) {
+        let non_empty =
+            |text: Option<Cow<'_, str>>| text.filter(|text| !text.is_empty()).map(Cow::into_owned);
         let reasoning = if delta.reasoning_content.is_present() {
-            delta.reasoning_content.non_empty()
+            delta.reasoning_content.0
         } else {
-            delta.reasoning.non_empty()
+            delta.reasoning.0
         };
-        if let Some(text) = reasoning {
+        if let Some(text) = non_empty(reasoning) {
             self.ensure_started(out);
-            out.push_back(StreamEvent::ThinkingDelta {
-                text: text.to_owned(),
-            });
+            out.push_back(StreamEvent::ThinkingDelta { text });
         }
-        if let Some(text) = delta.content.non_empty() {
+        if let Some(text) = non_empty(delta.content.0) {
             self.ensure_started(out);
-            out.push_back(StreamEvent::TextDelta {
-                text: text.to_owned(),
-            });
+            out.push_back(StreamEvent::TextDelta { text });
         }
-        if let Some(text) = delta.refusal.non_empty() {
+        if let Some(text) = non_empty(delta.refusal.0) {
             self.ensure_started(out);
             self.refused = true;
-            out.push_back(StreamEvent::TextDelta {
-                text: text.to_owned(),
-            });
+            out.push_back(StreamEvent::TextDelta { text });
         }
         for call in delta.tool_calls.into_iter().flatten() {
             self.ensure_started(out);
@@ -269,10 +268,14 @@ impl ChunkDecoder {
     fn tool_call(&mut self, delta: ToolCallDelta<'_>, out: &mut VecDeque<StreamEvent>) {
         let id = delta.id.non_empty();
         let position = self.slot(delta.index.0, id);
-        let (name, arguments) = match &delta.function {
-            Some(f) => (f.name.non_empty(), f.arguments.non_empty()),
+        let (name, arguments) = match delta.function {
+            Some(f) => (f.name.0, f.arguments.0),
             None => (None, None),
         };
+        let name = name.as_deref().filter(|name| !name.is_empty());
+        // Moved into its event: a fragment with escapes (nearly all of them) was decoded into
+        // a `String` already.
+        let arguments = arguments.filter(|arguments| !arguments.is_empty());
         let call = &mut self.calls[position];
         // Empty or repeated ids and names in continuation chunks never overwrite real ones.
         if let Some(id) = id
@@ -289,10 +292,10 @@ impl ChunkDecoder {
             if call.started {
                 out.push_back(StreamEvent::ToolCallDelta {
                     index: position,
-                    arguments: arguments.to_owned(),
+                    arguments: arguments.into_owned(),
                 });
             } else {
-                call.pending.push_str(arguments);
+                call.pending.push_str(&arguments);
             }
         }
         if !call.started && !call.id.is_empty() && !call.name.is_empty() {

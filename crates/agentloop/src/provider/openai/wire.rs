@@ -13,7 +13,7 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 use serde_json::Value;
 
 use crate::message::{StopReason, Usage};
-use crate::provider::scan::Scanner;
+use crate::provider::scan::{Scanner, Seen};
 
 /// A string that reads as absent when it is `null`, missing or not a string. Borrowed from the
 /// input when the JSON string has no escapes.
@@ -325,6 +325,55 @@ impl<'de> Deserialize<'de> for WireUsage {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(UsageVisitor)
     }
+}
+
+impl WireUsage {
+    /// Read as `WireUsage` deserializes `null` or a usage object whose counts are plain
+    /// integers or `null`; anything else is left to serde (`None`).
+    pub(crate) fn scan(s: &mut Scanner<'_>) -> Option<Self> {
+        if s.null()? {
+            return Some(WireUsage(None));
+        }
+        let (mut input, mut output, mut details, mut cache_hit) = (None, None, None, None);
+        let mut seen = Seen::default();
+        s.object(|s, key| {
+            let (field, target) = match key {
+                "prompt_tokens" => (0, &mut input),
+                "completion_tokens" => (1, &mut output),
+                "prompt_cache_hit_tokens" => (2, &mut cache_hit),
+                "prompt_tokens_details" => {
+                    seen.first(3)?;
+                    details = s.optional(prompt_details)?.flatten();
+                    return Some(());
+                }
+                _ => return s.skip(),
+            };
+            seen.first(field)?;
+            *target = s.optional_count()?;
+            Some(())
+        })?;
+        Some(WireUsage(Some(Usage {
+            input_tokens: input.unwrap_or(0),
+            output_tokens: output.unwrap_or(0),
+            cache_read_tokens: details.or(cache_hit).unwrap_or(0),
+            cache_write_tokens: 0,
+        })))
+    }
+}
+
+/// `prompt_tokens_details`' cached count, read as [`PromptDetails`] deserializes an object.
+fn prompt_details(s: &mut Scanner<'_>) -> Option<Option<u64>> {
+    let mut cached = None;
+    let mut seen = Seen::default();
+    s.object(|s, key| {
+        if key != "cached_tokens" {
+            return s.skip();
+        }
+        seen.first(0)?;
+        cached = s.optional_count()?;
+        Some(())
+    })?;
+    Some(cached)
 }
 
 #[derive(serde::Deserialize, Default)]
