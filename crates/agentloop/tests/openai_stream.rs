@@ -450,6 +450,54 @@ fn a_reused_index_with_a_new_id_is_a_new_call() {
 }
 
 #[test]
+fn pieces_for_a_reused_index_wait_for_the_new_call_they_belong_to() {
+    // The second call reuses index 0 and names its function only after its first piece,
+    // which arrives in the same shape as the first call's pieces.
+    let piece = |arguments: &str| {
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+            Value::Null,
+        )
+    };
+    let stream = sse(
+        &[
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}}]}),
+                Value::Null,
+            ),
+            piece("{\"n\":"),
+            piece("1}"),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "b", "function": {"arguments": ""}}]}),
+                Value::Null,
+            ),
+            piece("{\"n\":2}"),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"name": "g"}}]}),
+                Value::Null,
+            ),
+            chunk(json!({}), json!("tool_calls")),
+        ],
+        true,
+    );
+    let decoded = run(&stream);
+    assert_eq!(
+        decoded.events,
+        vec![
+            start(),
+            call_start(0, "a", "f"),
+            args(0, "{\"n\":"),
+            args(0, "1}"),
+            call_start(1, "b", "g"),
+            args(1, "{\"n\":2}"),
+            call_end(0),
+            call_end(1),
+            stop(StopReason::ToolUse),
+        ]
+    );
+}
+
+#[test]
 fn empty_name_and_id_in_continuations_never_overwrite() {
     // Alibaba/Qwen repeat `"id": ""` and `type`; Mistral repeats `"name": ""`.
     let stream = sse(

@@ -189,6 +189,22 @@ impl ChunkDecoder {
             | fast::FragmentField::Reasoning { .. } => |text| StreamEvent::ThinkingDelta { text },
             fast::FragmentField::Arguments { call, .. } => {
                 self.ensure_started(out);
+                // Most pieces continue a started call by its index: their event is made here.
+                // Any other (a call still waiting for its id or name, no index) takes the
+                // general path.
+                if let Some(index) = call.0
+                    && let Some(position) =
+                        self.calls.iter().rposition(|c| c.wire_index == Some(index))
+                    && self.calls.get(position).is_some_and(|c| c.started)
+                {
+                    if !value.is_empty() {
+                        out.push_back(StreamEvent::ToolCallDelta {
+                            index: position,
+                            arguments: value.into_owned(),
+                        });
+                    }
+                    return;
+                }
                 let delta = ToolCallDelta {
                     index: call,
                     id: Str(None),
