@@ -10,7 +10,6 @@
 //! `tests::agrees_with_serde` does so over generated bodies.
 
 use super::{Choice, ChoiceMessage, Completion, Function, ToolCall};
-use crate::message::Usage;
 use crate::provider::openai::wire::{Arguments, Count, Str, Text, WireUsage};
 use crate::provider::scan::{Scanner, Seen, null_only};
 
@@ -48,9 +47,7 @@ pub(super) fn read(body: &str) -> Option<Completion<'_>> {
             }
             "usage" => {
                 seen.first(3)?;
-                if !s.null()? {
-                    completion.usage = WireUsage(Some(usage(s)?));
-                }
+                completion.usage = WireUsage::scan(s)?;
             }
             // `null` if present at all; an error object is left to serde.
             "error" => null_only(s, &mut seen, 4)?,
@@ -187,58 +184,6 @@ fn function<'a>(s: &mut Scanner<'a>) -> Option<Function<'a>> {
         Some(())
     })?;
     Some(function)
-}
-
-/// A `usage` object, read as `WireUsage` reads it.
-fn usage(s: &mut Scanner<'_>) -> Option<Usage> {
-    let (mut input, mut output, mut cached, mut cache_hit) = (None, None, None, None);
-    let mut seen = Seen::default();
-    s.object(|s, key| {
-        match key {
-            "prompt_tokens" => {
-                seen.first(0)?;
-                input = s.optional_count()?;
-            }
-            "completion_tokens" => {
-                seen.first(1)?;
-                output = s.optional_count()?;
-            }
-            "prompt_tokens_details" => {
-                seen.first(2)?;
-                if !s.null()? {
-                    cached = prompt_details(s)?;
-                }
-            }
-            "prompt_cache_hit_tokens" => {
-                seen.first(3)?;
-                cache_hit = s.optional_count()?;
-            }
-            _ => s.skip()?,
-        }
-        Some(())
-    })?;
-    Some(Usage {
-        input_tokens: input.unwrap_or(0),
-        output_tokens: output.unwrap_or(0),
-        cache_read_tokens: cached.or(cache_hit).unwrap_or(0),
-        cache_write_tokens: 0,
-    })
-}
-
-/// `prompt_tokens_details.cached_tokens`.
-fn prompt_details(s: &mut Scanner<'_>) -> Option<Option<u64>> {
-    let mut cached = None;
-    let mut seen = Seen::default();
-    s.object(|s, key| {
-        if key == "cached_tokens" {
-            seen.first(0)?;
-            cached = s.optional_count()?;
-            Some(())
-        } else {
-            s.skip()
-        }
-    })?;
-    Some(cached)
 }
 
 #[cfg(test)]
