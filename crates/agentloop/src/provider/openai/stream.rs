@@ -189,31 +189,10 @@ impl ChunkDecoder {
             | fast::FragmentField::Reasoning { .. } => |text| StreamEvent::ThinkingDelta { text },
             fast::FragmentField::Arguments { call, .. } => {
                 self.ensure_started(out);
-                // Most pieces continue a started call by its index: their event is made here.
-                // Any other (a call still waiting for its id or name, no index) takes the
-                // general path.
-                if let Some(index) = call.0
-                    && let Some(position) =
-                        self.calls.iter().rposition(|c| c.wire_index == Some(index))
-                    && self.calls.get(position).is_some_and(|c| c.started)
-                {
-                    if !value.is_empty() {
-                        out.push_back(StreamEvent::ToolCallDelta {
-                            index: position,
-                            arguments: value.into_owned(),
-                        });
-                    }
-                    return;
-                }
-                let delta = ToolCallDelta {
-                    index: call,
-                    id: Str(None),
-                    function: Some(FunctionDelta {
-                        name: Str(None),
-                        arguments: Arguments(Some(value)),
-                    }),
-                };
-                return self.tool_call(delta, out);
+                // A nameless piece: only the call it belongs to and its arguments matter, so it
+                // skips being wrapped in a `ToolCallDelta` and taken apart again.
+                let position = self.slot(call.0, None);
+                return self.arguments(position, Some(value), out);
             }
         };
         if !value.is_empty() {
@@ -289,9 +268,6 @@ impl ChunkDecoder {
             None => (None, None),
         };
         let name = name.as_deref().filter(|name| !name.is_empty());
-        // Moved into its event: a fragment with escapes (nearly all of them) was decoded into
-        // a `String` already.
-        let arguments = arguments.filter(|arguments| !arguments.is_empty());
         let call = &mut self.calls[position];
         // Empty or repeated ids and names in continuation chunks never overwrite real ones.
         if let Some(id) = id
@@ -304,7 +280,22 @@ impl ChunkDecoder {
         {
             call.name = name.to_owned();
         }
-        if let Some(arguments) = arguments {
+        self.arguments(position, arguments, out);
+    }
+
+    /// The call at `position` takes an argument piece (an event once it started, kept until
+    /// then), and starts once it has an id and a name. The piece is moved into its event: one
+    /// with escapes (nearly all of them) was decoded into a `String` already.
+    fn arguments(
+        &mut self,
+        position: usize,
+        arguments: Option<Cow<'_, str>>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        let Some(call) = self.calls.get_mut(position) else {
+            return;
+        };
+        if let Some(arguments) = arguments.filter(|arguments| !arguments.is_empty()) {
             if call.started {
                 out.push_back(StreamEvent::ToolCallDelta {
                     index: position,
