@@ -111,10 +111,12 @@ impl Agent {
         request
     }
 
-    /// Run one prompt to the end.
-    pub async fn run(&self, prompt: impl Into<String>) -> Result<RunResult> {
+    /// Run one prompt to the end. The future owns what it needs, so it can be spawned.
+    pub fn run(
+        &self,
+        prompt: impl Into<String>,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
         self.run_with(vec![Message::user(prompt)], self.options.clone())
-            .await
     }
 
     /// Run one prompt, streaming events.
@@ -123,19 +125,28 @@ impl Agent {
     }
 
     /// Run from a full history (ending with the new user message).
-    pub async fn run_messages(&self, messages: Vec<Message>) -> Result<RunResult> {
-        self.run_with(messages, self.options.clone()).await
+    pub fn run_messages(
+        &self,
+        messages: Vec<Message>,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+        self.run_with(messages, self.options.clone())
     }
 
     /// Run from a full history with options for this run (e.g. its own cancellation token).
-    pub async fn run_with(&self, messages: Vec<Message>, options: RunOptions) -> Result<RunResult> {
+    ///
+    /// Like [`Self::run`], not an `async fn`: each layer of those would keep its own copy of
+    /// the run's state in the future (see `run::run_set`).
+    pub fn run_with(
+        &self,
+        messages: Vec<Message>,
+        options: RunOptions,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
         run::run_set(
             self.provider.clone(),
             self.request(messages),
             self.tools.clone(),
             options,
         )
-        .await
     }
 
     /// Stream a run from a full history with options for this run.

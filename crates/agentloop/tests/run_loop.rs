@@ -108,6 +108,23 @@ async fn one_tool_call_then_answer() {
     assert_eq!(result.messages.len(), 4);
 }
 
+/// A run's future owns what it needs, so it outlives the agent and can be spawned; and it stays
+/// small, as every run in flight holds one (layers of `async fn` once made it over 5 KiB).
+#[tokio::test]
+async fn a_run_future_outlives_its_agent_and_stays_small() {
+    let model = ScriptedModel::new([Turn::text("Hello.")]);
+    let agent = Agent::builder(model.clone()).model("m").build();
+    let run = agent.run("Hi");
+    drop(agent);
+    let size = std::mem::size_of_val(&run);
+    assert!(size <= 4096, "a run's future is {size} bytes");
+
+    let result = tokio::spawn(run).await.unwrap().unwrap();
+
+    assert_eq!(result.text(), "Hello.");
+    model.assert_complete();
+}
+
 #[tokio::test]
 async fn three_chained_calls_then_text() {
     let model = ScriptedModel::new([

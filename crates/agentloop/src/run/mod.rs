@@ -69,34 +69,44 @@ async fn start(mut request: Request, tools: &ToolSet, options: &RunOptions) -> R
 
 /// Run to the end and return the result. Fails only when the prompt hook blocks; model errors,
 /// limits and cancellation end the run with the matching [`RunStopReason`].
-pub async fn run(
+pub fn run(
     provider: Arc<dyn Provider>,
     request: Request,
     tools: Vec<Tool>,
     options: RunOptions,
-) -> Result<RunResult> {
-    run_set(provider, request, ToolSet::new(tools), options).await
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    run_set(provider, request, ToolSet::new(tools), options)
 }
 
 /// [`run`] with tools gathered once for many runs.
-pub(crate) async fn run_set(
+///
+/// The run functions return futures built from `async` blocks rather than being `async fn`s:
+/// an `async fn` keeps a second copy of its arguments in its future, and these futures live as
+/// long as the run (see [`Driver::drive`]).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn doubles the future's arguments"
+)]
+pub(crate) fn run_set(
     provider: Arc<dyn Provider>,
     request: Request,
     tools: ToolSet,
     options: RunOptions,
-) -> Result<RunResult> {
-    let machine = start(request, &tools, &options).await?;
-    Ok(resume(provider, machine, tools, options, false).await)
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    async move {
+        let machine = start(request, &tools, &options).await?;
+        Ok(resume(provider, machine, tools, options, false).await)
+    }
 }
 
 /// Continue a saved machine (see [`Machine`]) to the end.
-pub async fn run_machine(
+pub fn run_machine(
     provider: Arc<dyn Provider>,
     machine: Machine,
     tools: Vec<Tool>,
     options: RunOptions,
-) -> RunResult {
-    resume(provider, machine, ToolSet::new(tools), options, false).await
+) -> impl Future<Output = RunResult> + Send + 'static {
+    resume(provider, machine, ToolSet::new(tools), options, false)
 }
 
 fn resume(
@@ -134,15 +144,16 @@ pub(crate) fn stream_set(
     options: RunOptions,
 ) -> RunStream {
     let driver = async move {
-        match start(request, &tools, &options).await {
-            Ok(machine) => {
-                let result = resume(provider, machine, tools, options, true).await;
-                events::push(RunEvent::RunFinish {
-                    result: Box::new(result),
-                });
-            }
-            Err(error) => events::push(RunEvent::Error { error }),
-        }
+        // Not a `match` around the rest: its scrutinee, the machine, would keep its room in the
+        // future for the whole run.
+        let machine = match start(request, &tools, &options).await {
+            Ok(machine) => machine,
+            Err(error) => return events::push(RunEvent::Error { error }),
+        };
+        let result = resume(provider, machine, tools, options, true).await;
+        events::push(RunEvent::RunFinish {
+            result: Box::new(result),
+        });
     };
     RunStream {
         lent: Lent::new(),
