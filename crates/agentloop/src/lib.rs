@@ -5,6 +5,14 @@
 //! the results back and stops at the answer or a limit — blocking or streamed — with a history
 //! that is always valid to send again.
 //!
+//! ## Features
+//!
+//! `validation` (arguments checked against their JSON Schema with the `jsonschema` crate),
+//! `registry` (which needs `validation`) and `mcp` are on by default. Without `validation`, a
+//! typed tool's arguments are checked by deserializing them into its type, with serde's
+//! message as the one violation, and a raw schema's arguments are not checked; the binary
+//! leaves out `jsonschema` and its regex engines.
+//!
 //! ## Tool files and the registry
 //!
 //! With the `registry` feature (on by default), tools can also be described as data and

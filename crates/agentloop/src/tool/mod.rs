@@ -7,7 +7,9 @@
 mod handler;
 pub mod schema;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+#[cfg(feature = "validation")]
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -220,15 +222,20 @@ pub struct Tool {
     definition: Arc<FunctionDefinition>,
     handler: Option<Arc<dyn ToolHandler>>,
     timeout: Option<Duration>,
+    #[cfg(feature = "validation")]
     validator: Arc<OnceLock<std::result::Result<jsonschema::Validator, String>>>,
-    /// For typed tools whose schema serde fully enforces: deserializing into the type decides
-    /// validity, and the validator is only compiled to explain a rejection.
-    accepts: Option<fn(&Value) -> bool>,
+    /// For typed tools whose schema serde fully enforces (or every typed tool, without the
+    /// `validation` feature): deserializing into the type decides validity, and the validator
+    /// is only compiled to explain a rejection.
+    accepts: Option<Deserializes>,
 }
 
-/// Whether `input` deserializes into `T`.
-fn deserializes_into<T: DeserializeOwned>(input: &Value) -> bool {
-    T::deserialize(input).is_ok()
+/// A check that arguments deserialize into a tool's type: serde's message when they do not.
+type Deserializes = fn(&Value) -> std::result::Result<(), String>;
+
+/// Whether `input` deserializes into `T`; serde's message when it does not.
+fn deserializes_into<T: DeserializeOwned>(input: &Value) -> std::result::Result<(), String> {
+    T::deserialize(input).map(drop).map_err(|e| e.to_string())
 }
 
 impl std::fmt::Debug for Tool {
@@ -247,6 +254,7 @@ impl Tool {
             definition: Arc::new(definition),
             handler: None,
             timeout: None,
+            #[cfg(feature = "validation")]
             validator: Arc::new(OnceLock::new()),
             accepts: None,
         }
@@ -315,7 +323,7 @@ impl Tool {
     {
         let description = description.into();
         let mut tool = Self::from_type::<T>().name(name);
-        if schema::serde_enforces(&tool.definition.input_schema) {
+        if !cfg!(feature = "validation") || schema::serde_enforces(&tool.definition.input_schema) {
             tool.accepts = Some(deserializes_into::<T>);
         }
         if !description.is_empty() {
@@ -383,10 +391,26 @@ impl Tool {
 
     /// Check arguments against the input schema; the schema is compiled once per tool.
     /// Returns every violation with its JSON pointer.
+    ///
+    /// Without the `validation` feature, a typed tool's arguments are checked by deserializing
+    /// them into its type (one violation, serde's message, at the root) and a raw schema's are
+    /// not checked.
     pub fn validate(&self, input: &Value) -> std::result::Result<(), Vec<Violation>> {
-        if self.accepts.is_some_and(|accepts| accepts(input)) {
-            return Ok(());
-        }
+        let rejected = match self.accepts.map(|accepts| accepts(input)) {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(message)) => Some(message),
+            None => None,
+        };
+        self.explain(input, rejected)
+    }
+
+    /// The schema's violations by `input`; serde's rejection only says that there are some.
+    #[cfg(feature = "validation")]
+    fn explain(
+        &self,
+        input: &Value,
+        _rejected: Option<String>,
+    ) -> std::result::Result<(), Vec<Violation>> {
         let compiled = self
             .validator
             .get_or_init(|| schema::compile(&self.definition.input_schema));
@@ -394,6 +418,22 @@ impl Tool {
             Ok(validator) => schema::violations(validator, input),
             // A schema we cannot compile cannot reject anything; it was reported at creation.
             Err(_) => Ok(()),
+        }
+    }
+
+    /// Without a JSON Schema validator, serde's rejection is the only violation known.
+    #[cfg(not(feature = "validation"))]
+    fn explain(
+        &self,
+        _input: &Value,
+        rejected: Option<String>,
+    ) -> std::result::Result<(), Vec<Violation>> {
+        match rejected {
+            Some(message) => Err(vec![Violation {
+                path: String::new(),
+                message,
+            }]),
+            None => Ok(()),
         }
     }
 }

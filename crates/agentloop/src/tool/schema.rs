@@ -75,7 +75,8 @@ pub(crate) fn snake_case(name: &str) -> String {
     out
 }
 
-/// Check that a raw input schema is a valid JSON Schema describing an object.
+/// Check that a raw input schema is a valid JSON Schema describing an object: against the
+/// meta-schema with the `validation` feature, by its shape alone without it.
 pub fn check_input_schema(tool: &str, schema: &Value) -> Result<()> {
     let invalid = |message: String| Error::InvalidToolSchema {
         tool: tool.to_owned(),
@@ -84,6 +85,7 @@ pub fn check_input_schema(tool: &str, schema: &Value) -> Result<()> {
     let map = schema
         .as_object()
         .ok_or_else(|| invalid(format!("the schema must be a JSON object, got `{schema}`")))?;
+    #[cfg(feature = "validation")]
     jsonschema::meta::validate(schema).map_err(|e| {
         let at = e.instance_path().to_string();
         let at = if at.is_empty() { "/".to_owned() } else { at };
@@ -99,7 +101,9 @@ pub fn check_input_schema(tool: &str, schema: &Value) -> Result<()> {
             )));
         }
     }
-    compile(schema).map(|_| ()).map_err(invalid)
+    #[cfg(feature = "validation")]
+    compile(schema).map(|_| ()).map_err(invalid)?;
+    Ok(())
 }
 
 /// Keywords whose constraint a serde `Deserialize` derive does not check.
@@ -180,10 +184,12 @@ fn integer_bound(map: &Map<String, Value>, key: &str, value: &Value) -> bool {
     found == Some(bound)
 }
 
+#[cfg(feature = "validation")]
 pub(crate) fn compile(schema: &Value) -> std::result::Result<jsonschema::Validator, String> {
     jsonschema::validator_for(schema).map_err(|e| e.to_string())
 }
 
+#[cfg(feature = "validation")]
 pub(crate) fn violations(
     validator: &jsonschema::Validator,
     input: &Value,
