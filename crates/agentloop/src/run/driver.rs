@@ -143,9 +143,10 @@ impl Driver {
         }
     }
 
-    /// The run's loop. Not an `async fn`: that would copy `self` and `machine` into the
-    /// future's locals and keep both copies for the run's life (rustc reserves room for an
-    /// argument and for the local it moves into), about 1 KiB more in every run's future.
+    /// The run, owning the driver and the machine. Not an `async fn`: that would copy `self`
+    /// and `machine` into the future's locals and keep both copies for the run's life (rustc
+    /// reserves room for an argument and for the local it moves into), about 1 KiB more in
+    /// every run's future.
     #[expect(
         clippy::manual_async_fn,
         reason = "an async fn doubles the future's arguments"
@@ -155,81 +156,7 @@ impl Driver {
         mut machine: Machine,
     ) -> impl Future<Output = RunResult> + Send + 'static {
         async move {
-            let run_deadline = self.options.timeout.map(|d| later(Instant::now(), d));
-            self.emit(|| RunEvent::RunStart);
-            loop {
-                match machine.next_action() {
-                    Action::Stop(_) => break,
-                    Action::CallModel => {
-                        let step = machine.steps().len();
-                        self.emit(|| RunEvent::StepStart { step });
-                        let started = Instant::now();
-                        let step_deadline = self.options.step_timeout.map(|d| later(started, d));
-                        let stop = StopSignal {
-                            cancel: &self.options.cancel,
-                            deadline: earliest(run_deadline, step_deadline),
-                        };
-                        // The request, the outcome and the response end in this block, before
-                        // the tools run: the run's future keeps no room for them meanwhile.
-                        let tools_next = {
-                            let hooks = &self.options.hooks;
-                            let prepared;
-                            let request = if hooks.prepare_step.is_empty()
-                                && hooks.before_model_call.is_empty()
-                            {
-                                machine.request()
-                            } else {
-                                prepared = self
-                                    .prepare(machine.request().clone(), &machine, step)
-                                    .await;
-                                &prepared
-                            };
-                            match self.call_model(request, &stop).await {
-                                Ok(response) => {
-                                    for hook in &self.options.hooks.after_response {
-                                        hook(response.clone()).await;
-                                    }
-                                    let (stop_reason, usage) =
-                                        (response.stop_reason.clone(), response.usage);
-                                    machine.on_response(response, started.elapsed());
-                                    let done = machine.is_done();
-                                    if done {
-                                        self.emit(|| RunEvent::StepFinish {
-                                            step,
-                                            stop_reason,
-                                            usage,
-                                        });
-                                    }
-                                    !done
-                                }
-                                Err(ModelFailure::Stopped(reason, partial)) => {
-                                    machine.interrupt(reason, partial);
-                                    false
-                                }
-                                Err(ModelFailure::Failed(error)) => {
-                                    self.emit(|| RunEvent::Error {
-                                        error: error.clone(),
-                                    });
-                                    machine.on_error(error);
-                                    false
-                                }
-                            }
-                        };
-                        if tools_next {
-                            self.run_tool_step(&mut machine, step, &stop).await;
-                        }
-                    }
-                    Action::RunTools(_) => {
-                        // Only reached when resuming a machine saved between response and tools.
-                        let step = machine.steps().len().saturating_sub(1);
-                        let stop = StopSignal {
-                            cancel: &self.options.cancel,
-                            deadline: run_deadline,
-                        };
-                        self.run_tool_step(&mut machine, step, &stop).await;
-                    }
-                }
-            }
+            self.steps(&mut machine).await;
             let result = machine.into_result();
             for hook in &self.options.hooks.on_stop {
                 hook(StopInfo {
@@ -243,6 +170,83 @@ impl Driver {
             // A streamed run hands the result over in `run_finish` (see `run_stream`), so it is
             // moved there rather than cloned.
             result
+        }
+    }
+
+    /// Model calls and tool steps until the machine stops.
+    async fn steps(&self, machine: &mut Machine) {
+        let run_deadline = self.options.timeout.map(|d| later(Instant::now(), d));
+        self.emit(|| RunEvent::RunStart);
+        loop {
+            match machine.next_action() {
+                Action::Stop(_) => break,
+                Action::CallModel => {
+                    let step = machine.steps().len();
+                    self.emit(|| RunEvent::StepStart { step });
+                    let started = Instant::now();
+                    let step_deadline = self.options.step_timeout.map(|d| later(started, d));
+                    let stop = StopSignal {
+                        cancel: &self.options.cancel,
+                        deadline: earliest(run_deadline, step_deadline),
+                    };
+                    // The request, the outcome and the response end in this block, before
+                    // the tools run: the run's future keeps no room for them meanwhile.
+                    let tools_next = {
+                        let hooks = &self.options.hooks;
+                        let prepared;
+                        let request = if hooks.prepare_step.is_empty()
+                            && hooks.before_model_call.is_empty()
+                        {
+                            machine.request()
+                        } else {
+                            prepared = self.prepare(machine.request().clone(), machine, step).await;
+                            &prepared
+                        };
+                        match self.call_model(request, &stop).await {
+                            Ok(response) => {
+                                for hook in &self.options.hooks.after_response {
+                                    hook(response.clone()).await;
+                                }
+                                let (stop_reason, usage) =
+                                    (response.stop_reason.clone(), response.usage);
+                                machine.on_response(response, started.elapsed());
+                                let done = machine.is_done();
+                                if done {
+                                    self.emit(|| RunEvent::StepFinish {
+                                        step,
+                                        stop_reason,
+                                        usage,
+                                    });
+                                }
+                                !done
+                            }
+                            Err(ModelFailure::Stopped(reason, partial)) => {
+                                machine.interrupt(reason, partial);
+                                false
+                            }
+                            Err(ModelFailure::Failed(error)) => {
+                                self.emit(|| RunEvent::Error {
+                                    error: error.clone(),
+                                });
+                                machine.on_error(error);
+                                false
+                            }
+                        }
+                    };
+                    if tools_next {
+                        self.run_tool_step(machine, step, &stop).await;
+                    }
+                }
+                Action::RunTools(_) => {
+                    // Only reached when resuming a machine saved between response and tools.
+                    let step = machine.steps().len().saturating_sub(1);
+                    let stop = StopSignal {
+                        cancel: &self.options.cancel,
+                        deadline: run_deadline,
+                    };
+                    self.run_tool_step(machine, step, &stop).await;
+                }
+            }
         }
     }
 
