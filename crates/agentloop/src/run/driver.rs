@@ -191,7 +191,7 @@ impl Driver {
                     };
                     // The request, the outcome and the response end in this block, before
                     // the tools run: the run's future keeps no room for them meanwhile.
-                    let tools_next = {
+                    {
                         let hooks = &self.options.hooks;
                         let prepared;
                         let request = if hooks.prepare_step.is_empty()
@@ -210,30 +210,28 @@ impl Driver {
                                 let (stop_reason, usage) =
                                     (response.stop_reason.clone(), response.usage);
                                 machine.on_response(response, started.elapsed());
-                                let done = machine.is_done();
-                                if done {
+                                if machine.is_done() {
                                     self.emit(|| RunEvent::StepFinish {
                                         step,
                                         stop_reason,
                                         usage,
                                     });
                                 }
-                                !done
                             }
                             Err(ModelFailure::Stopped(reason, partial)) => {
-                                machine.interrupt(reason, partial);
-                                false
+                                machine.interrupt(reason, partial)
                             }
                             Err(ModelFailure::Failed(error)) => {
                                 self.emit(|| RunEvent::Error {
                                     error: error.clone(),
                                 });
                                 machine.on_error(error);
-                                false
                             }
                         }
-                    };
-                    if tools_next {
+                    }
+                    // A failed or stopped call finished the machine; a response either did or
+                    // left tool calls to run.
+                    if !machine.is_done() {
                         self.run_tool_step(machine, step, &stop).await;
                     }
                 }
