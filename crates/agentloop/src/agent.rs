@@ -40,7 +40,8 @@ pub struct Agent {
     base: Request,
     /// Gathered once: every run shares them.
     tools: ToolSet,
-    options: RunOptions,
+    /// Shared by every run that does not bring its own.
+    options: Arc<RunOptions>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -77,7 +78,7 @@ impl Agent {
 
     /// The run options every run starts from (clone, edit, pass to [`Agent::run_with`]).
     pub fn options(&self) -> RunOptions {
-        self.options.clone()
+        RunOptions::clone(&self.options)
     }
 
     /// The agent's tools.
@@ -116,12 +117,12 @@ impl Agent {
         &self,
         prompt: impl Into<String>,
     ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-        self.run_with(vec![Message::user(prompt)], self.options.clone())
+        self.run_shared(vec![Message::user(prompt)], Arc::clone(&self.options))
     }
 
     /// Run one prompt, streaming events.
     pub fn run_stream(&self, prompt: impl Into<String>) -> RunStream {
-        self.stream_with(vec![Message::user(prompt)], self.options.clone())
+        self.stream_shared(vec![Message::user(prompt)], Arc::clone(&self.options))
     }
 
     /// Run from a full history (ending with the new user message).
@@ -129,17 +130,30 @@ impl Agent {
         &self,
         messages: Vec<Message>,
     ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-        self.run_with(messages, self.options.clone())
+        self.run_shared(messages, Arc::clone(&self.options))
     }
 
     /// Run from a full history with options for this run (e.g. its own cancellation token).
     ///
     /// Like [`Self::run`], not an `async fn`: each layer of those would keep its own copy of
-    /// the run's state in the future (see `run::run_set`).
+    /// the run's state in the future (see `run::Driver::drive`).
     pub fn run_with(
         &self,
         messages: Vec<Message>,
         options: RunOptions,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+        self.run_shared(messages, Arc::new(options))
+    }
+
+    /// Stream a run from a full history with options for this run.
+    pub fn stream_with(&self, messages: Vec<Message>, options: RunOptions) -> RunStream {
+        self.stream_shared(messages, Arc::new(options))
+    }
+
+    fn run_shared(
+        &self,
+        messages: Vec<Message>,
+        options: Arc<RunOptions>,
     ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
         run::run_set(
             self.provider.clone(),
@@ -149,8 +163,7 @@ impl Agent {
         )
     }
 
-    /// Stream a run from a full history with options for this run.
-    pub fn stream_with(&self, messages: Vec<Message>, options: RunOptions) -> RunStream {
+    fn stream_shared(&self, messages: Vec<Message>, options: Arc<RunOptions>) -> RunStream {
         run::stream_set(
             self.provider.clone(),
             self.request(messages),
@@ -324,7 +337,7 @@ impl AgentBuilder {
             provider: self.provider,
             base: self.base,
             tools: ToolSet::new(self.tools),
-            options: self.options,
+            options: Arc::new(self.options),
         }
     }
 }

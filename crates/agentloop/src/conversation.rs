@@ -274,7 +274,12 @@ impl Conversation {
         }
         let mut request = self.base.clone();
         request.messages = messages;
-        let stream = run::stream_set(self.provider.clone(), request, self.tools.clone(), options);
+        let stream = run::stream_set(
+            self.provider.clone(),
+            request,
+            self.tools.clone(),
+            Arc::new(options),
+        );
         Ok(Reply {
             stream,
             shared: self.shared.clone(),

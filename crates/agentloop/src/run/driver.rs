@@ -80,11 +80,13 @@ impl ToolSet {
 }
 
 pub(crate) struct Driver {
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) tools: ToolSet,
-    pub(crate) options: RunOptions,
+    provider: Arc<dyn Provider>,
+    tools: ToolSet,
+    /// Shared: an agent's runs all start from its options, and a pointer is all the run's
+    /// future holds of them.
+    options: Arc<RunOptions>,
     /// Whether events are wanted: a streamed run's driver pushes them to [`events`].
-    pub(crate) streamed: bool,
+    streamed: bool,
 }
 
 /// Why a model call did not give a response.
@@ -137,16 +139,30 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 }
 
 impl Driver {
+    pub(crate) fn new(
+        provider: Arc<dyn Provider>,
+        tools: ToolSet,
+        options: Arc<RunOptions>,
+        streamed: bool,
+    ) -> Self {
+        Self {
+            provider,
+            tools,
+            options,
+            streamed,
+        }
+    }
+
     fn emit(&self, event: impl FnOnce() -> RunEvent) {
         if self.streamed {
             events::push(event());
         }
     }
 
-    /// The run, owning the driver and the machine. Not an `async fn`: that would copy `self`
-    /// and `machine` into the future's locals and keep both copies for the run's life (rustc
-    /// reserves room for an argument and for the local it moves into), about 1 KiB more in
-    /// every run's future.
+    /// A saved machine's run to its end, owning the driver and the machine. Not an `async fn`:
+    /// that would copy `self` and `machine` into the future's locals and keep both copies for
+    /// the run's life (rustc reserves room for an argument and for the local it moves into),
+    /// about 1 KiB more in every run's future.
     #[expect(
         clippy::manual_async_fn,
         reason = "an async fn doubles the future's arguments"
@@ -157,20 +173,58 @@ impl Driver {
     ) -> impl Future<Output = RunResult> + Send + 'static {
         async move {
             self.steps(&mut machine).await;
-            let result = machine.into_result();
-            for hook in &self.options.hooks.on_stop {
-                hook(StopInfo {
-                    reason: result.stop_reason.clone(),
-                    turns: result.turns,
-                    tool_calls: result.tool_calls,
-                    usage: result.usage,
-                })
-                .await;
-            }
-            // A streamed run hands the result over in `run_finish` (see `run_stream`), so it is
-            // moved there rather than cloned.
-            result
+            self.stopped(machine.into_result()).await
         }
+    }
+
+    /// [`Self::drive`] for a new run: its prompt hooks first, which may block it.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn doubles the future's arguments"
+    )]
+    pub(crate) fn drive_new(
+        self,
+        mut machine: Machine,
+    ) -> impl Future<Output = Result<RunResult, Error>> + Send + 'static {
+        async move {
+            self.prompt(&mut machine).await?;
+            self.steps(&mut machine).await;
+            Ok(self.stopped(machine.into_result()).await)
+        }
+    }
+
+    /// Apply the prompt hooks to the run's new user message.
+    async fn prompt(&self, machine: &mut Machine) -> Result<(), Error> {
+        let hooks = &self.options.hooks;
+        if hooks.on_prompt.is_empty() {
+            return Ok(());
+        }
+        if let Some(prompt) = machine.prompt_mut() {
+            *prompt = hooks
+                .prompt(prompt.clone())
+                .await
+                .map_err(|reason| Error::HookBlocked {
+                    hook: "prompt".into(),
+                    reason,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Tell the stop hooks, and hand the result on.
+    async fn stopped(&self, result: RunResult) -> RunResult {
+        for hook in &self.options.hooks.on_stop {
+            hook(StopInfo {
+                reason: result.stop_reason.clone(),
+                turns: result.turns,
+                tool_calls: result.tool_calls,
+                usage: result.usage,
+            })
+            .await;
+        }
+        // A streamed run hands the result over in `run_finish` (see `run_stream`), so it is
+        // moved there rather than cloned.
+        result
     }
 
     /// Model calls and tool steps until the machine stops.
@@ -192,40 +246,55 @@ impl Driver {
                     // The request, the outcome and the response end in this block, before
                     // the tools run: the run's future keeps no room for them meanwhile.
                     {
-                        let hooks = &self.options.hooks;
-                        let prepared;
-                        let request = if hooks.prepare_step.is_empty()
-                            && hooks.before_model_call.is_empty()
-                        {
-                            machine.request()
-                        } else {
-                            prepared = self.prepare(machine.request().clone(), machine, step).await;
-                            &prepared
-                        };
-                        match self.call_model(request, &stop).await {
-                            Ok(response) => {
-                                for hook in &self.options.hooks.after_response {
-                                    hook(response.clone()).await;
+                        // The prepared request and the call's outcome end in blocks of their
+                        // own: a local still in scope, even moved from, keeps its room in the
+                        // future across the after-response hooks' awaits.
+                        let response = {
+                            let outcome = {
+                                let hooks = &self.options.hooks;
+                                let prepared;
+                                let request = if hooks.prepare_step.is_empty()
+                                    && hooks.before_model_call.is_empty()
+                                {
+                                    machine.request()
+                                } else {
+                                    prepared = self
+                                        .prepare(machine.request().clone(), machine, step)
+                                        .await;
+                                    &prepared
+                                };
+                                self.call_model(request, &stop).await
+                            };
+                            match outcome {
+                                Ok(response) => Some(response),
+                                Err(ModelFailure::Stopped(reason, partial)) => {
+                                    machine.interrupt(reason, partial);
+                                    None
                                 }
-                                let (stop_reason, usage) =
-                                    (response.stop_reason.clone(), response.usage);
-                                machine.on_response(response, started.elapsed());
-                                if machine.is_done() {
-                                    self.emit(|| RunEvent::StepFinish {
-                                        step,
-                                        stop_reason,
-                                        usage,
+                                Err(ModelFailure::Failed(error)) => {
+                                    self.emit(|| RunEvent::Error {
+                                        error: error.clone(),
                                     });
+                                    machine.on_error(error);
+                                    None
                                 }
                             }
-                            Err(ModelFailure::Stopped(reason, partial)) => {
-                                machine.interrupt(reason, partial)
+                        };
+                        if let Some(response) = &response {
+                            for hook in &self.options.hooks.after_response {
+                                hook(response.clone()).await;
                             }
-                            Err(ModelFailure::Failed(error)) => {
-                                self.emit(|| RunEvent::Error {
-                                    error: error.clone(),
+                        }
+                        if let Some(response) = response {
+                            let (stop_reason, usage) =
+                                (response.stop_reason.clone(), response.usage);
+                            machine.on_response(response, started.elapsed());
+                            if machine.is_done() {
+                                self.emit(|| RunEvent::StepFinish {
+                                    step,
+                                    stop_reason,
+                                    usage,
                                 });
-                                machine.on_error(error);
                             }
                         }
                     }

@@ -125,6 +125,18 @@ impl Machine {
         &self.request
     }
 
+    /// The new user message a run starts with, for the prompt hooks: the last message, when it
+    /// is the user's and answers no tool call.
+    pub(crate) fn prompt_mut(&mut self) -> Option<&mut Message> {
+        self.request.messages.last_mut().filter(|last| {
+            last.role == Role::User
+                && !last
+                    .content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::ToolResult(_)))
+        })
+    }
+
     /// Report the model's response.
     pub fn on_response(&mut self, response: Response, duration: Duration) {
         if !matches!(self.phase, Phase::AwaitingModel | Phase::Ready) {

@@ -29,33 +29,17 @@ pub use result::{RunEvent, RunResult, RunStopReason, Step};
 
 use crate::armed::Armed;
 use crate::error::{Error, Result};
-use crate::message::{Request, Role};
+use crate::message::Request;
 use crate::provider::Provider;
 use crate::tool::Tool;
 use driver::Driver;
 pub(crate) use driver::ToolSet;
 use events::Lent;
 
-/// Prepare a run: apply the prompt hook to the last user message and add the tools'
-/// definitions that the request does not list yet.
-async fn start(mut request: Request, tools: &ToolSet, options: &RunOptions) -> Result<Machine> {
-    if let Some(last) = request.messages.last_mut()
-        && last.role == Role::User
-        && !options.hooks.on_prompt.is_empty()
-        && !last
-            .content
-            .iter()
-            .any(|b| matches!(b, crate::ContentBlock::ToolResult(_)))
-    {
-        *last = options
-            .hooks
-            .prompt(last.clone())
-            .await
-            .map_err(|reason| Error::HookBlocked {
-                hook: "prompt".into(),
-                reason,
-            })?;
-    }
+/// A new run's machine: `request` with the tools' definitions it does not list yet. The prompt
+/// hooks run later, inside the run (see [`Driver::drive_new`]), so that a run's future is one
+/// driver future rather than a future holding the request and then the driver.
+fn prepare(mut request: Request, tools: &ToolSet, options: &RunOptions) -> Machine {
     for definition in tools.definitions() {
         let listed = request.tools.iter().any(|t| {
             t.function_name().is_some() && t.function_name() == definition.function_name()
@@ -64,7 +48,7 @@ async fn start(mut request: Request, tools: &ToolSet, options: &RunOptions) -> R
             request.tools.push(definition);
         }
     }
-    Ok(Machine::new(request, options.limits.clone()))
+    Machine::new(request, options.limits.clone())
 }
 
 /// Run to the end and return the result. Fails only when the prompt hook blocks; model errors,
@@ -75,28 +59,18 @@ pub fn run(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-    run_set(provider, request, ToolSet::new(tools), options)
+    run_set(provider, request, ToolSet::new(tools), Arc::new(options))
 }
 
-/// [`run`] with tools gathered once for many runs.
-///
-/// The run functions return futures built from `async` blocks rather than being `async fn`s:
-/// an `async fn` keeps a second copy of its arguments in its future, and these futures live as
-/// long as the run (see [`Driver::drive`]).
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn doubles the future's arguments"
-)]
+/// [`run`] with tools gathered once and options shared by many runs.
 pub(crate) fn run_set(
     provider: Arc<dyn Provider>,
     request: Request,
     tools: ToolSet,
-    options: RunOptions,
+    options: Arc<RunOptions>,
 ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-    async move {
-        let machine = start(request, &tools, &options).await?;
-        Ok(resume(provider, machine, tools, options, false).await)
-    }
+    let machine = prepare(request, &tools, &options);
+    Driver::new(provider, tools, options, false).drive_new(machine)
 }
 
 /// Continue a saved machine (see [`Machine`]) to the end.
@@ -106,23 +80,7 @@ pub fn run_machine(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> impl Future<Output = RunResult> + Send + 'static {
-    resume(provider, machine, ToolSet::new(tools), options, false)
-}
-
-fn resume(
-    provider: Arc<dyn Provider>,
-    machine: Machine,
-    tools: ToolSet,
-    options: RunOptions,
-    streamed: bool,
-) -> impl Future<Output = RunResult> + Send + 'static {
-    let driver = Driver {
-        provider,
-        tools,
-        options,
-        streamed,
-    };
-    driver.drive(machine)
+    Driver::new(provider, ToolSet::new(tools), Arc::new(options), false).drive(machine)
 }
 
 /// Run and stream [`RunEvent`]s. The stream ends after `run_finish` (or after an `error` event
@@ -133,28 +91,28 @@ pub fn run_stream(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> RunStream {
-    stream_set(provider, request, ToolSet::new(tools), options)
+    stream_set(provider, request, ToolSet::new(tools), Arc::new(options))
 }
 
-/// [`run_stream`] with tools gathered once for many runs.
+/// [`run_stream`] with tools gathered once and options shared by many runs.
 pub(crate) fn stream_set(
     provider: Arc<dyn Provider>,
     request: Request,
     tools: ToolSet,
-    options: RunOptions,
+    options: Arc<RunOptions>,
 ) -> RunStream {
-    let driver = async move {
-        // Not a `match` around the rest: its scrutinee, the machine, would keep its room in the
-        // future for the whole run.
-        let machine = match start(request, &tools, &options).await {
-            Ok(machine) => machine,
-            Err(error) => return events::push(RunEvent::Error { error }),
-        };
-        let result = resume(provider, machine, tools, options, true).await;
-        events::push(RunEvent::RunFinish {
-            result: Box::new(result),
+    let machine = prepare(request, &tools, &options);
+    // `map`, not an `async` block awaiting the run: that would hold the run's future twice,
+    // once as the block's capture and once as what it awaits.
+    let driver = Driver::new(provider, tools, options, true)
+        .drive_new(machine)
+        .map(|ended| match ended {
+            // The result is moved into `run_finish`, not cloned.
+            Ok(result) => events::push(RunEvent::RunFinish {
+                result: Box::new(result),
+            }),
+            Err(error) => events::push(RunEvent::Error { error }),
         });
-    };
     RunStream {
         lent: Lent::new(),
         driver: Some(Armed::new(driver.boxed())),
