@@ -364,40 +364,52 @@ impl Driver {
         }
     }
 
-    /// Apply the prepare-step and before-model-call hooks.
-    async fn prepare(&self, mut request: Request, machine: &Machine, step: usize) -> Request {
-        let hooks = &self.options.hooks;
-        for hook in &hooks.prepare_step {
-            let changes = hook(StepInfo {
-                step,
-                tool_calls: machine.tool_calls(),
-                usage: machine.usage(),
-                messages: machine.messages().to_vec(),
-            })
-            .await;
-            if let Some(model) = changes.model {
-                request.model = model;
+    /// Apply the prepare-step and before-model-call hooks. Not an `async fn`, which would hold
+    /// the request twice (see [`Self::drive`]).
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn doubles the future's arguments"
+    )]
+    fn prepare<'a>(
+        &'a self,
+        mut request: Request,
+        machine: &'a Machine,
+        step: usize,
+    ) -> impl Future<Output = Request> + 'a {
+        async move {
+            let hooks = &self.options.hooks;
+            for hook in &hooks.prepare_step {
+                let changes = hook(StepInfo {
+                    step,
+                    tool_calls: machine.tool_calls(),
+                    usage: machine.usage(),
+                    messages: machine.messages().to_vec(),
+                })
+                .await;
+                if let Some(model) = changes.model {
+                    request.model = model;
+                }
+                if let Some(choice) = changes.tool_choice {
+                    request.tool_choice = Some(choice);
+                }
+                if let Some(active) = changes.active_tools {
+                    request.tools.retain(|t| match t.function_name() {
+                        Some(name) => active.iter().any(|a| a == name),
+                        None => true,
+                    });
+                }
+                if let Some(system) = changes.system {
+                    request.system = Some(system);
+                }
+                if let Some(messages) = changes.messages {
+                    request.messages = messages;
+                }
             }
-            if let Some(choice) = changes.tool_choice {
-                request.tool_choice = Some(choice);
+            for hook in &hooks.before_model_call {
+                request = hook(request).await;
             }
-            if let Some(active) = changes.active_tools {
-                request.tools.retain(|t| match t.function_name() {
-                    Some(name) => active.iter().any(|a| a == name),
-                    None => true,
-                });
-            }
-            if let Some(system) = changes.system {
-                request.system = Some(system);
-            }
-            if let Some(messages) = changes.messages {
-                request.messages = messages;
-            }
+            request
         }
-        for hook in &hooks.before_model_call {
-            request = hook(request).await;
-        }
-        request
     }
 
     async fn call_model(
@@ -443,9 +455,12 @@ impl Driver {
         //
         // The usual step asks for one call: it is awaited as it is, without an ordered stream
         // of futures around it (code that would otherwise run, and be fetched, every step).
-        if calls.len() == 1
-            && let Some(call) = calls.pop()
-        {
+        if calls.len() == 1 {
+            // `let … else`, not `if let`: its `Option` ends with the statement rather than
+            // being held, next to the call it gave, while the tool runs.
+            let Some(call) = calls.pop() else {
+                return Vec::new();
+            };
             return vec![self.run_one(call, true).await];
         }
         let concurrency = if self.options.parallel_tools {
@@ -461,19 +476,31 @@ impl Driver {
             .await
     }
 
-    async fn run_one(&self, mut call: ToolCall, first_poll_inline: bool) -> ToolOutcome {
-        // After-tool hooks see the call as the model made it; without them the input can move
-        // into the handler instead of being copied.
-        let input = if self.options.hooks.after_tool.is_empty() {
-            std::mem::take(&mut call.input)
-        } else {
-            call.input.clone()
-        };
-        let mut outcome = self.execute(&call, input, first_poll_inline).await;
-        for hook in &self.options.hooks.after_tool {
-            outcome = hook((call.clone(), outcome)).await;
+    /// Run one call, then its after-tool hooks. Not an `async fn`, which would hold the call
+    /// twice.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn doubles the future's arguments"
+    )]
+    fn run_one(
+        &self,
+        mut call: ToolCall,
+        first_poll_inline: bool,
+    ) -> impl Future<Output = ToolOutcome> + '_ {
+        async move {
+            // After-tool hooks see the call as the model made it; without them the input can
+            // move into the handler instead of being copied.
+            let input = if self.options.hooks.after_tool.is_empty() {
+                std::mem::take(&mut call.input)
+            } else {
+                call.input.clone()
+            };
+            let mut outcome = self.execute(&call, input, first_poll_inline).await;
+            for hook in &self.options.hooks.after_tool {
+                outcome = hook((call.clone(), outcome)).await;
+            }
+            outcome
         }
-        outcome
     }
 
     /// Run `call` with `input` (its arguments, owned by the handler once it runs).
