@@ -136,7 +136,7 @@ impl Agent {
     /// Run from a full history with options for this run (e.g. its own cancellation token).
     ///
     /// Like [`Self::run`], not an `async fn`: each layer of those would keep its own copy of
-    /// the run's state in the future (see `run::Driver::drive`).
+    /// the run's state in the future (see `run::driver::Driver::drive`).
     pub fn run_with(
         &self,
         messages: Vec<Message>,

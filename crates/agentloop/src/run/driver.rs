@@ -243,41 +243,22 @@ impl Driver {
                         cancel: &self.options.cancel,
                         deadline: earliest(run_deadline, step_deadline),
                     };
-                    // The request, the outcome and the response end in this block, before
-                    // the tools run: the run's future keeps no room for them meanwhile.
+                    // The outcome is taken apart in the statement that awaits it, and the
+                    // response ends in this block: a local still in scope, even moved from,
+                    // keeps its room in the future across every later await (the tools').
                     {
-                        // The prepared request and the call's outcome end in blocks of their
-                        // own: a local still in scope, even moved from, keeps its room in the
-                        // future across the after-response hooks' awaits.
-                        let response = {
-                            let outcome = {
-                                let hooks = &self.options.hooks;
-                                let prepared;
-                                let request = if hooks.prepare_step.is_empty()
-                                    && hooks.before_model_call.is_empty()
-                                {
-                                    machine.request()
-                                } else {
-                                    prepared = self
-                                        .prepare(machine.request().clone(), machine, step)
-                                        .await;
-                                    &prepared
-                                };
-                                self.call_model(request, &stop).await
-                            };
-                            match outcome {
-                                Ok(response) => Some(response),
-                                Err(ModelFailure::Stopped(reason, partial)) => {
-                                    machine.interrupt(reason, partial);
-                                    None
-                                }
-                                Err(ModelFailure::Failed(error)) => {
-                                    self.emit(|| RunEvent::Error {
-                                        error: error.clone(),
-                                    });
-                                    machine.on_error(error);
-                                    None
-                                }
+                        let response = match self.call_step(machine, step, &stop).await {
+                            Ok(response) => Some(response),
+                            Err(ModelFailure::Stopped(reason, partial)) => {
+                                machine.interrupt(reason, partial);
+                                None
+                            }
+                            Err(ModelFailure::Failed(error)) => {
+                                self.emit(|| RunEvent::Error {
+                                    error: error.clone(),
+                                });
+                                machine.on_error(error);
+                                None
                             }
                         };
                         if let Some(response) = &response {
@@ -362,6 +343,21 @@ impl Driver {
         {
             machine.stop(RunStopReason::Custom(condition.name().to_owned()));
         }
+    }
+
+    /// The step's model call, with the request the step hooks prepared when there are any.
+    async fn call_step(
+        &self,
+        machine: &Machine,
+        step: usize,
+        stop: &StopSignal<'_>,
+    ) -> Result<Response, ModelFailure> {
+        let hooks = &self.options.hooks;
+        if hooks.prepare_step.is_empty() && hooks.before_model_call.is_empty() {
+            return self.call_model(machine.request(), stop).await;
+        }
+        let prepared = self.prepare(machine.request().clone(), machine, step).await;
+        self.call_model(&prepared, stop).await
     }
 
     /// Apply the prepare-step and before-model-call hooks. Not an `async fn`, which would hold

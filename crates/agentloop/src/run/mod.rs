@@ -39,7 +39,7 @@ use events::Lent;
 /// A new run's machine: `request` with the tools' definitions it does not list yet. The prompt
 /// hooks run later, inside the run (see [`Driver::drive_new`]), so that a run's future is one
 /// driver future rather than a future holding the request and then the driver.
-fn prepare(mut request: Request, tools: &ToolSet, options: &RunOptions) -> Machine {
+fn new_machine(mut request: Request, tools: &ToolSet, options: &RunOptions) -> Machine {
     for definition in tools.definitions() {
         let listed = request.tools.iter().any(|t| {
             t.function_name().is_some() && t.function_name() == definition.function_name()
@@ -69,7 +69,7 @@ pub(crate) fn run_set(
     tools: ToolSet,
     options: Arc<RunOptions>,
 ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-    let machine = prepare(request, &tools, &options);
+    let machine = new_machine(request, &tools, &options);
     Driver::new(provider, tools, options, false).drive_new(machine)
 }
 
@@ -101,7 +101,7 @@ pub(crate) fn stream_set(
     tools: ToolSet,
     options: Arc<RunOptions>,
 ) -> RunStream {
-    let machine = prepare(request, &tools, &options);
+    let machine = new_machine(request, &tools, &options);
     // `map`, not an `async` block awaiting the run: that would hold the run's future twice,
     // once as the block's capture and once as what it awaits.
     let driver = Driver::new(provider, tools, options, true)
