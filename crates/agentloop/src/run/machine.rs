@@ -248,16 +248,18 @@ impl Machine {
         skipped: Vec<ToolCall>,
         duration: Duration,
     ) -> Option<String> {
-        let limit_reason = format!(
-            "the run's limit of {} tool calls was reached",
-            self.limits.max_tool_calls.unwrap_or_default()
-        );
-        pairs.extend(skipped.into_iter().map(|call| {
-            let outcome = ToolOutcome::Cancelled {
-                reason: limit_reason.clone(),
-            };
-            (call, outcome)
-        }));
+        if !skipped.is_empty() {
+            let limit_reason = format!(
+                "the run's limit of {} tool calls was reached",
+                self.limits.max_tool_calls.unwrap_or_default()
+            );
+            pairs.extend(skipped.into_iter().map(|call| {
+                let outcome = ToolOutcome::Cancelled {
+                    reason: limit_reason.clone(),
+                };
+                (call, outcome)
+            }));
+        }
 
         let mut repeated = None;
         let mut invalid_now = Vec::new();
