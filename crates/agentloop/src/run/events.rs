@@ -17,8 +17,10 @@ use super::streamed::StreamedCall;
 pub(crate) struct Lent {
     /// Events made by the driver, not handed out yet.
     pub(crate) events: VecDeque<RunEvent>,
-    /// The model call in flight, which the stream reads until it ends.
-    pub(crate) call: Option<StreamedCall>,
+    /// The model call in flight, which the stream reads until it ends. Boxed: every poll of
+    /// the driver lends this struct to the thread and takes it back, two swaps that would
+    /// otherwise copy the call's 464 bytes each time.
+    pub(crate) call: Option<Box<StreamedCall>>,
 }
 
 impl Lent {
@@ -62,14 +64,15 @@ pub(crate) fn push(event: RunEvent) {
 
 /// Leave a model call for the stream to read.
 pub(crate) fn start_call(call: StreamedCall) {
+    let call = Box::new(call);
     LENT.with(|held| held.borrow_mut().call = Some(call));
 }
 
 /// Take back the call left with [`start_call`] once it has ended.
-pub(crate) fn take_ended_call() -> Option<StreamedCall> {
+pub(crate) fn take_ended_call() -> Option<Box<StreamedCall>> {
     LENT.with(|held| {
         let mut held = held.borrow_mut();
-        if held.call.as_ref().is_some_and(StreamedCall::has_ended) {
+        if held.call.as_ref().is_some_and(|call| call.has_ended()) {
             held.call.take()
         } else {
             None
