@@ -9,6 +9,7 @@
 //! boundary are copied, into buffers that are reused for the parser's life.
 
 use std::borrow::Cow;
+use std::ops::ControlFlow;
 use std::str;
 
 use memchr::{memchr, memchr2};
@@ -105,24 +106,44 @@ impl SseParser {
     /// it, in order. Chunks may be split anywhere, even inside a CRLF pair or
     /// a multi-byte character.
     pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent<'_>)) {
+        self.feed_until(chunk, |event| {
+            on_event(event);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// [`Self::feed`] that stops right after an event for which `on_event` breaks, and returns
+    /// how many bytes of `chunk` it read. The rest, `&chunk[read..]`, must be fed before any
+    /// later chunk; it is parsed as if it had never been held back. A reader can thus decode a
+    /// chunk holding many events one event at a time instead of queueing them all.
+    pub fn feed_until(
+        &mut self,
+        chunk: &[u8],
+        mut on_event: impl FnMut(SseEvent<'_>) -> ControlFlow<()>,
+    ) -> usize {
         let on_event = &mut on_event;
         let mut pos = 0;
         if self.skip_lf {
-            let Some(&first) = chunk.first() else { return };
+            let Some(&first) = chunk.first() else {
+                return 0;
+            };
             self.skip_lf = false;
             pos = usize::from(first == b'\n');
         }
         if !self.line.is_empty() {
             let Some(i) = memchr2(b'\n', b'\r', &chunk[pos..]) else {
                 self.line.extend_from_slice(&chunk[pos..]);
-                return;
+                return chunk.len();
             };
             let mut line = std::mem::take(&mut self.line);
             line.extend_from_slice(&chunk[pos..pos + i]);
             pos = self.after_line_end(chunk, pos + i);
-            self.held_line_complete(&line, chunk, on_event);
+            let flow = self.held_line_complete(&line, chunk, on_event);
             line.clear();
             self.line = line;
+            if flow.is_break() {
+                return pos;
+            }
         }
         loop {
             let end = match chunk.get(pos) {
@@ -135,13 +156,20 @@ impl SseParser {
                 None => break,
             };
             if self.ends_event_alone(chunk, pos, end) {
-                self.dispatch_alone(&chunk[pos + DATA.len()..end], on_event);
+                let flow = self.dispatch_alone(&chunk[pos + DATA.len()..end], on_event);
                 pos = end + 2;
+                if flow.is_break() {
+                    return pos;
+                }
                 continue;
             }
             let next = self.after_line_end(chunk, end);
-            self.line_complete(&chunk[pos..end], Some(pos), chunk, on_event);
+            let flow = self.line_complete(&chunk[pos..end], Some(pos), chunk, on_event);
             pos = next;
+            // A break comes only from a dispatch, after which nothing borrows the chunk.
+            if flow.is_break() {
+                return pos;
+            }
         }
         self.line.extend_from_slice(&chunk[pos..]);
         // The chunk is about to go away: keep what the pending event borrows.
@@ -149,6 +177,7 @@ impl SseParser {
             self.data.extend_from_slice(&chunk[start..end]);
             self.data_at = Data::Owned;
         }
+        chunk.len()
     }
 
     /// End of stream: dispatch a pending event that had data but no
@@ -156,11 +185,15 @@ impl SseParser {
     /// we are lenient), then reset so the parser can serve a new stream.
     /// An unterminated last line counts as complete, for the same reason.
     pub fn finish(&mut self, mut on_event: impl FnMut(SseEvent<'_>)) {
+        let mut on_event = |event: SseEvent<'_>| {
+            on_event(event);
+            ControlFlow::Continue(())
+        };
         let mut line = std::mem::take(&mut self.line);
         if !line.is_empty() {
-            self.held_line_complete(&line, &[], &mut on_event);
+            let _ = self.held_line_complete(&line, &[], &mut on_event);
         }
-        self.dispatch(&[], &mut on_event);
+        let _ = self.dispatch(&[], &mut on_event);
         line.clear();
         self.line = line;
         self.skip_lf = false;
@@ -193,14 +226,19 @@ impl SseParser {
     /// itself: its resets of fields that are already clear here cost 5–17 % of the stream
     /// benchmarks.
     #[inline(always)]
-    fn dispatch_alone<F: FnMut(SseEvent<'_>)>(&mut self, data: &[u8], on_event: &mut F) {
-        on_event(SseEvent {
+    fn dispatch_alone<F: FnMut(SseEvent<'_>) -> ControlFlow<()>>(
+        &mut self,
+        data: &[u8],
+        on_event: &mut F,
+    ) -> ControlFlow<()> {
+        let flow = on_event(SseEvent {
             event: if self.has_event { &self.event } else { "" },
             data: lossy(data),
             id: None,
             retry: None,
         });
         self.has_event = false;
+        flow
     }
 
     /// Returns the position after the line end at `at`, consuming CRLF as one
@@ -220,25 +258,25 @@ impl SseParser {
     /// [`Self::line_complete`] for a line held over from earlier chunks: rare, so kept out
     /// of line, which lets the loop over the chunk's own lines take it inline.
     #[inline(never)]
-    fn held_line_complete<F: FnMut(SseEvent<'_>)>(
+    fn held_line_complete<F: FnMut(SseEvent<'_>) -> ControlFlow<()>>(
         &mut self,
         line: &[u8],
         chunk: &[u8],
         on_event: &mut F,
-    ) {
-        self.line_complete(line, None, chunk, on_event);
+    ) -> ControlFlow<()> {
+        self.line_complete(line, None, chunk, on_event)
     }
 
     /// Interprets one complete line; `at` is its offset in `chunk` when it
     /// lies there (and may thus be borrowed).
     #[inline(always)]
-    fn line_complete<F: FnMut(SseEvent<'_>)>(
+    fn line_complete<F: FnMut(SseEvent<'_>) -> ControlFlow<()>>(
         &mut self,
         mut line: &[u8],
         mut at: Option<usize>,
         chunk: &[u8],
         on_event: &mut F,
-    ) {
+    ) -> ControlFlow<()> {
         if !self.started {
             self.started = true;
             if let Some(rest) = line.strip_prefix(BOM) {
@@ -257,7 +295,7 @@ impl SseParser {
             (Field::Event, 5)
         } else {
             match memchr(b':', line) {
-                Some(0) => return, // comment
+                Some(0) => return ControlFlow::Continue(()), // comment
                 Some(colon) => (Field::named(&line[..colon]), colon),
                 None => (Field::named(line), line.len()),
             }
@@ -287,6 +325,7 @@ impl SseParser {
             }
             Field::Id | Field::Other => {}
         }
+        ControlFlow::Continue(())
     }
 
     /// Appends one data line, borrowing it while it is the only one.
@@ -313,26 +352,32 @@ impl SseParser {
 
     /// Blank line: hands the pending event to `on_event` if it had data, and
     /// starts a new one either way.
-    fn dispatch<F: FnMut(SseEvent<'_>)>(&mut self, chunk: &[u8], on_event: &mut F) {
+    fn dispatch<F: FnMut(SseEvent<'_>) -> ControlFlow<()>>(
+        &mut self,
+        chunk: &[u8],
+        on_event: &mut F,
+    ) -> ControlFlow<()> {
         let data = match self.data_at {
             Data::None => None,
             Data::Chunk(start, end) => Some(lossy(&chunk[start..end])),
             Data::Owned => Some(lossy(&self.data)),
         };
-        if let Some(data) = data {
-            on_event(SseEvent {
+        let flow = match data {
+            Some(data) => on_event(SseEvent {
                 event: if self.has_event { &self.event } else { "" },
                 data,
                 id: self.has_id.then_some(self.id.as_str()),
                 retry: self.retry,
-            });
-        }
+            }),
+            None => ControlFlow::Continue(()),
+        };
         self.has_event = false;
         self.data.clear();
         self.data_at = Data::None;
         self.id.clear();
         self.has_id = false;
         self.retry = None;
+        flow
     }
 }
 

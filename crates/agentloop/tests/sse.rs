@@ -100,6 +100,43 @@ fn feed_only<C: AsRef<[u8]>>(chunks: &[C]) -> Vec<Ev> {
     out
 }
 
+/// Feeds `chunks` with `feed_until`, breaking after the events `breaks` picks (cycling through
+/// it), and feeding what each call left before the next chunk; then finishes the stream.
+/// Checks that a call reads its whole chunk unless it broke, and stops right after the event
+/// it broke on (so it hands out nothing after it).
+fn parse_stopping<C: AsRef<[u8]>>(chunks: &[C], breaks: &[bool]) -> Vec<Ev> {
+    use std::ops::ControlFlow;
+    let mut p = SseParser::new();
+    let mut out = Vec::new();
+    let mut picks = breaks.iter().copied().cycle();
+    for c in chunks {
+        let mut rest = c.as_ref();
+        loop {
+            let mut broke = false;
+            let read = p.feed_until(rest, |e| {
+                assert!(!broke, "an event was handed out after a break");
+                out.push(own(e));
+                broke = picks.next().unwrap_or(false);
+                if broke {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            });
+            assert!(read <= rest.len());
+            if !broke {
+                assert_eq!(read, rest.len(), "stopped without a break");
+            }
+            rest = &rest[read..];
+            if rest.is_empty() {
+                break;
+            }
+        }
+    }
+    p.finish(|e| out.push(own(e)));
+    out
+}
+
 fn parse(input: impl AsRef<[u8]>) -> Vec<Ev> {
     parse_chunks(&[input])
 }
@@ -218,6 +255,39 @@ fn mixed_line_endings() {
         feed_only(&["data: a\r\ndata: b\rdata: c\n\r\n"]),
         [ev("", "a\nb\nc")]
     );
+}
+
+#[test]
+fn feed_until_stops_right_after_the_event_it_breaks_on() {
+    use std::ops::ControlFlow;
+    let chunk: &[u8] = b"data: a\n\nevent: x\r\ndata: b\r\n\r\n: note\ndata: c\n\ndata: d";
+    let mut p = SseParser::new();
+    let mut rest = chunk;
+    let mut got = Vec::new();
+    let mut left = Vec::new();
+    while !rest.is_empty() {
+        let read = p.feed_until(rest, |e| {
+            got.push(own(e));
+            ControlFlow::Break(())
+        });
+        rest = &rest[read..];
+        left.push(String::from_utf8_lossy(rest).into_owned());
+    }
+    assert_eq!(got, [ev("", "a"), ev("x", "b"), ev("", "c")]);
+    // The CRLF after the blank line is read with it; the unterminated last line is held.
+    assert_eq!(
+        left,
+        [
+            "event: x\r\ndata: b\r\n\r\n: note\ndata: c\n\ndata: d",
+            ": note\ndata: c\n\ndata: d",
+            "data: d",
+            "",
+        ]
+    );
+    assert_eq!(p.buffered_len(), "data: d".len());
+    let mut last = Vec::new();
+    p.finish(|e| last.push(own(e)));
+    assert_eq!(last, [ev("", "d")]);
 }
 
 #[test]
@@ -1047,6 +1117,31 @@ proptest! {
         }
         chunks.push(rest);
         prop_assert_eq!(&parse_chunks(&chunks), &stream.expected());
+    }
+
+    /// Stopping after any events and feeding the rest later changes nothing: the reader that
+    /// decodes a chunk an event at a time relies on it.
+    #[test]
+    fn stopping_after_events_and_feeding_the_rest_parses_identically(
+        stream in gen_stream(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        breaks in prop::collection::vec(any::<bool>(), 1..8),
+    ) {
+        let bytes = stream.bytes();
+        let expected = stream.expected();
+        prop_assert_eq!(&parse_stopping(&[&bytes], &[true]), &expected);
+        prop_assert_eq!(&parse_stopping(&split_at_points(&bytes, &cuts), &breaks), &expected);
+    }
+
+    #[test]
+    fn arbitrary_bytes_stopping_after_events_match_whole_parse(
+        bytes in arbitrary_sse_bytes(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        breaks in prop::collection::vec(any::<bool>(), 1..8),
+    ) {
+        let whole = parse(&bytes);
+        prop_assert_eq!(&parse_stopping(&[&bytes], &[true]), &whole);
+        prop_assert_eq!(&parse_stopping(&split_at_points(&bytes, &cuts), &breaks), &whole);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -480,11 +481,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     message
 }
 
-/// Bytes of a chunk per slot that `pending` reserves before decoding it. OpenAI's chunks and
-/// Anthropic's deltas run 110–250 bytes with their SSE framing, so a chunk's events fit
-/// without growing the queue; a stream of shorter events costs one growth more, no error.
-const BYTES_PER_QUEUED_EVENT: usize = 96;
-
 /// The streamed answer of one call. A hand-written `Stream` rather than `stream::unfold`:
 /// unfold moves its whole state in and out of a new future for every event, which showed up
 /// as memcpy in profiles. `B` is the response body as a stream of chunks, made by `F`.
@@ -515,8 +511,12 @@ enum SseState<D, B, F> {
 
 struct Reading<D, B> {
     body: B,
+    /// The last chunk read, of which `chunk[read..]` is not parsed yet.
+    chunk: Bytes,
+    read: usize,
     parser: SseParser,
     decoder: D,
+    /// The events decoded from one SSE event (usually one), not handed out yet.
     pending: VecDeque<StreamEvent>,
     idle: Duration,
     /// Armed for `idle` after the last chunk known when it was last set; see
@@ -590,6 +590,8 @@ impl<D, B> Reading<D, B> {
     fn new(body: B, decoder: D, idle: Duration) -> Self {
         Self {
             body,
+            chunk: Bytes::new(),
+            read: 0,
             parser: SseParser::new(),
             decoder,
             pending: VecDeque::new(),
@@ -604,33 +606,50 @@ impl<D, B> Reading<D, B> {
 }
 
 impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D, B> {
-    /// Read one network chunk into `pending`. `Ok(false)` at the end of the body.
+    /// Decode the chunk's unread events until one gives stream events (into `pending`, which
+    /// is empty here) or the chunk ends. A chunk holding many events (a body that arrived at
+    /// once) is thus decoded an event at a time as the stream is read, not queued whole: each
+    /// event's strings are made and dropped in turn, in memory the allocator just freed.
+    fn decode_chunk(&mut self) -> Result<bool> {
+        let mut failure = None;
+        let (decoder, pending) = (&mut self.decoder, &mut self.pending);
+        let read = self.parser.feed_until(&self.chunk[self.read..], |event| {
+            match decoder.event(&event, pending) {
+                Ok(()) if pending.is_empty() => ControlFlow::Continue(()),
+                Ok(()) => ControlFlow::Break(()),
+                Err(e) => {
+                    failure = Some(e);
+                    ControlFlow::Break(())
+                }
+            }
+        });
+        self.read += read;
+        if self.read == self.chunk.len() {
+            // Read whole: give the buffer back now, not when the next chunk comes.
+            self.chunk = Bytes::new();
+            self.read = 0;
+        }
+        failure.map_or(Ok(true), Err)
+    }
+
+    /// Decode the next events into `pending`: from the chunk read last while it has some
+    /// left, else from the next one. `Ok(false)` at the end of the body.
     ///
     /// The idle timer is re-armed only when it fires, never per chunk. It is not made to fire
     /// in steps to spare the clock read per chunk either: a timer due sooner than any other
     /// the runtime holds makes tokio wake its driver (an eventfd write and an extra
     /// `epoll_wait`) once per stream, which cost more than the clock reads it saved.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool>> {
-        loop {
+        // One call of `decode_chunk`, after this, so that it is inlined once.
+        while self.read == self.chunk.len() {
             match self.body.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(bytes))) => {
                     self.last_chunk = Instant::now();
                     self.got_first = true;
-                    // A chunk holding many events (a body that arrived at once) would grow the
-                    // queue by doubling, copying it each time. `pending` is empty here, so this
-                    // is one allocation sized to the chunk; with one event per chunk it costs
-                    // nothing once the queue has room for one.
-                    self.pending.reserve(bytes.len() / BYTES_PER_QUEUED_EVENT);
-                    let mut failure = None;
-                    let (decoder, pending) = (&mut self.decoder, &mut self.pending);
-                    self.parser.feed(&bytes, |event| {
-                        if failure.is_none()
-                            && let Err(e) = decoder.event(&event, pending)
-                        {
-                            failure = Some(e);
-                        }
-                    });
-                    return Poll::Ready(failure.map_or(Ok(true), Err));
+                    self.chunk = bytes;
+                    self.read = 0;
+                    // Decoded below, unless it is empty: then the next is read.
+                    continue;
                 }
                 Poll::Ready(Some(Err(e))) => {
                     return Poll::Ready(Err(Error::Interrupted {
@@ -669,6 +688,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
             }
             self.timer.get_mut().as_mut().reset(deadline);
         }
+        Poll::Ready(self.decode_chunk())
     }
 }
 
@@ -803,8 +823,12 @@ mod tests {
 
     /// Already reading `body`: the function that would make it from a response goes unused.
     fn stream(body: Body) -> SseStream<Texts, Body, fn(reqwest::Response) -> Body> {
+        decoded_by(Texts, body)
+    }
+
+    fn decoded_by<D>(decoder: D, body: Body) -> SseStream<D, Body, fn(reqwest::Response) -> Body> {
         SseStream {
-            state: SseState::Reading(Reading::new(body, Texts, Duration::from_secs(1))),
+            state: SseState::Reading(Reading::new(body, decoder, Duration::from_secs(1))),
         }
     }
 
@@ -837,6 +861,69 @@ mod tests {
                 })]
             ),
             "{items:?}"
+        );
+    }
+
+    /// Text deltas, failing on the event whose data is `fail_on`.
+    struct FailsOn(&'static str);
+
+    impl SseDecoder for FailsOn {
+        fn event(&mut self, event: &SseEvent<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+            if event.data == self.0 {
+                return Err(Error::parse("test event", "refused"));
+            }
+            Texts.event(event, out)
+        }
+
+        fn end(&mut self, _: &mut VecDeque<StreamEvent>) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn text(item: Option<Result<StreamEvent>>) -> String {
+        match item {
+            Some(Ok(StreamEvent::TextDelta { text })) => text,
+            other => panic!("expected a text delta, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chunk_of_many_events_is_decoded_an_event_at_a_time() {
+        let chunk = Bytes::from_static(b"data: 0\n\ndata: 1\n\n: ping\n\ndata: 2\n\n");
+        let body = futures::stream::iter([Ok(chunk.clone())]).boxed();
+        let mut events = stream(body);
+        assert_eq!(text(events.next().await), "0");
+        let SseState::Reading(reading) = &events.state else {
+            panic!("not reading");
+        };
+        // Nothing else decoded yet: the rest of the chunk waits for the next poll.
+        assert!(reading.pending.is_empty());
+        assert_eq!(
+            &reading.chunk[reading.read..],
+            &chunk[b"data: 0\n\n".len()..]
+        );
+        assert_eq!(text(events.next().await), "1");
+        assert_eq!(text(events.next().await), "2");
+        let SseState::Reading(reading) = &events.state else {
+            panic!("not reading");
+        };
+        // Read whole: the chunk is let go before the next one comes.
+        assert!(reading.chunk.is_empty());
+        assert!(events.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_decoding_error_mid_chunk_comes_after_the_events_before_it() {
+        let chunk = Bytes::from_static(b"data: 0\n\ndata: 1\n\ndata: bad\n\ndata: 3\n\n");
+        let body = futures::stream::iter([Ok(chunk)]).boxed();
+        let items: Vec<_> = decoded_by(FailsOn("bad"), body).collect().await;
+        assert_eq!(items.len(), 3, "{items:?}");
+        assert!(matches!(&items[0], Ok(StreamEvent::TextDelta { text }) if text == "0"));
+        assert!(matches!(&items[1], Ok(StreamEvent::TextDelta { text }) if text == "1"));
+        assert!(
+            matches!(&items[2], Err(Error::Parse { message, .. }) if message.contains("refused")),
+            "{:?}",
+            items[2]
         );
     }
 
