@@ -137,6 +137,22 @@ fn parse_stopping<C: AsRef<[u8]>>(chunks: &[C], breaks: &[bool]) -> Vec<Ev> {
     out
 }
 
+/// `bytes` stopped after every event, and cut at `cuts` and stopped after the events `breaks`
+/// picks, parse as `expected`.
+fn stopping_parses_as(
+    bytes: &[u8],
+    cuts: &[prop::sample::Index],
+    breaks: &[bool],
+    expected: &[Ev],
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(&parse_stopping(&[bytes], &[true]), expected);
+    prop_assert_eq!(
+        &parse_stopping(&split_at_points(bytes, cuts), breaks),
+        expected
+    );
+    Ok(())
+}
+
 fn parse(input: impl AsRef<[u8]>) -> Vec<Ev> {
     parse_chunks(&[input])
 }
@@ -1127,10 +1143,7 @@ proptest! {
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
         breaks in prop::collection::vec(any::<bool>(), 1..8),
     ) {
-        let bytes = stream.bytes();
-        let expected = stream.expected();
-        prop_assert_eq!(&parse_stopping(&[&bytes], &[true]), &expected);
-        prop_assert_eq!(&parse_stopping(&split_at_points(&bytes, &cuts), &breaks), &expected);
+        stopping_parses_as(&stream.bytes(), &cuts, &breaks, &stream.expected())?;
     }
 
     #[test]
@@ -1139,9 +1152,7 @@ proptest! {
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
         breaks in prop::collection::vec(any::<bool>(), 1..8),
     ) {
-        let whole = parse(&bytes);
-        prop_assert_eq!(&parse_stopping(&[&bytes], &[true]), &whole);
-        prop_assert_eq!(&parse_stopping(&split_at_points(&bytes, &cuts), &breaks), &whole);
+        stopping_parses_as(&bytes, &cuts, &breaks, &parse(&bytes))?;
     }
 
     #[test]
