@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
@@ -511,9 +511,8 @@ enum SseState<D, B, F> {
 
 struct Reading<D, B> {
     body: B,
-    /// The last chunk read, of which `chunk[read..]` is not parsed yet.
+    /// What the last chunk read holds that is not parsed yet.
     chunk: Bytes,
-    read: usize,
     parser: SseParser,
     decoder: D,
     /// The events decoded from one SSE event (usually one), not handed out yet.
@@ -591,7 +590,6 @@ impl<D, B> Reading<D, B> {
         Self {
             body,
             chunk: Bytes::new(),
-            read: 0,
             parser: SseParser::new(),
             decoder,
             pending: VecDeque::new(),
@@ -613,21 +611,20 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
     fn decode_chunk(&mut self) -> Result<bool> {
         let mut failure = None;
         let (decoder, pending) = (&mut self.decoder, &mut self.pending);
-        let read = self.parser.feed_until(&self.chunk[self.read..], |event| {
-            match decoder.event(&event, pending) {
-                Ok(()) if pending.is_empty() => ControlFlow::Continue(()),
-                Ok(()) => ControlFlow::Break(()),
-                Err(e) => {
-                    failure = Some(e);
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        self.read += read;
-        if self.read == self.chunk.len() {
+        let read =
+            self.parser
+                .feed_until(&self.chunk, |event| match decoder.event(&event, pending) {
+                    Ok(()) if pending.is_empty() => ControlFlow::Continue(()),
+                    Ok(()) => ControlFlow::Break(()),
+                    Err(e) => {
+                        failure = Some(e);
+                        ControlFlow::Break(())
+                    }
+                });
+        self.chunk.advance(read);
+        if self.chunk.is_empty() {
             // Read whole: give the buffer back now, not when the next chunk comes.
             self.chunk = Bytes::new();
-            self.read = 0;
         }
         failure.map_or(Ok(true), Err)
     }
@@ -641,13 +638,12 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
     /// `epoll_wait`) once per stream, which cost more than the clock reads it saved.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<Result<bool>> {
         // One call of `decode_chunk`, after this, so that it is inlined once.
-        while self.read == self.chunk.len() {
+        while self.chunk.is_empty() {
             match self.body.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(bytes))) => {
                     self.last_chunk = Instant::now();
                     self.got_first = true;
                     self.chunk = bytes;
-                    self.read = 0;
                     // Decoded below, unless it is empty: then the next is read.
                     continue;
                 }
@@ -898,10 +894,7 @@ mod tests {
         };
         // Nothing else decoded yet: the rest of the chunk waits for the next poll.
         assert!(reading.pending.is_empty());
-        assert_eq!(
-            &reading.chunk[reading.read..],
-            &chunk[b"data: 0\n\n".len()..]
-        );
+        assert_eq!(&reading.chunk[..], &chunk[b"data: 0\n\n".len()..]);
         assert_eq!(text(events.next().await), "1");
         assert_eq!(text(events.next().await), "2");
         let SseState::Reading(reading) = &events.state else {
