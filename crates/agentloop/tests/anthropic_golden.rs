@@ -398,15 +398,28 @@ fn tool_choice_variants() {
             "{choice:?} {parallel:?}"
         );
     }
-    // Parallel calls off without tools: no tool_choice (Anthropic rejects one without tools).
+    // Without tools, no tool_choice at all, whatever was asked: Anthropic answers 400 to
+    // "tool_choice may only be specified while providing tools" (a step whose active tools
+    // were narrowed to none on an agent with a required choice, say).
     request.tools.clear();
-    request.tool_choice = None;
-    request.parallel_tool_calls = Some(false);
-    assert!(
-        body(&anthropic, &request, false)
-            .get("tool_choice")
-            .is_none()
-    );
+    for choice in [
+        None,
+        Some(ToolChoice::Auto),
+        Some(ToolChoice::Required),
+        Some(ToolChoice::None),
+        Some(ToolChoice::tool("get_weather")),
+    ] {
+        for parallel in [None, Some(false), Some(true)] {
+            request.tool_choice = choice.clone();
+            request.parallel_tool_calls = parallel;
+            assert!(
+                body(&anthropic, &request, false)
+                    .get("tool_choice")
+                    .is_none(),
+                "{choice:?} {parallel:?}"
+            );
+        }
+    }
 }
 
 #[test]

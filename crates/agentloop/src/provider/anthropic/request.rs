@@ -486,8 +486,13 @@ struct WireToolChoice<'a> {
 }
 
 /// `disable_parallel_tool_use` lives inside `tool_choice` (it has no top-level switch), so
-/// turning parallel calls off without a choice sends `auto` with the flag.
+/// turning parallel calls off without a choice sends `auto` with the flag. Anthropic rejects any
+/// `tool_choice` in a request without tools (a step whose active tools are none, say), so none
+/// is sent then.
 fn tool_choice(request: &Request) -> Option<WireToolChoice<'_>> {
+    if request.tools.is_empty() {
+        return None;
+    }
     let serial = request.parallel_tool_calls == Some(false);
     let (kind, name) = match &request.tool_choice {
         Some(ToolChoice::Auto) => ("auto", None),
@@ -501,8 +506,7 @@ fn tool_choice(request: &Request) -> Option<WireToolChoice<'_>> {
             });
         }
         Some(ToolChoice::Tool { name }) => ("tool", Some(name.as_str())),
-        // A tool_choice without tools is an error on Anthropic's side.
-        None if serial && !request.tools.is_empty() => ("auto", None),
+        None if serial => ("auto", None),
         None => return None,
     };
     Some(WireToolChoice {
