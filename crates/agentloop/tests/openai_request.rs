@@ -777,6 +777,30 @@ fn web_search_maps_to_web_search_options() {
     );
 }
 
+#[test]
+fn two_web_searches_are_an_error_not_the_last_one_winning() {
+    let mut request = Request::new("gpt-4o-search-preview", vec![Message::user("news?")]);
+    let mut high = NativeTool::web_search();
+    if let NativeTool::WebSearch {
+        search_context_size,
+        ..
+    } = &mut high
+    {
+        *search_context_size = Some("high".into());
+    }
+    request.tools = vec![
+        ToolDefinition::Native(NativeTool::web_search()),
+        ToolDefinition::Native(high),
+    ];
+    match provider(Preset::OpenAi).request_body(&request, false) {
+        Err(Error::Config { message }) => assert!(
+            message.contains("two web_search tools") && message.contains("keep one"),
+            "{message}"
+        ),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
 fn unsupported(preset: Preset, tool: NativeTool) -> String {
     let mut request = Request::new("m", vec![Message::user("hi")]);
     request.tools = vec![ToolDefinition::Native(tool)];

@@ -45,7 +45,17 @@ pub(crate) fn build(
                     })
                     .map_err(unserializable)?,
             ),
-            ToolDefinition::Native(native) => web_search = Some(native_tool(native, options)?),
+            ToolDefinition::Native(native) => {
+                let options = native_tool(native, options)?;
+                // Chat Completions has one `web_search_options`: a second search would replace
+                // the first's settings without a word.
+                if web_search.replace(options).is_some() {
+                    return Err(Error::config(
+                        "the request has two web_search tools; Chat Completions takes one \
+                         (`web_search_options`): keep one, with the settings you want",
+                    ));
+                }
+            }
         }
     }
     let body = Body {
