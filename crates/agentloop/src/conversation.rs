@@ -199,6 +199,8 @@ impl Conversation {
 
     /// Send any user message (text, images, ...).
     pub async fn send_message(&mut self, message: Message) -> Result<Reply> {
+        // Refused before the prompt hook runs, so a refused send has no hook side effects.
+        self.refuse_while_pending()?;
         let message =
             self.options
                 .hooks
@@ -209,20 +211,24 @@ impl Conversation {
                     reason,
                 })?;
         let messages = {
-            let shared = lock(&self.shared);
-            if !shared.pending.is_empty() {
-                return Err(Error::InvalidHistory {
-                    message: format!(
-                        "tool calls {:?} still need results: add them with add_tool_result and call resume",
-                        shared.pending.iter().map(|c| &c.id).collect::<Vec<_>>()
-                    ),
-                });
-            }
-            let mut messages = shared.history.clone();
+            let mut messages = lock(&self.shared).history.clone();
             messages.push(message);
             messages
         };
         self.start(messages)
+    }
+
+    fn refuse_while_pending(&self) -> Result<()> {
+        let shared = lock(&self.shared);
+        if shared.pending.is_empty() {
+            return Ok(());
+        }
+        Err(Error::InvalidHistory {
+            message: format!(
+                "tool calls {:?} still need results: add them with add_tool_result and call resume",
+                shared.pending.iter().map(|c| &c.id).collect::<Vec<_>>()
+            ),
+        })
     }
 
     /// Go on after answering every pending tool call (manual mode).

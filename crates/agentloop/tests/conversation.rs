@@ -201,6 +201,34 @@ async fn a_blocked_prompt_names_the_reason_and_adds_nothing() {
 }
 
 #[tokio::test]
+async fn a_send_refused_for_pending_calls_does_not_run_the_prompt_hook() {
+    let model = ScriptedModel::new([Turn::tool_call("get_weather", json!({"city": "Paris"}))]);
+    let prompts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = prompts.clone();
+    let agent = Agent::builder(model.clone())
+        .tool(Tool::function(
+            "get_weather",
+            "weather",
+            |w: GetWeather| async move { Ok::<_, String>(w.city) },
+        ))
+        .hooks(Hooks::new().on_prompt(move |_| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { PromptDecision::Continue }
+        }))
+        .build();
+    let mut chat = Conversation::new(&agent).with_mode(ToolMode::Manual);
+    chat.send("Weather?").await.unwrap().finish().await.unwrap();
+    assert_eq!(prompts.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let error = chat.send("hello?").await.unwrap_err();
+    assert!(error.to_string().contains("still need results"), "{error}");
+    assert_eq!(
+        prompts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the hook ran for a send that was refused"
+    );
+}
+
+#[tokio::test]
 async fn history_can_be_read_edited_and_cleared() {
     let model = ScriptedModel::new([Turn::text("one"), Turn::text("two")]);
     let mut chat = Conversation::new(&agent(&model));
