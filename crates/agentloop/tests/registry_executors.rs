@@ -206,6 +206,49 @@ async fn results_that_break_the_output_schema_are_error_results() {
     );
 }
 
+/// A bound function that never finishes: with no timeout of its own a direct call ends at
+/// the default; with one, at its own. The clock is paused, so the 30 s pass at once.
+#[tokio::test(start_paused = true)]
+async fn a_direct_call_times_out_at_the_tool_timeout_or_the_default() {
+    let mut registry = Registry::new();
+    for (name, timeout_ms) in [("hang", None), ("hang_briefly", Some(250))] {
+        let mut descriptor = ToolDescriptor::new(name, "Never answers");
+        descriptor.timeout_ms = timeout_ms;
+        registry.add_descriptor(descriptor).unwrap();
+        registry
+            .bind(name, |_ctx: ToolContext, _input: Value| async move {
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::text("unreachable"))
+            })
+            .unwrap();
+    }
+    let started = tokio::time::Instant::now();
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(3600),
+        registry.call("hang", json!({})),
+    )
+    .await
+    .expect("a direct call without a tool timeout must not hang");
+    assert_eq!(
+        outcome.unwrap_err(),
+        ToolError::Failed("tool `hang` timed out after 30000 ms".to_owned())
+    );
+    assert_eq!(started.elapsed(), agentloop::registry::DEFAULT_CALL_TIMEOUT);
+    assert_eq!(
+        registry.call("hang_briefly", json!({})).await.unwrap_err(),
+        ToolError::Failed("tool `hang_briefly` timed out after 250 ms".to_owned())
+    );
+
+    // Removing a tool makes a direct call to it an unknown tool.
+    assert!(registry.remove("hang"));
+    assert!(!registry.remove("hang"));
+    assert_eq!(
+        registry.call("hang", json!({})).await.unwrap_err(),
+        ToolError::Failed("there is no tool named `hang`".to_owned())
+    );
+    assert!(registry.get("hang_briefly").is_some());
+}
+
 #[tokio::test]
 async fn a_bound_function_is_checked_against_the_file_output_schema() {
     let mut descriptor = ToolDescriptor::new("double", "Double a number");

@@ -32,6 +32,10 @@ pub(crate) use load::load_error;
 /// timeout).
 const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long [`Registry::call`] waits for a tool that sets no timeout of its own: the same as a
+/// run's default tool timeout, so a tool cannot hang a direct call forever.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Where a registered tool came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolSource {
@@ -243,7 +247,8 @@ impl Registry {
     }
 
     /// Call a tool directly, outside a run: the arguments are checked against the input
-    /// schema first and the tool's timeout applies.
+    /// schema first and the tool's timeout applies ([`DEFAULT_CALL_TIMEOUT`] when it sets
+    /// none).
     pub async fn call(
         &self,
         name: &str,
@@ -266,17 +271,15 @@ impl Registry {
         let cancel = CancellationToken::new();
         let ctx = ToolContext::new(format!("direct_{name}"), name, cancel.clone(), None);
         let _cancel_on_exit = cancel.drop_guard();
-        match tool.get_timeout() {
-            Some(timeout) => tokio::time::timeout(timeout, handler.call(ctx, input))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(ToolError::Failed(format!(
-                        "tool `{name}` timed out after {} ms",
-                        timeout.as_millis()
-                    )))
-                }),
-            None => handler.call(ctx, input).await,
-        }
+        let timeout = tool.get_timeout().unwrap_or(DEFAULT_CALL_TIMEOUT);
+        tokio::time::timeout(timeout, handler.call(ctx, input))
+            .await
+            .unwrap_or_else(|_| {
+                Err(ToolError::Failed(format!(
+                    "tool `{name}` timed out after {} ms",
+                    timeout.as_millis()
+                )))
+            })
     }
 
     fn entry(&self, name: &str) -> Option<&Entry> {
