@@ -9,7 +9,8 @@ use agentloop::run::{
     ToolOutcome,
 };
 use agentloop::{
-    Agent, ContentBlock, Error, Message, Role, Tool, ToolChoice, ToolResultContent, history,
+    Agent, ContentBlock, Error, Message, Role, TimeoutKind, Tool, ToolChoice, ToolResultContent,
+    history,
 };
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::StreamExt;
@@ -289,6 +290,46 @@ async fn run_timeout_stops_with_a_valid_history() {
         matches!(&step.outcomes[0], ToolOutcome::Cancelled { reason } if reason == "the run timed out")
     );
     history::validate(&result.messages).unwrap();
+}
+
+/// `finished()` turns a timeout into a typed `Error::Timeout` naming which one fired (the
+/// run's or the step's) and its length, for blocking and streamed runs alike.
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_run_finishes_as_a_typed_timeout_naming_its_kind() {
+    let slow_answer = || {
+        Turn::text("one two three four")
+            .with_text_pieces(4)
+            .with_chunk_delay(Duration::from_secs(2))
+    };
+    for streamed in [false, true] {
+        // The run's deadline (5 s) comes before the step's (10 s)...
+        let run_limited = Agent::builder(ScriptedModel::new([slow_answer()]))
+            .timeout(Duration::from_secs(5))
+            .with_options(|o| o.step_timeout = Some(Duration::from_secs(10)))
+            .build();
+        // ...and the step's (3 s) before the run's (60 s).
+        let step_limited = Agent::builder(ScriptedModel::new([slow_answer()]))
+            .timeout(Duration::from_secs(60))
+            .with_options(|o| o.step_timeout = Some(Duration::from_secs(3)))
+            .build();
+        for (agent, kind, after) in [
+            (run_limited, TimeoutKind::Run, 5),
+            (step_limited, TimeoutKind::Step, 3),
+        ] {
+            let result = if streamed {
+                agent.run_stream("go").into_result().await.unwrap()
+            } else {
+                agent.run("go").await.unwrap()
+            };
+            assert_eq!(result.stop_reason, RunStopReason::Timeout);
+            match result.finished() {
+                Err(Error::Timeout { kind: k, after: a }) => {
+                    assert_eq!((k, a), (kind, Duration::from_secs(after)), "{streamed}")
+                }
+                other => panic!("streamed {streamed}: expected a {kind} timeout, got {other:?}"),
+            }
+        }
+    }
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
@@ -20,7 +21,7 @@ use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
 use super::streamed::{CallEnd, StreamedCall};
 use crate::deadline::later;
-use crate::error::Error;
+use crate::error::{Error, TimeoutKind};
 use crate::message::{Request, Response};
 use crate::provider::Provider;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
@@ -98,7 +99,32 @@ enum ModelFailure {
 /// Cancellation and deadlines, raced against every await of the run.
 struct StopSignal<'a> {
     cancel: &'a CancellationToken,
-    deadline: Option<Instant>,
+    deadline: Option<Deadline>,
+}
+
+/// When a run or step must end, and which timeout that is (for the error it ends with).
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    kind: TimeoutKind,
+    after: Duration,
+}
+
+impl Deadline {
+    fn new(kind: TimeoutKind, started: Instant, after: Option<Duration>) -> Option<Self> {
+        after.map(|after| Self {
+            at: later(started, after),
+            kind,
+            after,
+        })
+    }
+
+    fn earliest(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(if b.at < a.at { b } else { a }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl StopSignal<'_> {
@@ -119,7 +145,7 @@ impl StopSignal<'_> {
     async fn wait(&self) -> RunStopReason {
         let timeout = async {
             match self.deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                Some(deadline) => tokio::time::sleep_until(deadline.at).await,
                 None => std::future::pending().await,
             }
         };
@@ -129,12 +155,20 @@ impl StopSignal<'_> {
             _ = timeout => RunStopReason::Timeout,
         }
     }
-}
 
-fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    /// End `machine` for `reason`; a timeout keeps the typed error that names it, which
+    /// [`RunResult::finished`] returns.
+    fn halt(&self, machine: &mut Machine, reason: RunStopReason, partial: Option<Response>) {
+        match (&reason, self.deadline) {
+            (RunStopReason::Timeout, Some(deadline)) => machine.time_out(
+                Error::Timeout {
+                    kind: deadline.kind,
+                    after: deadline.after,
+                },
+                partial,
+            ),
+            _ => machine.interrupt(reason, partial),
+        }
     }
 }
 
@@ -229,7 +263,7 @@ impl Driver {
 
     /// Model calls and tool steps until the machine stops.
     async fn steps(&self, machine: &mut Machine) {
-        let run_deadline = self.options.timeout.map(|d| later(Instant::now(), d));
+        let run_deadline = Deadline::new(TimeoutKind::Run, Instant::now(), self.options.timeout);
         self.emit(|| RunEvent::RunStart);
         loop {
             match machine.next_action() {
@@ -238,10 +272,11 @@ impl Driver {
                     let step = machine.steps().len();
                     self.emit(|| RunEvent::StepStart { step });
                     let started = Instant::now();
-                    let step_deadline = self.options.step_timeout.map(|d| later(started, d));
+                    let step_deadline =
+                        Deadline::new(TimeoutKind::Step, started, self.options.step_timeout);
                     let stop = StopSignal {
                         cancel: &self.options.cancel,
-                        deadline: earliest(run_deadline, step_deadline),
+                        deadline: Deadline::earliest(run_deadline, step_deadline),
                     };
                     // The outcome is taken apart in the statement that awaits it, and the
                     // response ends in this block: a local still in scope, even moved from,
@@ -250,7 +285,7 @@ impl Driver {
                         let response = match self.call_step(machine, step, &stop).await {
                             Ok(response) => Some(response),
                             Err(ModelFailure::Stopped(reason, partial)) => {
-                                machine.interrupt(reason, partial);
+                                stop.halt(machine, reason, partial);
                                 None
                             }
                             Err(ModelFailure::Failed(error)) => {
@@ -310,7 +345,7 @@ impl Driver {
         let outcomes = tokio::select! {
             biased;
             reason = stop.wait() => {
-                machine.interrupt(reason, None);
+                stop.halt(machine, reason, None);
                 None
             }
             outcomes = self.run_tools(calls) => Some(outcomes),

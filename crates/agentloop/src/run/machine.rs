@@ -335,6 +335,14 @@ impl Machine {
         self.finish(reason);
     }
 
+    /// Stop the run because a timeout fired: as [`Self::interrupt`] with
+    /// [`RunStopReason::Timeout`], keeping `error` (an [`Error::Timeout`] naming which one) as
+    /// the run's error.
+    pub fn time_out(&mut self, error: Error, partial: Option<Response>) {
+        self.error = Some(error);
+        self.interrupt(RunStopReason::Timeout, partial);
+    }
+
     fn finish(&mut self, reason: RunStopReason) {
         if let Some((run, skipped)) = self.take_pending_tools() {
             let why = match &reason {

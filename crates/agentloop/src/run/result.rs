@@ -103,7 +103,8 @@ pub struct RunResult {
     pub stop_reason: RunStopReason,
     /// The whole history, valid to send again.
     pub messages: Vec<Message>,
-    /// The error, when `stop_reason` is `Error`.
+    /// The error, when `stop_reason` is `Error` (the model call's) or `Timeout` (an
+    /// [`Error::Timeout`] naming the run's or the step's timeout).
     #[serde(skip)]
     pub error: Option<Error>,
 }
