@@ -5,13 +5,13 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Which timeout fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TimeoutKind {
     /// Establishing the connection.
@@ -42,7 +42,17 @@ impl std::fmt::Display for TimeoutKind {
 }
 
 /// Everything that can go wrong.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// Serializes as `{"kind", "message", "details"}`: the [`Error::kind`] name, the display text,
+/// and the variant's fields, from which it deserializes again (a saved run keeps why it
+/// failed).
+#[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
+#[serde(
+    remote = "Self",
+    tag = "kind",
+    content = "details",
+    rename_all = "snake_case"
+)]
 #[non_exhaustive]
 pub enum Error {
     /// The request never got a usable HTTP answer (DNS, connect, TLS, reset).
@@ -296,12 +306,33 @@ fn load_message(
     out
 }
 
+/// The derived, adjacently tagged form (`{"kind", "details"}`) that [`Error`]'s own impls add
+/// the display text to.
+struct Tagged<'a>(&'a Error);
+
+impl Serialize for Tagged<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Error::serialize(self.0, serializer)
+    }
+}
+
 impl Serialize for Error {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let mut s = serializer.serialize_struct("Error", 2)?;
-        s.serialize_field("kind", self.kind())?;
-        s.serialize_field("message", &self.to_string())?;
-        s.end()
+        let mut value = serde_json::to_value(Tagged(self)).map_err(serde::ser::Error::custom)?;
+        if let serde_json::Value::Object(map) = &mut value {
+            map.insert("message".into(), self.to_string().into());
+        }
+        value.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Error {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        // The display text is derived from the details; drop it rather than trust it.
+        if let serde_json::Value::Object(map) = &mut value {
+            map.remove("message");
+        }
+        Error::deserialize(value).map_err(serde::de::Error::custom)
     }
 }

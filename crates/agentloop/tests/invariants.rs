@@ -290,13 +290,16 @@ async fn run_with(scenario: &Scenario, builder: AgentBuilder) -> RunResult {
 fn check(scenario: &Scenario, result: &RunResult) {
     assert_ne!(result.stop_reason, RunStopReason::AwaitingToolResults);
     history::validate(&result.messages).unwrap_or_else(|e| panic!("invalid history: {e}"));
-    assert_eq!(
-        result.stop_reason == RunStopReason::Error,
-        result.error.is_some(),
-        "an error exactly when the run stopped on one: {:?} {:?}",
-        result.stop_reason,
-        result.error
-    );
+    // An error exactly when the run stopped on one, or on a timeout (which names itself).
+    match (&result.stop_reason, &result.error) {
+        (RunStopReason::Error, Some(_)) | (RunStopReason::Timeout, Some(Error::Timeout { .. })) => {
+        }
+        (RunStopReason::Error | RunStopReason::Timeout, _) | (_, Some(_)) => panic!(
+            "stop reason {:?} with error {:?}",
+            result.stop_reason, result.error
+        ),
+        (_, None) => {}
+    }
 
     let step_usage: Usage = result.steps.iter().map(|s| s.response.usage).sum();
     assert_eq!(result.usage, step_usage, "usage is the sum of the steps'");

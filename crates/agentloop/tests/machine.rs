@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use agentloop::run::{Action, Limits, Machine, RunStopReason, ToolOutcome};
 use agentloop::{
-    ContentBlock, Message, Request, Response, StopReason, ToolCall, ToolResultContent, Usage,
-    history,
+    ContentBlock, Error, Message, Request, Response, StopReason, TimeoutKind, ToolCall,
+    ToolResultContent, Usage, history,
 };
 use serde_json::json;
 
@@ -126,6 +126,73 @@ fn asks_for_the_right_actions_and_resumes_identically_after_serialization() {
     assert_eq!(a.tool_calls, 2);
     assert_eq!(a.text(), "Paris 18, Rome 21.");
     history::validate(&a.messages).unwrap();
+}
+
+/// A saved machine that failed keeps why: the restored run's error has the same kind, text
+/// and details (status, provider error type, retry-after, timeout kind).
+#[test]
+fn a_failed_machine_keeps_its_error_through_serialization() {
+    let errors = [
+        Error::InvalidRequest {
+            provider: "anthropic".into(),
+            status: 400,
+            error_type: Some("invalid_request_error".into()),
+            message: "messages: tool_use ids must be unique".into(),
+        },
+        Error::RateLimited {
+            provider: "openai".into(),
+            retry_after: Some(Duration::from_millis(1500)),
+            message: "slow down".into(),
+        },
+        Error::Timeout {
+            kind: TimeoutKind::Step,
+            after: Duration::from_secs(3),
+        },
+        Error::Cancelled,
+    ];
+    for error in errors {
+        let mut machine = new_machine();
+        assert_eq!(machine.next_action(), Action::CallModel);
+        machine.on_error(error.clone());
+        let saved = serde_json::to_value(&machine).unwrap();
+        let restored: Machine = serde_json::from_value(saved.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&restored).unwrap(), saved);
+        let result = restored.into_result();
+        assert_eq!(result.stop_reason, RunStopReason::Error);
+        let restored_error = result.error.expect("the restored run keeps its error");
+        assert_eq!(restored_error.kind(), error.kind());
+        assert_eq!(restored_error.to_string(), error.to_string());
+        assert_eq!(restored_error.retry_after(), error.retry_after());
+    }
+}
+
+#[test]
+fn errors_serialize_with_kind_message_and_details() {
+    let error = Error::Api {
+        provider: "openai".into(),
+        status: 502,
+        error_type: None,
+        message: "bad gateway".into(),
+    };
+    let value = serde_json::to_value(&error).unwrap();
+    assert_eq!(
+        value,
+        json!({
+            "kind": "api",
+            "message": "openai API error 502: bad gateway",
+            "details": {"provider": "openai", "status": 502, "error_type": null, "message": "bad gateway"}
+        })
+    );
+    // The message is derived from the details, so a tampered one is not believed.
+    let mut tampered = value;
+    tampered["message"] = json!("something else");
+    let back: Error = serde_json::from_value(tampered).unwrap();
+    assert_eq!(back.to_string(), "openai API error 502: bad gateway");
+    assert_eq!(
+        serde_json::to_value(Error::Cancelled).unwrap(),
+        json!({"kind": "cancelled", "message": "cancelled"})
+    );
+    assert!(serde_json::from_value::<Error>(json!({"kind": "no_such_kind"})).is_err());
 }
 
 #[test]

@@ -71,7 +71,7 @@ pub struct Machine {
     invalid_counts: BTreeMap<String, u32>,
     /// The invalid calls (name, input) of the previous step, to detect verbatim repeats.
     last_invalid: Vec<(String, Value)>,
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<Error>,
 }
 
