@@ -1,8 +1,11 @@
 //! Command-line arguments.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::exit;
 
 /// Tool calling and agent loops for LLMs, from the terminal.
 ///
@@ -10,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// results go back, until the model answers. Works offline with a built-in mock model when no
 /// model or API key is given.
 #[derive(Debug, Parser)]
-#[command(name = "agentloop", version, about, long_about = None)]
+#[command(name = "agentloop", version, about, long_about = None, after_help = exit::HELP)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -21,8 +24,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one prompt to the end, streaming the answer and showing tool calls as they run.
+    #[command(after_help = exit::HELP)]
     Run(RunArgs),
-    /// Chat interactively (/clear, /history, /model NAME, /quit; Ctrl-C interrupts an answer).
+    /// Chat interactively (/clear, /history, /model NAME [BASE_URL], /quit; Ctrl-C interrupts an
+    /// answer). On a terminal, lines can be edited and earlier prompts recalled with the arrows.
     Chat(ModelArgs),
     /// Serve the chat API (SSE), the web page and stored conversations over HTTP.
     Serve(ServeArgs),
@@ -42,24 +47,25 @@ pub struct ModelArgs {
     /// ollama/qwen2.5, llamacpp/gemma, or `mock` for the built-in offline model.
     #[arg(long, env = "AGENTLOOP_MODEL")]
     pub model: Option<String>,
-    /// Base URL of the provider's API (for local or compatible servers).
-    #[arg(long)]
+    /// Base URL of the provider's API (for local or compatible servers): an absolute http:// or
+    /// https:// URL, e.g. http://127.0.0.1:8080/v1.
+    #[arg(long, value_parser = parse_base_url)]
     pub base_url: Option<String>,
     /// System prompt.
     #[arg(long)]
     pub system: Option<String>,
-    /// Directory of tool descriptor files (JSON or YAML) the model may use.
-    #[arg(long, value_name = "DIR")]
+    /// Tool descriptor file, or directory of them (JSON or YAML), the model may use.
+    #[arg(long, value_name = "PATH")]
     pub tools: Option<PathBuf>,
-    /// Maximum model calls per prompt.
-    #[arg(long, default_value_t = 10)]
+    /// Maximum model calls per prompt (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_turns: u32,
     /// Maximum tool calls per prompt.
     #[arg(long)]
     pub max_tool_calls: Option<u32>,
-    /// Give up after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub timeout: Option<f64>,
+    /// Give up after this many seconds (a positive number; fractions allowed).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_timeout, allow_negative_numbers = true)]
+    pub timeout: Option<Duration>,
     /// Sampling temperature.
     #[arg(long)]
     pub temperature: Option<f32>,
@@ -68,7 +74,7 @@ pub struct ModelArgs {
 /// `agentloop run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The prompt.
+    /// The prompt, or `-` to read it from standard input.
     pub prompt: String,
     /// The model and tools.
     #[command(flatten)]
@@ -82,15 +88,16 @@ pub struct RunArgs {
 /// `agentloop tools ...`.
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
-    /// List the tools a directory defines.
+    /// List the tools a descriptor file or directory defines.
     List {
-        /// The directory (scanned recursively for .json, .yaml, .yml).
-        dir: PathBuf,
+        /// A descriptor file, or a directory (scanned recursively for .json, .yaml, .yml).
+        path: PathBuf,
     },
-    /// Check every descriptor in a directory; exits non-zero with the problem on a bad file.
+    /// Check descriptors: every problem is reported with its file, and the exit code is 1 on
+    /// any problem, and on a file or directory that defines no tool.
     Validate {
-        /// The directory.
-        dir: PathBuf,
+        /// A descriptor file, or a directory (scanned recursively for .json, .yaml, .yml).
+        path: PathBuf,
     },
 }
 
@@ -106,9 +113,10 @@ pub enum Format {
 /// `agentloop replay`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The stream's format.
+    /// The stream's format (default: recognised from the stream; a given format that does not
+    /// match the stream is an error).
     #[arg(long, value_enum)]
-    pub format: Format,
+    pub format: Option<Format>,
     /// The recorded stream, or `-` for standard input.
     pub file: PathBuf,
 }
@@ -139,4 +147,55 @@ pub struct ServeArgs {
     /// Require this bearer token (default: AGENTLOOP_TOKEN, if set).
     #[arg(long, env = "AGENTLOOP_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+}
+
+/// `--base-url`: an absolute http(s) URL with a host, checked before any request is made.
+pub fn parse_base_url(value: &str) -> Result<String, String> {
+    const EXPECTED: &str =
+        "expected an absolute http:// or https:// URL, e.g. http://127.0.0.1:8080/v1";
+    let url = value.trim();
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = ["http://", "https://"]
+        .iter()
+        .find_map(|scheme| lower.starts_with(scheme).then(|| &url[scheme.len()..]))
+    else {
+        return Err(EXPECTED.to_owned());
+    };
+    if url.chars().any(char::is_whitespace) {
+        return Err(format!("contains white space; {EXPECTED}"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, after)) => (host, after.strip_prefix(':')),
+            None => return Err(format!("has an unclosed `[`; {EXPECTED}")),
+        },
+        None => match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return Err(format!("has no host; {EXPECTED}"));
+    }
+    if let Some(port) = port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!("has an invalid port `{port}`; {EXPECTED}"));
+    }
+    Ok(url.to_owned())
+}
+
+/// `--timeout`: a positive, finite number of seconds.
+pub fn parse_timeout(value: &str) -> Result<Duration, String> {
+    const EXPECTED: &str = "expected a positive number of seconds, e.g. 30 or 0.5";
+    let secs: f64 = value.trim().parse().map_err(|_| EXPECTED.to_owned())?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(EXPECTED.to_owned());
+    }
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| EXPECTED.to_owned())
 }

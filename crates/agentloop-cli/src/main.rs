@@ -3,6 +3,7 @@
 mod cli;
 mod commands;
 mod display;
+mod exit;
 mod model;
 mod output;
 
@@ -19,8 +20,8 @@ async fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args).await,
         Command::Chat(args) => commands::chat::chat(args).await,
         Command::Serve(args) => commands::serve::serve(args).await,
-        Command::Tools(ToolsCommand::List { dir }) => commands::tools::list(&dir),
-        Command::Tools(ToolsCommand::Validate { dir }) => commands::tools::validate(&dir),
+        Command::Tools(ToolsCommand::List { path }) => commands::tools::list(&path),
+        Command::Tools(ToolsCommand::Validate { path }) => commands::tools::validate(&path),
         Command::Replay(args) => commands::replay::replay(&args),
         Command::MockServer(args) => commands::mock_server::serve(&args).await,
     };
@@ -28,7 +29,7 @@ async fn main() -> ExitCode {
         Ok(code) => code,
         Err(message) => {
             eprintln!("error: {message}");
-            ExitCode::FAILURE
+            ExitCode::from(exit::ERROR)
         }
     }
 }

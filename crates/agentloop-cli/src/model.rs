@@ -1,7 +1,6 @@
 //! Turning `--model`, `--base-url` and `--tools` into an agent.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agentloop::provider::route::{self, RouteOptions};
 use agentloop::{Agent, Provider};
@@ -31,7 +30,7 @@ pub fn resolve(model: Option<&str>, base_url: Option<&str>) -> Result<Resolved, 
                 base_url: base_url.map(str::to_owned),
                 ..RouteOptions::default()
             };
-            let (provider, model) = route::from_model(spec, options).map_err(|e| e.to_string())?;
+            let (provider, model) = route::from_model(spec, options).map_err(cli_message)?;
             Ok(Resolved {
                 provider,
                 model,
@@ -52,17 +51,15 @@ pub fn agent(args: &ModelArgs, resolved: &Resolved) -> Result<Agent, String> {
     if let Some(n) = args.max_tool_calls {
         builder = builder.max_tool_calls(n);
     }
-    if let Some(secs) = args.timeout {
-        let timeout = Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("--timeout must be a positive number of seconds, got {secs}"))?;
+    if let Some(timeout) = args.timeout {
         builder = builder.timeout(timeout);
     }
     if let Some(t) = args.temperature {
         builder = builder.temperature(t);
     }
     let mut have_demo_tool = false;
-    if let Some(dir) = &args.tools {
-        let registry = crate::commands::tools::load(dir)?;
+    if let Some(path) = &args.tools {
+        let registry = crate::commands::tools::load(path)?;
         for tool in registry.tools() {
             have_demo_tool |= tool.tool_name() == agentloop_testkit::demo::DEMO_TOOL;
             builder = builder.tool(tool);
@@ -72,4 +69,28 @@ pub fn agent(args: &ModelArgs, resolved: &Resolved) -> Result<Agent, String> {
         builder = builder.tool(agentloop_testkit::demo::demo_tool());
     }
     Ok(builder.build())
+}
+
+/// The library's configuration messages are written for code that builds providers; on the
+/// command line the same fix is a flag or an environment variable, so say that instead.
+fn cli_message(error: agentloop::Error) -> String {
+    const REWORDED: [(&str, &str); 3] = [
+        (
+            "set OPENAI_BASE_URL or use OpenAi::compatible(url)",
+            "pass --base-url URL or set OPENAI_BASE_URL",
+        ),
+        (
+            " (or configure one explicitly with HttpConfig)",
+            ": export it, or pass --base-url for a server that needs no key",
+        ),
+        (
+            "; export your Anthropic API key or build the provider with Anthropic::new(HttpConfig)",
+            ": export it with your Anthropic API key, or pass --base-url for a gateway that adds one",
+        ),
+    ];
+    REWORDED
+        .iter()
+        .fold(error.to_string(), |text, (library, cli)| {
+            text.replace(library, cli)
+        })
 }

@@ -9,11 +9,63 @@ use agentloop::conversation::{Conversation, InterruptHandle};
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::cli::ModelArgs;
+use crate::cli::{ModelArgs, parse_base_url};
 use crate::display::{Display, short};
-use crate::model;
+use crate::{exit, model};
 
-const HELP: &str = "commands: /clear (forget the conversation), /history (show it), /model NAME (switch model), /quit";
+const HELP: &str = "commands: /clear (forget the conversation), /history (show it), /model NAME [BASE_URL] (switch model), /quit";
+
+/// Where prompts come from: a line editor with history on a terminal, plain lines otherwise
+/// (pipes, files, tests).
+enum Input {
+    Editor(Box<rustyline::DefaultEditor>),
+    Lines(tokio::io::Lines<BufReader<tokio::io::Stdin>>),
+}
+
+/// What reading a line gave.
+enum Read {
+    Line(String),
+    /// End of input (Ctrl-D, or the pipe closed).
+    End,
+    /// Ctrl-C at the prompt.
+    Interrupted,
+}
+
+impl Input {
+    fn new() -> Self {
+        if std::io::stdin().is_terminal()
+            && let Ok(editor) = rustyline::DefaultEditor::new()
+        {
+            return Self::Editor(Box::new(editor));
+        }
+        Self::Lines(BufReader::new(tokio::io::stdin()).lines())
+    }
+
+    async fn read(&mut self) -> Result<Read, String> {
+        match self {
+            Self::Editor(editor) => {
+                // The editor blocks on the terminal; this runtime has threads to spare.
+                let line = tokio::task::block_in_place(|| editor.readline("> "));
+                match line {
+                    Ok(line) => {
+                        if !line.trim().is_empty() {
+                            let _ = editor.add_history_entry(line.as_str());
+                        }
+                        Ok(Read::Line(line))
+                    }
+                    Err(rustyline::error::ReadlineError::Eof) => Ok(Read::End),
+                    Err(rustyline::error::ReadlineError::Interrupted) => Ok(Read::Interrupted),
+                    Err(e) => Err(format!("could not read from the terminal: {e}")),
+                }
+            }
+            Self::Lines(lines) => match lines.next_line().await {
+                Ok(Some(line)) => Ok(Read::Line(line)),
+                Ok(None) => Ok(Read::End),
+                Err(e) => Err(format!("could not read standard input: {e}")),
+            },
+        }
+    }
+}
 
 /// Chat until end of input or `/quit`.
 pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
@@ -40,19 +92,18 @@ pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
                 if busy.load(Ordering::SeqCst) {
                     handle.interrupt();
                 } else {
-                    std::process::exit(130);
+                    std::process::exit(exit::INTERRUPTED.into());
                 }
             }
         });
     }
 
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut input = Input::new();
     loop {
-        if interactive {
-            eprint!("> ");
-        }
-        let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
-            break;
+        let line = match input.read().await? {
+            Read::Line(line) => line,
+            Read::End => break,
+            Read::Interrupted => return Ok(ExitCode::from(exit::INTERRUPTED)),
         };
         let line = line.trim();
         if line.is_empty() {
@@ -90,21 +141,19 @@ pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
                     println!("{role}: {}", text.trim());
                 }
             }
-            ("/model", name) if !name.is_empty() => {
-                match model::resolve(Some(name), args.base_url.as_deref()) {
-                    Ok(next) => {
-                        chat.set_model(next.provider, next.model);
-                        println!("(model: {name})");
-                    }
-                    Err(e) => eprintln!("error: {e}"),
+            ("/model", rest) => match switch_model(rest, args.base_url.as_deref()) {
+                Ok((next, name)) => {
+                    chat.set_model(next.provider, next.model);
+                    println!("(model: {name})");
                 }
-            }
+                Err(e) => eprintln!("error: {e}; usage: /model NAME [BASE_URL]"),
+            },
             (command, _) if command.starts_with('/') => {
                 eprintln!("unknown command {command}; {HELP}")
             }
             _ => {
                 busy.store(true, Ordering::SeqCst);
-                let outcome = answer(&mut chat, line).await;
+                let outcome = answer(&mut chat, line, args.timeout).await;
                 busy.store(false, Ordering::SeqCst);
                 if let Err(e) = outcome {
                     eprintln!("error: {e}");
@@ -115,9 +164,35 @@ pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn answer(chat: &mut Conversation, prompt: &str) -> Result<(), String> {
+/// `/model NAME [BASE_URL]`: the model, at the given base URL or else the one `--base-url` gave.
+fn switch_model(
+    rest: &str,
+    default_base_url: Option<&str>,
+) -> Result<(model::Resolved, String), String> {
+    let mut words = rest.split_whitespace();
+    let name = words.next().ok_or("name a model")?;
+    let base_url = match words.next() {
+        Some(url) => Some(parse_base_url(url).map_err(|e| format!("base URL `{url}`: {e}"))?),
+        None => default_base_url.map(str::to_owned),
+    };
+    if let Some(extra) = words.next() {
+        return Err(format!("unexpected `{extra}` after the base URL"));
+    }
+    let resolved = model::resolve(Some(name), base_url.as_deref())?;
+    let shown = match &base_url {
+        Some(url) => format!("{name} at {url}"),
+        None => name.to_owned(),
+    };
+    Ok((resolved, shown))
+}
+
+async fn answer(
+    chat: &mut Conversation,
+    prompt: &str,
+    timeout: Option<std::time::Duration>,
+) -> Result<(), String> {
     let mut reply = chat.send(prompt).await.map_err(|e| e.to_string())?;
-    let mut display = Display::new();
+    let mut display = Display::new(timeout);
     while let Some(event) = reply.next().await {
         display.event(&event);
     }

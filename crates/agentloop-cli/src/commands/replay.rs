@@ -1,17 +1,21 @@
-//! `agentloop replay --format openai|anthropic FILE`.
+//! `agentloop replay [--format openai|anthropic] FILE`: the format is recognised from the stream
+//! when not given, and a given format that does not match the stream is an error rather than a
+//! plausible empty answer.
 
 use std::io::Read;
 use std::process::ExitCode;
 
 use agentloop::provider::replay::{self, Format};
-use agentloop::{ContentBlock, Response};
+use agentloop::sse::SseParser;
+use agentloop::{ContentBlock, Error, Response};
 use serde_json::{Value, json};
 
 use crate::cli::{self, ReplayArgs};
 
 /// The assembled response in the documented shape: text, tool calls in order with parsed
-/// input (or `null` plus `input_error`), stop reason, usage.
-pub fn response_json(response: &Response) -> Value {
+/// input (or `null` plus `input_error`), stop reason, usage; for a stream that failed, the stop
+/// reason is `null` (the model never said why it stopped) and `error` says what happened.
+pub fn response_json(response: &Response, error: Option<&Error>) -> Value {
     let tool_calls: Vec<Value> = response
         .content
         .iter()
@@ -29,15 +33,98 @@ pub fn response_json(response: &Response) -> Value {
             _ => None,
         })
         .collect();
-    json!({
+    let mut doc = json!({
         "text": response.text(),
         "tool_calls": tool_calls,
-        "stop_reason": response.stop_reason.as_str(),
+        "stop_reason": error.is_none().then(|| response.stop_reason.as_str()),
         "usage": {
             "input_tokens": response.usage.input_tokens,
             "output_tokens": response.usage.output_tokens,
         },
-    })
+    });
+    if let Some(error) = error {
+        doc["error"] = json!({"kind": error.kind(), "message": error.to_string()});
+    }
+    doc
+}
+
+/// Anthropic's stream event types (the `event:` field and the data's `type`).
+const ANTHROPIC_EVENTS: [&str; 7] = [
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+    "ping",
+];
+
+/// The format a recorded stream is in, judged by its first event that only one format has:
+/// OpenAI's `chat.completion.chunk` objects (`choices`, `[DONE]`) or Anthropic's typed events.
+pub fn detect(body: &[u8]) -> Option<Format> {
+    let mut found = None;
+    let mut parser = SseParser::new();
+    let mut look = |event: agentloop::sse::SseEvent<'_>| {
+        if found.is_none() {
+            found = classify(event.event, &event.data);
+        }
+    };
+    parser.feed(body, &mut look);
+    parser.finish(&mut look);
+    found
+}
+
+fn classify(event: &str, data: &str) -> Option<Format> {
+    if ANTHROPIC_EVENTS.contains(&event) {
+        return Some(Format::Anthropic);
+    }
+    if data.trim() == "[DONE]" {
+        return Some(Format::OpenAi);
+    }
+    let value: Value = serde_json::from_str(data).ok()?;
+    let object = value.as_object()?;
+    let chunk = object
+        .get("object")
+        .and_then(Value::as_str)
+        .is_some_and(|o| o.starts_with("chat.completion"));
+    if chunk || object.contains_key("choices") {
+        return Some(Format::OpenAi);
+    }
+    object
+        .get("type")
+        .and_then(Value::as_str)
+        .filter(|t| ANTHROPIC_EVENTS.contains(t))
+        .map(|_| Format::Anthropic)
+}
+
+fn describe(format: Format) -> (&'static str, &'static str) {
+    match format {
+        Format::OpenAi => ("an OpenAI stream", "openai"),
+        Format::Anthropic => ("an Anthropic stream", "anthropic"),
+    }
+}
+
+/// The format to replay with: the one given, if the stream does not plainly say otherwise,
+/// or the one the stream is in.
+fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<Format, String> {
+    let given = given.map(|format| match format {
+        cli::Format::Openai => Format::OpenAi,
+        cli::Format::Anthropic => Format::Anthropic,
+    });
+    match (given, detect(body)) {
+        (Some(given), Some(detected)) if given != detected => {
+            let (looks, flag) = describe(detected);
+            let (said, _) = describe(given);
+            Err(format!(
+                "this looks like {looks}, not {said}: pass --format {flag}, or leave --format out to have it recognised"
+            ))
+        }
+        (Some(format), _) | (None, Some(format)) => Ok(format),
+        (None, None) => Err(
+            "could not tell the stream's format (no OpenAI chunk and no Anthropic event in it): pass --format openai or --format anthropic"
+                .to_owned(),
+        ),
+    }
 }
 
 /// Replay the file and print the JSON; a stream carrying an error exits non-zero.
@@ -51,12 +138,9 @@ pub fn replay(args: &ReplayArgs) -> Result<ExitCode, String> {
         body = std::fs::read(&args.file)
             .map_err(|e| format!("could not read {}: {e}", args.file.display()))?;
     }
-    let format = match args.format {
-        cli::Format::Openai => Format::OpenAi,
-        cli::Format::Anthropic => Format::Anthropic,
-    };
+    let format = choose(args.format, &body)?;
     let replayed = replay::assemble(format, &body);
-    let doc = response_json(&replayed.response);
+    let doc = response_json(&replayed.response, replayed.error.as_ref());
     println!(
         "{}",
         serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?

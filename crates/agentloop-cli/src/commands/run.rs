@@ -1,33 +1,42 @@
-//! `agentloop run "prompt"`.
+//! `agentloop run "prompt"` (or `agentloop run -` with the prompt on standard input).
 
+use std::io::Read;
 use std::process::ExitCode;
 
 use agentloop::Message;
-use agentloop::run::{RunEvent, RunResult, RunStopReason};
+use agentloop::run::RunEvent;
 use futures::StreamExt;
 
 use crate::cli::RunArgs;
-use crate::display::Display;
-use crate::{model, output};
+use crate::display::{self, Display};
+use crate::{exit, model, output};
 
-/// Exit code for a run that ended: 0 answered, 1 failed, 2 stopped by a limit or timeout.
-pub fn exit_code(result: &RunResult) -> ExitCode {
-    match result.stop_reason {
-        RunStopReason::EndTurn => ExitCode::SUCCESS,
-        RunStopReason::Error => ExitCode::from(1),
-        _ => ExitCode::from(2),
+/// The prompt argument, or standard input for `-` (without its final line end).
+fn prompt(arg: String) -> Result<String, String> {
+    if arg != "-" {
+        return Ok(arg);
     }
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| format!("could not read the prompt from standard input: {e}"))?;
+    let text = text.trim_end_matches(['\n', '\r']);
+    if text.trim().is_empty() {
+        return Err("the prompt read from standard input (`run -`) is empty".to_owned());
+    }
+    Ok(text.to_owned())
 }
 
 /// Run the prompt.
 pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
     let resolved = model::resolve(args.model.model.as_deref(), args.model.base_url.as_deref())?;
+    let agent = model::agent(&args.model, &resolved)?;
+    let prompt = prompt(args.prompt)?;
     if resolved.mock {
         eprintln!(
             "agentloop: no model given (--model or AGENTLOOP_MODEL): using the built-in mock model"
         );
     }
-    let agent = model::agent(&args.model, &resolved)?;
     let cancel = tokio_util::sync::CancellationToken::new();
     let options = agent.options().cancel_token(cancel.clone());
     let ctrl_c = tokio::spawn(async move {
@@ -35,8 +44,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
             cancel.cancel();
         }
     });
-    let mut events = agent.stream_with(vec![Message::user(args.prompt)], options);
-    let mut display = (!args.json).then(Display::new);
+    let mut events = agent.stream_with(vec![Message::user(prompt)], options);
+    let mut display = (!args.json).then(|| Display::new(args.model.timeout));
     let mut finished = None;
     while let Some(event) = events.next().await {
         if let Some(display) = display.as_mut() {
@@ -52,13 +61,17 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
         }
     }
     ctrl_c.abort();
+    drop(display);
     let result = finished.ok_or_else(|| "the run ended without a result".to_owned())?;
     if args.json {
+        if let Some(sentence) = display::timeout_sentence(&result, args.model.timeout) {
+            eprintln!("{sentence}");
+        }
         let doc = output::run_json(&result);
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         );
     }
-    Ok(exit_code(&result))
+    Ok(exit::for_run(&result))
 }

@@ -1,18 +1,56 @@
-//! `agentloop tools list|validate DIR`.
+//! `agentloop tools list|validate PATH`: PATH is one descriptor file or a directory of them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use agentloop::registry::{Registry, tool_files};
 
-/// Load every descriptor under `dir` into a registry.
-pub fn load(dir: &Path) -> Result<Registry, String> {
-    Registry::load_dir(dir).map_err(|e| e.to_string())
+use crate::exit;
+
+/// The tool names every provider accepts (OpenAI's and Anthropic's rule).
+const NAME_RULE: &str = "^[a-zA-Z0-9_-]{1,64}$";
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The descriptor files `path` stands for: itself if it is a file, else the ones under it.
+fn files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    if path.is_file() {
+        Ok(vec![path.to_owned()])
+    } else {
+        tool_files(path).map_err(|e| e.to_string())
+    }
+}
+
+/// Add `file`'s tools to `registry`, their names checked against what providers accept.
+fn add_file(registry: &mut Registry, file: &Path) -> Result<(), String> {
+    let names = registry.add_file(file).map_err(|e| e.to_string())?;
+    match names.iter().find(|name| !valid_name(name)) {
+        Some(bad) => Err(format!(
+            "{}: tool `{bad}`: the name must match {NAME_RULE} (letters, digits, `_` and `-`, at \
+             most 64), or providers reject the request",
+            file.display()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Load every descriptor of `path` (a file or a directory) into one registry.
+pub fn load(path: &Path) -> Result<Registry, String> {
+    let mut registry = Registry::new();
+    for file in files(path)? {
+        add_file(&mut registry, &file)?;
+    }
+    Ok(registry)
 }
 
 /// Print one line per tool: name, mode, description.
-pub fn list(dir: &Path) -> Result<ExitCode, String> {
-    let registry = load(dir)?;
+pub fn list(path: &Path) -> Result<ExitCode, String> {
+    let registry = load(path)?;
     let mut descriptors = registry.descriptors();
     descriptors.sort_by(|a, b| a.name.cmp(&b.name));
     for d in descriptors {
@@ -21,23 +59,31 @@ pub fn list(dir: &Path) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Check every file on its own (so all broken files are reported), then the directory as a
-/// whole (duplicate names across files).
-pub fn validate(dir: &Path) -> Result<ExitCode, String> {
-    let files = tool_files(dir).map_err(|e| e.to_string())?;
+/// Check every file on its own (so all broken files are reported), then all of them together
+/// (duplicate names across files). Defining no tool at all is a warning and exit code 1: it is
+/// almost always the wrong path.
+pub fn validate(path: &Path) -> Result<ExitCode, String> {
+    let files = files(path)?;
     let mut problems = Vec::new();
     for file in &files {
-        if let Err(e) = Registry::from_file(file) {
-            problems.push(e.to_string());
+        if let Err(e) = add_file(&mut Registry::new(), file) {
+            problems.push(e);
         }
     }
     if problems.is_empty()
-        && let Err(e) = Registry::load_dir(dir)
+        && let Err(e) = load(path)
     {
-        problems.push(e.to_string());
+        problems.push(e);
     }
     if problems.is_empty() {
-        let registry = load(dir)?;
+        let registry = load(path)?;
+        if registry.is_empty() {
+            eprintln!(
+                "warning: no tool descriptors in {} (looked for .json, .yaml and .yml files)",
+                path.display()
+            );
+            return Ok(ExitCode::from(exit::ERROR));
+        }
         println!(
             "ok: {} tool(s) in {} file(s): {}",
             registry.len(),
@@ -49,6 +95,6 @@ pub fn validate(dir: &Path) -> Result<ExitCode, String> {
     for problem in &problems {
         eprintln!("{problem}");
     }
-    eprintln!("{} problem(s) in {}", problems.len(), dir.display());
-    Ok(ExitCode::FAILURE)
+    eprintln!("{} problem(s) in {}", problems.len(), path.display());
+    Ok(ExitCode::from(exit::ERROR))
 }
