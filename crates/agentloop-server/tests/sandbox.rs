@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentloop::{Agent, Tool, ToolContext, ToolError};
-use agentloop_server::ServerConfig;
 use agentloop_server::skills::{Sandbox, SandboxLimits, SearchFiles};
+use agentloop_server::{AppState, ServerConfig};
 use agentloop_testkit::{ScriptedModel, Turn};
 use common::{EventReader, TestServer, named, post_chat};
 use serde_json::{Value, json};
@@ -499,6 +499,93 @@ async fn a_write_replaces_the_file_instead_of_rewriting_it_in_place() {
         .filter(|n| n.starts_with('.'))
         .collect();
     assert_eq!(names, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_sandbox_holding_the_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let db = root.join("agentloop.db");
+    let config = ServerConfig::new(Agent::builder(ScriptedModel::new([])).build())
+        .database(&db)
+        .sandbox(&root);
+    let error = AppState::new(config)
+        .await
+        .expect_err("a sandbox holding the database is refused")
+        .to_string();
+    assert_eq!(
+        error,
+        format!(
+            "sandbox directory `{}`: it contains the server's database `{}` (and its -wal and -shm files), which the file skills could then rewrite; keep the database outside the sandbox (--db) or choose a sandbox that does not contain it",
+            root.display(),
+            db.display()
+        )
+    );
+    assert!(
+        !db.exists(),
+        "no database is created when the start is refused"
+    );
+
+    // A relative sandbox and database name the same place: also refused.
+    let sub = root.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let config = ServerConfig::new(Agent::builder(ScriptedModel::new([])).build())
+        .database(sub.join("../sub/chats.db"))
+        .sandbox(root.join("sub/."));
+    assert!(AppState::new(config).await.is_err());
+}
+
+#[tokio::test]
+async fn the_whole_file_system_is_refused_as_a_sandbox() {
+    let config = ServerConfig::new(Agent::builder(ScriptedModel::new([])).build())
+        .in_memory_database()
+        .sandbox("/");
+    let error = AppState::new(config)
+        .await
+        .expect_err("`/` is refused")
+        .to_string();
+    assert_eq!(
+        error,
+        "sandbox directory `/`: it is the whole file system, so the model could read and rewrite every file the server can; choose a project directory, or pass --allow-broad-sandbox (ServerConfig::allow_broad_sandbox) if that is really meant"
+    );
+}
+
+#[tokio::test]
+async fn broad_sandboxes_and_protected_paths_need_an_explicit_choice() {
+    let agent = || Agent::builder(ScriptedModel::new([])).build();
+    let config = ServerConfig::new(agent())
+        .in_memory_database()
+        .sandbox("/")
+        .allow_broad_sandbox(true);
+    assert!(
+        AppState::new(config).await.is_ok(),
+        "the opt-in is honoured"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let tools = root.join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    let config = ServerConfig::new(agent())
+        .in_memory_database()
+        .sandbox(&root)
+        .protect_paths([&tools]);
+    assert_eq!(
+        AppState::new(config).await.unwrap_err().to_string(),
+        format!(
+            "sandbox directory `{}`: it contains `{}`, which the server keeps out of the file skills' reach (such as the --tools directory); choose a sandbox that does not contain it",
+            root.display(),
+            tools.display()
+        )
+    );
+    // A sibling is fine, and so is a database beside the sandbox.
+    let work = root.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let config = ServerConfig::new(agent())
+        .database(root.join("chats.db"))
+        .sandbox(&work)
+        .protect_paths([&tools]);
+    assert!(AppState::new(config).await.is_ok());
 }
 
 #[tokio::test]

@@ -9,10 +9,15 @@
 //! file with a new one (temporary file, then rename), never rewriting it in place. Sizes are
 //! bounded per call ([`SandboxLimits`]), writes in total for the life of the server
 //! ([`SandboxLimits::max_total_write_bytes`]) and the bytes one search reads
-//! ([`SandboxLimits::max_search_bytes`]).
+//! ([`SandboxLimits::max_search_bytes`]). At start, a sandbox that contains the server's
+//! database or a protected path (the CLI's `--tools` directory), or lies inside a protected
+//! path, is refused; so are `/` and the home directory, unless
+//! [`crate::ServerConfig::allow_broad_sandbox`] is set.
 
+mod placement;
 mod sandbox;
 mod tools;
 
+pub(crate) use placement::check_sandbox_placement;
 pub use sandbox::{Sandbox, SandboxLimits};
 pub use tools::{ListDir, ReadFile, SearchFiles, WriteFile};
