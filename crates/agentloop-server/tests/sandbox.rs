@@ -648,3 +648,52 @@ async fn a_search_stops_at_its_byte_budget_and_says_so() {
         Ok("no matches in 2 files\n… search cut short after reading 36 bytes of 2 files (the limit is 40 bytes); not every file was searched: narrow the path\n".into())
     );
 }
+
+#[tokio::test]
+async fn links_that_stay_inside_still_work() {
+    let f = fixture();
+    std::os::unix::fs::symlink("notes.txt", f.root.join("inner")).unwrap();
+    std::os::unix::fs::symlink("sub", f.root.join("subdir")).unwrap();
+    assert_eq!(
+        f.call("read_file", json!({"path": "inner"})).await,
+        Ok("hello notes\nsecond line\n".into())
+    );
+    assert_eq!(
+        f.call("read_file", json!({"path": "subdir/deep.txt"}))
+            .await,
+        Ok("deep line here\n".into())
+    );
+    assert_eq!(
+        f.call(
+            "write_file",
+            json!({"path": "inner", "content": "via link"})
+        )
+        .await,
+        Ok("wrote 8 bytes to notes.txt".into())
+    );
+    assert_eq!(
+        f.call(
+            "write_file",
+            json!({"path": "subdir/new.txt", "content": "x"})
+        )
+        .await,
+        Ok("wrote 1 bytes to sub/new.txt".into())
+    );
+    // The link still points at the file, which has the new content.
+    assert!(
+        f.root
+            .join("inner")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("notes.txt")).unwrap(),
+        "via link"
+    );
+    assert_eq!(
+        f.call("list_dir", json!({"path": "subdir"})).await,
+        Ok("deep.txt (15 bytes)\nnew.txt (1 bytes)\n".into())
+    );
+}
