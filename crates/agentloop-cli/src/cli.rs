@@ -147,6 +147,11 @@ pub struct ServeArgs {
     /// Require this bearer token (default: AGENTLOOP_TOKEN, if set).
     #[arg(long, env = "AGENTLOOP_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Accept `/` or the home directory as the --sandbox (refused otherwise: the model could
+    /// read and rewrite every file there). A sandbox holding the --db database or the --tools
+    /// directory is always refused.
+    #[arg(long)]
+    pub allow_broad_sandbox: bool,
 }
 
 /// `--base-url`: an absolute http(s) URL with a host, checked before any request is made.

@@ -63,6 +63,11 @@ pub struct ServerConfig {
     pub keep_alive: Duration,
     /// Origins allowed to call the API from a browser (`*` for any). Empty: CORS is off.
     pub cors_origins: Vec<String>,
+    /// Paths the sandbox must neither contain nor lie inside (the tools directory, for
+    /// instance); the database is always protected. Checked at start.
+    pub protected_paths: Vec<PathBuf>,
+    /// Accept `/`, the home directory or a directory containing it as the sandbox.
+    pub allow_broad_sandbox: bool,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -79,6 +84,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("retain_finished", &self.retain_finished)
             .field("keep_alive", &self.keep_alive)
             .field("cors_origins", &self.cors_origins)
+            .field("protected_paths", &self.protected_paths)
+            .field("allow_broad_sandbox", &self.allow_broad_sandbox)
             .finish()
     }
 }
@@ -102,6 +109,8 @@ impl ServerConfig {
             retain_finished: Duration::from_secs(60),
             keep_alive: Duration::from_secs(15),
             cors_origins: Vec::new(),
+            protected_paths: Vec::new(),
+            allow_broad_sandbox: false,
         }
     }
 
@@ -177,6 +186,21 @@ impl ServerConfig {
     /// Allow browser calls from these origins (`*` for any).
     pub fn cors_origins<S: Into<String>>(mut self, origins: impl IntoIterator<Item = S>) -> Self {
         self.cors_origins = origins.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Keep these paths out of the sandbox: a sandbox that contains one, or lies inside one,
+    /// is refused at start (the CLI passes `--tools`).
+    pub fn protect_paths<P: Into<PathBuf>>(mut self, paths: impl IntoIterator<Item = P>) -> Self {
+        self.protected_paths
+            .extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Accept `/` or the home directory (or a directory containing it) as the sandbox, which
+    /// is refused otherwise.
+    pub fn allow_broad_sandbox(mut self, allow: bool) -> Self {
+        self.allow_broad_sandbox = allow;
         self
     }
 }

@@ -39,6 +39,18 @@
 //! (401 otherwise). Errors are JSON: `{"error": {"message": "..."}}`. Request bodies larger than
 //! the configured limit get 413. A conversation answers one message at a time (409 while busy).
 //!
+//! ## File skills
+//!
+//! With a sandbox ([`ServerConfig::sandbox`], `agentloop serve --sandbox DIR`) the model gets
+//! `read_file`, `list_dir`, `write_file` and `search_files`, confined to that directory (the
+//! rules are in [`skills`]). Only regular files with a single link are read or written, through
+//! a handle on the directory that cannot leave it; a write replaces the file through a
+//! temporary one; writes have a total quota and each search a byte budget. The server refuses
+//! to start with a sandbox that contains its database (and so its `-wal`/`-shm` files) or a
+//! protected path such as the `--tools` directory ([`ServerConfig::protect_paths`]), and with
+//! `/` or the home directory unless [`ServerConfig::allow_broad_sandbox()`] is set
+//! (`--allow-broad-sandbox`).
+//!
 //! ## The chat event protocol, version 1
 //!
 //! `POST /v1/chat` takes `{"conversation_id"?: "...", "message": "..."}` (no id: a new

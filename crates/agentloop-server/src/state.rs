@@ -61,6 +61,7 @@ fn agent_with_skills(config: &ServerConfig) -> Result<Agent, ServerError> {
 impl AppState {
     /// Open the database (running migrations) and prepare the agent.
     pub async fn new(config: ServerConfig) -> Result<Self, ServerError> {
+        crate::skills::check_sandbox_placement(&config)?;
         let agent = agent_with_skills(&config)?;
         let store = Store::open(config.database.clone()).await?;
         Ok(Self {

@@ -2,12 +2,13 @@
 
 mod common;
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentloop::{Agent, Tool, ToolContext, ToolError};
-use agentloop_server::ServerConfig;
-use agentloop_server::skills::{Sandbox, SandboxLimits};
+use agentloop_server::skills::{Sandbox, SandboxLimits, SearchFiles};
+use agentloop_server::{AppState, ServerConfig};
 use agentloop_testkit::{ScriptedModel, Turn};
 use common::{EventReader, TestServer, named, post_chat};
 use serde_json::{Value, json};
@@ -365,5 +366,334 @@ async fn a_refused_path_reaches_the_model_as_an_error_result() {
     assert_eq!(
         offered,
         ["read_file", "list_dir", "write_file", "search_files"]
+    );
+}
+
+/// The tool result events of a chat whose model makes `call` and then answers.
+async fn chat_tool_results(root: &Path, call: Turn) -> Vec<(String, Value)> {
+    let model = ScriptedModel::new([call, Turn::text("Done.")]);
+    let config = ServerConfig::new(Agent::builder(model).build())
+        .in_memory_database()
+        .sandbox(root);
+    let server = TestServer::start(config).await;
+    let events = EventReader::new(post_chat(&server, json!({"message": "Go"})).await)
+        .rest()
+        .await;
+    named(&events)
+        .into_iter()
+        .filter(|(name, _)| name == "tool_call_result")
+        .collect()
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+#[tokio::test]
+async fn a_fifo_is_refused_at_once_instead_of_blocking_a_thread() {
+    let f = fixture();
+    let fifo = f.root.join("pipe");
+    mkfifo(&fifo);
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        chat_tool_results(
+            &f.root,
+            Turn::tool_call("write_file", json!({"path": "pipe", "content": "x"})),
+        ),
+    )
+    .await;
+    let Ok(results) = answer else {
+        // Free the writer stuck in open(2) so the runtime can shut down, then fail.
+        let _reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+        panic!("write_file to a FIFO did not answer within 20 s");
+    };
+    assert_eq!(
+        results,
+        vec![(
+            "tool_call_result".to_owned(),
+            json!({"id": "call_0_0", "content": "Error: `pipe` is not a regular file (a FIFO, socket or device); only regular files are read and written", "is_error": true})
+        )]
+    );
+    for tool in ["read_file", "write_file"] {
+        let input = json!({"path": "pipe", "content": "x"});
+        let result = tokio::time::timeout(std::time::Duration::from_secs(20), f.call(tool, input))
+            .await
+            .expect("answers at once");
+        assert_eq!(
+            result,
+            Err(
+                "`pipe` is not a regular file (a FIFO, socket or device); only regular files are read and written"
+                    .into()
+            ),
+            "{tool}"
+        );
+    }
+    // The FIFO is still there and still a FIFO.
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fifo.symlink_metadata().unwrap().file_type().is_fifo());
+}
+
+#[tokio::test]
+async fn a_hard_link_to_a_file_outside_is_neither_read_nor_written() {
+    let f = fixture();
+    std::fs::hard_link(f.outside.join("secret.txt"), f.root.join("linked.txt")).unwrap();
+    let refused = "`linked.txt` has other hard links, so it may be a file outside the sandbox; only files with a single link are read and written".to_owned();
+    assert_eq!(
+        f.call("read_file", json!({"path": "linked.txt"})).await,
+        Err(refused.clone())
+    );
+    assert_eq!(
+        f.call(
+            "write_file",
+            json!({"path": "linked.txt", "content": "overwritten"})
+        )
+        .await,
+        Err(refused)
+    );
+    // Searching skips it too.
+    assert_eq!(
+        f.call("search_files", json!({"pattern": "TOPSECRET"}))
+            .await,
+        Ok("no matches in 2 files\n".into())
+    );
+    assert_eq!(
+        f.outside_listing(),
+        vec![("secret.txt".to_owned(), SECRET.to_owned())]
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("linked.txt")).unwrap(),
+        SECRET
+    );
+}
+
+#[tokio::test]
+async fn a_write_replaces_the_file_instead_of_rewriting_it_in_place() {
+    use std::os::unix::fs::MetadataExt;
+    let f = fixture();
+    let before = f.root.join("notes.txt").metadata().unwrap().ino();
+    assert_eq!(
+        f.call(
+            "write_file",
+            json!({"path": "notes.txt", "content": "new notes"})
+        )
+        .await,
+        Ok("wrote 9 bytes to notes.txt".into())
+    );
+    let after = f.root.join("notes.txt").metadata().unwrap();
+    assert_ne!(after.ino(), before, "a new file took the old one's place");
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("notes.txt")).unwrap(),
+        "new notes"
+    );
+    // No temporary file is left behind.
+    let names: Vec<String> = std::fs::read_dir(&f.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert_eq!(names, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_sandbox_holding_the_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let db = root.join("agentloop.db");
+    let config = ServerConfig::new(Agent::builder(ScriptedModel::new([])).build())
+        .database(&db)
+        .sandbox(&root);
+    let error = AppState::new(config)
+        .await
+        .expect_err("a sandbox holding the database is refused")
+        .to_string();
+    assert_eq!(
+        error,
+        format!(
+            "sandbox directory `{}`: it contains the server's database `{}` (and its -wal and -shm files), which the file skills could then rewrite; keep the database outside the sandbox (--db) or choose a sandbox that does not contain it",
+            root.display(),
+            db.display()
+        )
+    );
+    assert!(
+        !db.exists(),
+        "no database is created when the start is refused"
+    );
+
+    // A relative sandbox and database name the same place: also refused.
+    let sub = root.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let config = ServerConfig::new(Agent::builder(ScriptedModel::new([])).build())
+        .database(sub.join("../sub/chats.db"))
+        .sandbox(root.join("sub/."));
+    assert!(AppState::new(config).await.is_err());
+}
+
+#[tokio::test]
+async fn the_whole_file_system_is_refused_as_a_sandbox() {
+    let config = ServerConfig::new(Agent::builder(ScriptedModel::new([])).build())
+        .in_memory_database()
+        .sandbox("/");
+    let error = AppState::new(config)
+        .await
+        .expect_err("`/` is refused")
+        .to_string();
+    assert_eq!(
+        error,
+        "sandbox directory `/`: it is the whole file system, so the model could read and rewrite every file the server can; choose a project directory, or pass --allow-broad-sandbox (ServerConfig::allow_broad_sandbox) if that is really meant"
+    );
+}
+
+#[tokio::test]
+async fn broad_sandboxes_and_protected_paths_need_an_explicit_choice() {
+    let agent = || Agent::builder(ScriptedModel::new([])).build();
+    let config = ServerConfig::new(agent())
+        .in_memory_database()
+        .sandbox("/")
+        .allow_broad_sandbox(true);
+    assert!(
+        AppState::new(config).await.is_ok(),
+        "the opt-in is honoured"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let tools = root.join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    let config = ServerConfig::new(agent())
+        .in_memory_database()
+        .sandbox(&root)
+        .protect_paths([&tools]);
+    assert_eq!(
+        AppState::new(config).await.unwrap_err().to_string(),
+        format!(
+            "sandbox directory `{}`: it contains `{}`, which the server keeps out of the file skills' reach (such as the --tools directory); choose a sandbox that does not contain it",
+            root.display(),
+            tools.display()
+        )
+    );
+    // A sibling is fine, and so is a database beside the sandbox.
+    let work = root.join("work");
+    std::fs::create_dir(&work).unwrap();
+    let config = ServerConfig::new(agent())
+        .database(root.join("chats.db"))
+        .sandbox(&work)
+        .protect_paths([&tools]);
+    assert!(AppState::new(config).await.is_ok());
+}
+
+#[tokio::test]
+async fn writes_stop_at_the_sandbox_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = SandboxLimits {
+        max_total_write_bytes: 10,
+        ..SandboxLimits::default()
+    };
+    let sandbox = Arc::new(Sandbox::new(dir.path(), limits).unwrap());
+    let tools = sandbox.clone().tools();
+    let write = |path: &str, content: &str| {
+        let tool = tools
+            .iter()
+            .find(|t| t.tool_name() == "write_file")
+            .unwrap();
+        let ctx = ToolContext::new("call_1", "write_file", CancellationToken::new(), None);
+        tool.get_handler()
+            .unwrap()
+            .call(ctx, json!({"path": path, "content": content}))
+    };
+    assert!(write("a.txt", "123456").await.is_ok());
+    match write("b.txt", "123456").await {
+        Err(ToolError::Failed(message)) => assert_eq!(
+            message,
+            "the sandbox's write quota is used up: 6 of 10 bytes written since the server started, and this write needs 6 more; no more files can be written until the server restarts"
+        ),
+        other => panic!("the quota is enforced, got {other:?}"),
+    }
+    assert!(!dir.path().join("b.txt").exists());
+    assert!(write("c.txt", "1234").await.is_ok());
+    assert_eq!(sandbox.bytes_written(), 10);
+    assert!(write("d.txt", "").await.is_ok());
+    assert!(write("d.txt", "x").await.is_err());
+}
+
+#[tokio::test]
+async fn a_search_stops_at_its_byte_budget_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(dir.path().join(name), "needle 0123456789\n").unwrap();
+    }
+    let limits = SandboxLimits {
+        max_search_bytes: 40,
+        ..SandboxLimits::default()
+    };
+    let sandbox = Sandbox::new(dir.path(), limits).unwrap();
+    let search = |pattern: &str| SearchFiles {
+        pattern: pattern.into(),
+        regex: false,
+        ignore_case: false,
+        path: None,
+    };
+    assert_eq!(
+        sandbox.search_files(&search("needle")),
+        Ok("a.txt:1: needle 0123456789\nb.txt:1: needle 0123456789\n… search cut short after reading 36 bytes of 2 files (the limit is 40 bytes); not every file was searched: narrow the path\n".into())
+    );
+    assert_eq!(
+        sandbox.search_files(&search("missing")),
+        Ok("no matches in 2 files\n… search cut short after reading 36 bytes of 2 files (the limit is 40 bytes); not every file was searched: narrow the path\n".into())
+    );
+}
+
+#[tokio::test]
+async fn links_that_stay_inside_still_work() {
+    let f = fixture();
+    std::os::unix::fs::symlink("notes.txt", f.root.join("inner")).unwrap();
+    std::os::unix::fs::symlink("sub", f.root.join("subdir")).unwrap();
+    assert_eq!(
+        f.call("read_file", json!({"path": "inner"})).await,
+        Ok("hello notes\nsecond line\n".into())
+    );
+    assert_eq!(
+        f.call("read_file", json!({"path": "subdir/deep.txt"}))
+            .await,
+        Ok("deep line here\n".into())
+    );
+    assert_eq!(
+        f.call(
+            "write_file",
+            json!({"path": "inner", "content": "via link"})
+        )
+        .await,
+        Ok("wrote 8 bytes to notes.txt".into())
+    );
+    assert_eq!(
+        f.call(
+            "write_file",
+            json!({"path": "subdir/new.txt", "content": "x"})
+        )
+        .await,
+        Ok("wrote 1 bytes to sub/new.txt".into())
+    );
+    // The link still points at the file, which has the new content.
+    assert!(
+        f.root
+            .join("inner")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("notes.txt")).unwrap(),
+        "via link"
+    );
+    assert_eq!(
+        f.call("list_dir", json!({"path": "subdir"})).await,
+        Ok("deep.txt (15 bytes)\nnew.txt (1 bytes)\n".into())
     );
 }

@@ -21,7 +21,10 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
         .token(args.token.clone())
         .max_tool_iterations(args.model.max_turns);
     if let Some(dir) = &args.sandbox {
-        config = config.sandbox(dir);
+        config = config
+            .sandbox(dir)
+            .protect_paths(args.model.tools.clone())
+            .allow_broad_sandbox(args.allow_broad_sandbox);
     }
     let server = agentloop_server::Server::bind(args.addr, config)
         .await

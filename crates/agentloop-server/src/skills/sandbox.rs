@@ -1,16 +1,27 @@
-//! Path resolution confined to a root directory.
+//! Path resolution confined to a root directory, and file access through a handle on it.
 //!
 //! A path from the model is first checked as text (NUL bytes, length, absolute paths outside
 //! the root, `..` climbing above the root), then resolved on disk with every symbolic link
-//! followed (`canonicalize`) and checked again to lie under the canonical root. Writes resolve
-//! the parent directory, and refuse a target that is itself a link leading out or nowhere.
+//! followed (`canonicalize`) and checked again to lie under the canonical root: that gives the
+//! model a precise message. The file operation itself then goes through a capability handle on
+//! the root (`cap_std::fs::Dir`) with the path relative to it, which refuses to leave the root
+//! whatever the directory tree turned into since the check: a directory swapped for a link
+//! between the check and the open leads nowhere outside.
 //!
-//! Known limit: the check and the file operation are two system calls, so a process racing to
-//! swap a directory for a link between them is not stopped; the model, which has no tool that
-//! makes links, cannot do that.
+//! Only regular files with a single link are read or written: a FIFO or device could block a
+//! thread forever or act on open, and a hard link may be a file outside the sandbox under a
+//! name inside. Files are opened with `O_NOFOLLOW | O_NONBLOCK` and checked again once open.
+//! A write goes to a new file beside the target, which then replaces it (`rename`): the old
+//! file is never truncated in place, and a crash leaves either the old or the new content.
 
 use std::io;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, MetadataExt as _, OpenOptions, OpenOptionsExt as _};
 
 /// Size limits of the file skills.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +40,12 @@ pub struct SandboxLimits {
     pub max_search_files: usize,
     /// Most matching lines `search_files` returns.
     pub max_search_matches: usize,
+    /// Total bytes `write_file` may write into the sandbox for the life of the server (every
+    /// conversation together); past it, writes fail with a message saying so.
+    pub max_total_write_bytes: u64,
+    /// Bytes one `search_files` call may read; past it the search stops and says it was cut
+    /// short.
+    pub max_search_bytes: u64,
 }
 
 impl Default for SandboxLimits {
@@ -41,14 +58,19 @@ impl Default for SandboxLimits {
             max_list_entries: 500,
             max_search_files: 5_000,
             max_search_matches: 200,
+            max_total_write_bytes: 64 * 1024 * 1024,
+            max_search_bytes: 32 * 1024 * 1024,
         }
     }
 }
 
-/// A directory the file skills are confined to.
+/// A directory the file skills are confined to. Clones share the directory handle and the
+/// write quota.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
     root: PathBuf,
+    dir: Arc<Dir>,
+    written: Arc<AtomicU64>,
     pub(crate) limits: SandboxLimits,
 }
 
@@ -58,6 +80,61 @@ fn describe(error: &io::Error) -> String {
         io::ErrorKind::PermissionDenied => "permission denied".into(),
         _ => error.to_string(),
     }
+}
+
+/// Refuse what is not a regular file with a single link: a FIFO or device can block a thread
+/// or act on open, and a file with another link may be one outside the sandbox.
+fn refuse_unless_plain(is_dir: bool, is_file: bool, nlink: u64, shown: &str) -> Result<(), String> {
+    if is_dir {
+        return Err(format!("`{shown}` is a directory"));
+    }
+    if !is_file {
+        return Err(format!(
+            "`{shown}` is not a regular file (a FIFO, socket or device); only regular files are read and written"
+        ));
+    }
+    if nlink > 1 {
+        return Err(format!(
+            "`{shown}` has other hard links, so it may be a file outside the sandbox; only files with a single link are read and written"
+        ));
+    }
+    Ok(())
+}
+
+/// Write `content` to a new temporary file in `dir`, flush it to disk, then rename it to
+/// `name`. The temporary file is removed on failure.
+fn write_beside(
+    dir: &Dir,
+    name: &std::ffi::OsStr,
+    content: &[u8],
+    permissions: Option<cap_std::fs::Permissions>,
+) -> io::Result<()> {
+    use std::io::Write;
+    // Short whatever the target's name, which may already be as long as a name can be.
+    let temp = format!(".agentloop-{:016x}.tmp", rand::random::<u64>());
+    let file = dir.open_with(
+        &temp,
+        no_follow_no_block(OpenOptions::new().write(true).create_new(true)),
+    )?;
+    let result = (|| {
+        if let Some(permissions) = permissions {
+            file.set_permissions(permissions)?;
+        }
+        let mut file = file.into_std();
+        file.write_all(content)?;
+        file.sync_all()?;
+        dir.rename(&temp, dir, name)
+    })();
+    if result.is_err() {
+        let _ = dir.remove_file(&temp);
+    }
+    result
+}
+
+/// Options for opening an existing file: no link in the last component, and no waiting on
+/// open (a FIFO swapped in after the check must not block the thread).
+fn no_follow_no_block(options: &mut OpenOptions) -> &mut OpenOptions {
+    options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
 }
 
 impl Sandbox {
@@ -70,12 +147,24 @@ impl Sandbox {
         if !root.is_dir() {
             return Err("it is not a directory".into());
         }
-        Ok(Self { root, limits })
+        let dir = Dir::open_ambient_dir(&root, ambient_authority())
+            .map_err(|e| format!("cannot open it: {}", describe(&e)))?;
+        Ok(Self {
+            root,
+            dir: Arc::new(dir),
+            written: Arc::new(AtomicU64::new(0)),
+            limits,
+        })
     }
 
     /// The canonical root.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Bytes written so far, counted against [`SandboxLimits::max_total_write_bytes`].
+    pub fn bytes_written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
     }
 
     /// `path` relative to the root, for messages.
@@ -85,6 +174,104 @@ impl Sandbox {
             Ok(rel) => rel.display().to_string(),
             Err(_) => path.display().to_string(),
         }
+    }
+
+    /// A resolved path (under the root) as the relative path the directory handle takes.
+    pub(crate) fn relative<'a>(&self, resolved: &'a Path) -> &'a Path {
+        match resolved.strip_prefix(&self.root) {
+            Ok(rel) if !rel.as_os_str().is_empty() => rel,
+            _ => Path::new("."),
+        }
+    }
+
+    /// The handle on the root.
+    pub(crate) fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Open `relative` for reading if it is a regular file with a single link, without
+    /// following a link or blocking; `shown` names it in messages.
+    pub(crate) fn open_plain_file(
+        &self,
+        relative: &Path,
+        shown: &str,
+    ) -> Result<std::fs::File, String> {
+        // Checked before opening too, as opening a device or FIFO can act by itself.
+        self.check_plain_file(relative, shown)?;
+        let file = self
+            .dir
+            .open_with(relative, no_follow_no_block(OpenOptions::new().read(true)))
+            .map_err(|e| format!("cannot read `{shown}`: {}", describe(&e)))?
+            .into_std();
+        let meta = file
+            .metadata()
+            .map_err(|e| format!("cannot read `{shown}`: {}", describe(&e)))?;
+        refuse_unless_plain(meta.is_dir(), meta.is_file(), meta.nlink(), shown)?;
+        Ok(file)
+    }
+
+    /// Check the metadata of `relative` (not following a link in its last component) for a
+    /// read or write.
+    pub(crate) fn check_plain_file(&self, relative: &Path, shown: &str) -> Result<(), String> {
+        let meta = self
+            .dir
+            .symlink_metadata(relative)
+            .map_err(|e| format!("`{shown}`: {}", describe(&e)))?;
+        refuse_unless_plain(meta.is_dir(), meta.is_file(), meta.nlink(), shown)
+    }
+
+    /// Count `bytes` against the write quota, or say why not.
+    fn reserve(&self, bytes: u64) -> Result<(), String> {
+        let quota = self.limits.max_total_write_bytes;
+        self.written
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |written| {
+                written.checked_add(bytes).filter(|total| *total <= quota)
+            })
+            .map(drop)
+            .map_err(|written| {
+                format!(
+                    "the sandbox's write quota is used up: {written} of {quota} bytes written since the server started, and this write needs {bytes} more; no more files can be written until the server restarts"
+                )
+            })
+    }
+
+    /// Replace the file at `resolved` (a path from [`Sandbox::resolve_for_write`]) with
+    /// `content`: written to a new file in the same directory, which then takes its place.
+    pub(crate) fn replace_file(
+        &self,
+        resolved: &Path,
+        content: &[u8],
+        shown: &str,
+    ) -> Result<(), String> {
+        let relative = self.relative(resolved);
+        let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+            return Err(format!("`{shown}` names the sandbox root, not a file"));
+        };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        let dir = self
+            .dir
+            .open_dir(parent)
+            .map_err(|e| format!("the directory of `{shown}`: {}", describe(&e)))?;
+        let permissions = match dir.symlink_metadata(name) {
+            Ok(meta) => {
+                refuse_unless_plain(meta.is_dir(), meta.is_file(), meta.nlink(), shown)?;
+                Some(meta.permissions())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("`{shown}`: {}", describe(&e))),
+        };
+        self.reserve(content.len() as u64)?;
+        let written = write_beside(&dir, name, content, permissions);
+        if let Err(e) = written {
+            self.written
+                .fetch_sub(content.len() as u64, Ordering::Relaxed);
+            return Err(format!("cannot write `{shown}`: {}", describe(&e)));
+        }
+        Ok(())
     }
 
     /// Check `path` as text and return it relative to the root, `..` and `.` resolved.
@@ -212,7 +399,8 @@ impl Sandbox {
         dir = self.inside(dir, path)?;
         for name in missing.into_iter().rev() {
             dir.push(name);
-            std::fs::create_dir(&dir)
+            self.dir
+                .create_dir(self.relative(&dir))
                 .map_err(|e| format!("cannot create `{}`: {}", self.display(&dir), describe(&e)))?;
         }
         Ok(dir)

@@ -1,7 +1,7 @@
 //! The file skills as agentloop tools. Every failure is an error message the model reads.
 
-use std::fs;
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentloop::Tool;
@@ -91,23 +91,24 @@ impl Sandbox {
     /// `read_file`: the file's text.
     pub fn read_file(&self, path: &str) -> Result<String, String> {
         let resolved = self.resolve_existing(path)?;
-        let meta = fs::metadata(&resolved).map_err(|e| format!("`{path}`: {e}"))?;
-        if meta.is_dir() {
+        let relative = self.relative(&resolved);
+        if self.dir().metadata(relative).is_ok_and(|m| m.is_dir()) {
             return Err(format!("`{path}` is a directory; use list_dir"));
         }
-        if !meta.is_file() {
-            return Err(format!("`{path}` is not a regular file"));
-        }
+        let file = self.open_plain_file(relative, path)?;
+        let len = file
+            .metadata()
+            .map_err(|e| format!("cannot read `{path}`: {e}"))?
+            .len();
         let max = self.limits.max_read_bytes;
-        if meta.len() > max {
+        if len > max {
             return Err(format!(
-                "`{path}` is {} bytes, more than the read limit of {max} bytes",
-                meta.len()
+                "`{path}` is {len} bytes, more than the read limit of {max} bytes"
             ));
         }
         let mut bytes = Vec::new();
-        fs::File::open(&resolved)
-            .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
+        file.take(max + 1)
+            .read_to_end(&mut bytes)
             .map_err(|e| format!("cannot read `{path}`: {e}"))?;
         if bytes.len() as u64 > max {
             return Err(format!("`{path}` grew past the read limit of {max} bytes"));
@@ -118,11 +119,16 @@ impl Sandbox {
     /// `list_dir`: one entry per line, sorted; directories end with `/`, links with `@`.
     pub fn list_dir(&self, path: &str) -> Result<String, String> {
         let resolved = self.resolve_existing(path)?;
-        if !resolved.is_dir() {
+        let relative = self.relative(&resolved);
+        if !self.dir().metadata(relative).is_ok_and(|m| m.is_dir()) {
             return Err(format!("`{path}` is not a directory"));
         }
         let mut entries = Vec::new();
-        for entry in fs::read_dir(&resolved).map_err(|e| format!("cannot list `{path}`: {e}"))? {
+        let listing = self
+            .dir()
+            .read_dir(relative)
+            .map_err(|e| format!("cannot list `{path}`: {e}"))?;
+        for entry in listing {
             let entry = entry.map_err(|e| format!("cannot list `{path}`: {e}"))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let line = match entry.file_type() {
@@ -169,7 +175,7 @@ impl Sandbox {
             ));
         }
         let resolved = self.resolve_for_write(path, create_dirs)?;
-        fs::write(&resolved, content).map_err(|e| format!("cannot write `{path}`: {e}"))?;
+        self.replace_file(&resolved, content.as_bytes(), path)?;
         Ok(format!(
             "wrote {} bytes to {}",
             content.len(),
@@ -177,7 +183,8 @@ impl Sandbox {
         ))
     }
 
-    /// `search_files`: matching lines as `path:line: text`, bounded in files, matches and bytes.
+    /// `search_files`: matching lines as `path:line: text`, bounded in files, matches and bytes
+    /// read.
     pub fn search_files(&self, args: &SearchFiles) -> Result<String, String> {
         if args.pattern.is_empty() {
             return Err("the pattern is empty".into());
@@ -199,18 +206,32 @@ impl Sandbox {
         let mut out = Limited::new(limits.max_result_bytes);
         let mut matches = 0;
         let mut files_seen = 0;
+        let mut bytes_read: u64 = 0;
         let mut truncated = false;
+        let mut out_of_budget = false;
+        // Paths relative to the root (empty for the root), walked through the root's handle.
+        let start = match self.relative(&start) {
+            p if p == Path::new(".") => PathBuf::new(),
+            p => p.to_owned(),
+        };
         let mut pending = vec![start];
         'walk: while let Some(path) = pending.pop() {
+            let handle_path = if path.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                path.as_path()
+            };
             // Links are never followed: a link inside may point anywhere.
-            let Ok(meta) = path.symlink_metadata() else {
+            let Ok(meta) = self.dir().symlink_metadata(handle_path) else {
                 continue;
             };
             if meta.is_dir() {
-                let Ok(read) = fs::read_dir(&path) else {
+                let Ok(read) = self.dir().read_dir(handle_path) else {
                     continue;
                 };
-                let mut children: Vec<_> = read.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                let mut children: Vec<_> = read
+                    .filter_map(|e| e.ok().map(|e| path.join(e.file_name())))
+                    .collect();
                 children.sort_by(|a, b| b.cmp(a));
                 pending.extend(children);
                 continue;
@@ -222,8 +243,25 @@ impl Sandbox {
                 truncated = true;
                 break;
             }
+            if bytes_read.saturating_add(meta.len()) > limits.max_search_bytes {
+                out_of_budget = true;
+                break;
+            }
+            let shown = path.display().to_string();
+            // FIFOs, devices and files with other hard links are skipped, like links.
+            let Ok(file) = self.open_plain_file(&path, &shown) else {
+                continue;
+            };
             files_seen += 1;
-            let Ok(text) = fs::read_to_string(&path) else {
+            let mut bytes = Vec::new();
+            let budget = limits
+                .max_read_bytes
+                .min(limits.max_search_bytes - bytes_read);
+            if file.take(budget).read_to_end(&mut bytes).is_err() {
+                continue;
+            }
+            bytes_read += bytes.len() as u64;
+            let Ok(text) = String::from_utf8(bytes) else {
                 continue;
             };
             for (number, line) in text.lines().enumerate() {
@@ -231,12 +269,7 @@ impl Sandbox {
                     continue;
                 }
                 if matches == limits.max_search_matches
-                    || !out.line(&format!(
-                        "{}:{}: {}",
-                        self.display(&path),
-                        number + 1,
-                        clip(line, 200)
-                    ))
+                    || !out.line(&format!("{shown}:{}: {}", number + 1, clip(line, 200)))
                 {
                     truncated = true;
                     break 'walk;
@@ -250,6 +283,12 @@ impl Sandbox {
         } else if truncated {
             text.push_str(&format!(
                 "… stopped after {matches} matches in {files_seen} files; narrow the pattern or the path\n"
+            ));
+        }
+        if out_of_budget {
+            text.push_str(&format!(
+                "… search cut short after reading {bytes_read} bytes of {files_seen} files (the limit is {} bytes); not every file was searched: narrow the path\n",
+                limits.max_search_bytes
             ));
         }
         Ok(text)
