@@ -283,3 +283,24 @@ impl HttpBody for DeadlineBody {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ServerConfig {
+        let model = agentloop_testkit::ScriptedModel::new([]);
+        ServerConfig::new(agentloop::Agent::builder(model).build()).max_connections(1000)
+    }
+
+    #[test]
+    fn the_connection_cap_fits_the_open_file_limit() {
+        assert_eq!(Limits::new(&config(), None).max_connections, 1000);
+        assert_eq!(
+            Limits::new(&config(), Some(1_048_576)).max_connections,
+            1000
+        );
+        assert_eq!(Limits::new(&config(), Some(1024)).max_connections, 480);
+        assert_eq!(Limits::new(&config(), Some(10)).max_connections, 1);
+    }
+}
