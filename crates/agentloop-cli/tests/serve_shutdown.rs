@@ -142,3 +142,51 @@ async fn sigterm_ends_streams_with_message_end_and_saves_the_partial_answer() {
         "{stored}"
     );
 }
+
+/// The soft and hard "Max open files" of process `pid`.
+fn open_file_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let mut fields = line["Max open files".len()..].split_whitespace();
+    (
+        fields.next().unwrap().to_owned(),
+        fields.next().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn serve_raises_its_open_file_limit_to_the_hard_limit() {
+    let (_, hard) = open_file_limits(std::process::id());
+    if hard.parse::<u64>().is_ok_and(|n| n <= 256) {
+        return; // Nothing to raise.
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Started with a soft limit of 256, as some systems still set it.
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -Sn 256 && exec \"$0\" serve --addr 127.0.0.1:0 --db \"$1\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_agentloop"))
+        .arg(dir.path().join("chats.db"))
+        .env_remove("AGENTLOOP_MODEL")
+        .env_remove("AGENTLOOP_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = std::io::BufReader::new(stdout).lines().next();
+    let limits = open_file_limits(child.id());
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(matches!(line, Some(Ok(l)) if l.starts_with("serving on")));
+    // An unlimited hard limit cannot be reached (the kernel caps it); it must still be raised.
+    assert!(
+        limits.0 == limits.1 || (limits.1 == "unlimited" && limits.0 != "256"),
+        "soft and hard open-file limits of serve: {limits:?}"
+    );
+}
