@@ -80,16 +80,25 @@ pub(crate) fn raise_open_file_limit() -> Option<u64> {
         }
     };
     let known = |n: u64| (n != RLIM_INFINITY).then_some(n);
-    if soft >= hard {
+    // Linux refuses an unlimited soft limit on files; its ceiling is `nr_open`.
+    let target = if hard == RLIM_INFINITY {
+        std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(hard)
+    } else {
+        hard
+    };
+    if soft >= target {
         return known(soft);
     }
-    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+    match setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
         Ok(()) => {
-            tracing::info!("raised the open-file limit from {soft} to {hard}");
-            known(hard)
+            tracing::info!("raised the open-file limit from {soft} to {target}");
+            known(target)
         }
         Err(e) => {
-            tracing::warn!("could not raise the open-file limit from {soft} to {hard}: {e}");
+            tracing::warn!("could not raise the open-file limit from {soft} to {target}: {e}");
             known(soft)
         }
     }
