@@ -2,6 +2,7 @@
 //! and the history saved after every step.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 
 use agentloop::run::{PrepareStep, RunStopReason};
@@ -46,6 +47,7 @@ pub(crate) fn new_id(prefix: &str) -> String {
 pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunLog>, StartError> {
     history::validate(&start.history).map_err(|e| StartError::InvalidHistory(e.to_string()))?;
     let inner = &state.inner;
+    inner.store.check_open().map_err(StartError::Store)?;
     let message_id = new_id("msg");
     let run = inner
         .runs
@@ -56,28 +58,21 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
             inner.shutdown.child_token(),
         )
         .map_err(|busy| StartError::Busy(busy.message_id))?;
-    if let Some(title) = &start.create
-        && let Err(e) = inner
-            .store
-            .create(start.conversation_id.clone(), title.clone())
-            .await
-    {
-        run.finish();
-        inner.runs.release(&run);
-        inner.runs.forget(&message_id);
-        return Err(StartError::Store(e));
-    }
+    // The conversation's row is written by the answer's task, so the stream's headers do not
+    // wait for the database; the insert is queued now, ahead of any later request's query.
+    let creating = start
+        .create
+        .map(|title| inner.store.create(start.conversation_id.clone(), title));
     run.push(Frame::Chat(ChatEvent::MessageStart {
         conversation_id: start.conversation_id.clone(),
         message_id,
     }));
-    let created = start.create.is_some();
     inner.tasks.spawn(drive(
         state.clone(),
         run.clone(),
         start.history,
         start.stored,
-        created,
+        creating,
     ));
     Ok(run)
 }
@@ -215,13 +210,29 @@ async fn drive(
     run: Arc<RunLog>,
     history: Vec<Message>,
     stored: usize,
-    created: bool,
+    creating: Option<impl Future<Output = Result<(), ServerError>>>,
 ) {
     let finisher = Finisher {
         state: state.clone(),
         run: run.clone(),
     };
     let inner = &state.inner;
+    let created = creating.is_some();
+    if let Some(creating) = creating
+        && let Err(e) = creating.await
+    {
+        tracing::error!(conversation = %run.conversation_id, "could not create the conversation: {e}");
+        run.push(Frame::Chat(ChatEvent::MessageEnd {
+            stop_reason: RunStopReason::Error.as_str().into(),
+            usage: Default::default(),
+        }));
+        run.push(Frame::Chat(ChatEvent::Error {
+            message: format!("the conversation could not be saved: {e}"),
+        }));
+        run.finish();
+        drop(finisher);
+        return;
+    }
     let saver = Saver {
         store: inner.store.clone(),
         conversation_id: run.conversation_id.clone(),

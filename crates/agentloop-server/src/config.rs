@@ -68,6 +68,20 @@ pub struct ServerConfig {
     pub protected_paths: Vec<PathBuf>,
     /// Accept `/`, the home directory or a directory containing it as the sandbox.
     pub allow_broad_sandbox: bool,
+    /// How long a connection may take to send a request's headers (also how long an idle
+    /// connection is kept open). [`crate::Server`] closes it after that; slow or stalled clients
+    /// cannot hold connections open.
+    pub header_read_timeout: Duration,
+    /// How long a request's body may take to arrive, from the end of its headers. A handler
+    /// still waiting for the body after that answers with an error and the connection is
+    /// closed. Responses (the long-lived event streams) are not limited.
+    pub body_read_timeout: Duration,
+    /// Most connections [`crate::Server`] serves at once; more wait to be accepted until one
+    /// closes. Lowered at start-up to fit the process's open-file limit.
+    pub max_connections: usize,
+    /// How long a shutdown (Ctrl-C, SIGTERM) waits for the answers in flight to be saved and
+    /// their streams to end before the remaining connections are dropped.
+    pub drain_timeout: Duration,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -86,6 +100,10 @@ impl std::fmt::Debug for ServerConfig {
             .field("cors_origins", &self.cors_origins)
             .field("protected_paths", &self.protected_paths)
             .field("allow_broad_sandbox", &self.allow_broad_sandbox)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("drain_timeout", &self.drain_timeout)
             .finish()
     }
 }
@@ -94,7 +112,8 @@ impl ServerConfig {
     /// A configuration for `agent` with the defaults: database [`DEFAULT_DATABASE`] in the
     /// working directory, no sandbox, no token, the agent's turn limit (10 unless set) as the
     /// tool-iteration limit, 1 MiB request bodies, a 10 s reconnect grace, finished chats kept
-    /// 60 s for reconnects, keep-alive every 15 s, CORS off.
+    /// 60 s for reconnects, keep-alive every 15 s, CORS off; for [`crate::Server`], 10 s to send
+    /// headers, 30 s to send a body, 4096 connections, 8 s to drain at shutdown.
     pub fn new(agent: Agent) -> Self {
         let max_tool_iterations = agent.options().limits.max_turns;
         Self {
@@ -111,6 +130,10 @@ impl ServerConfig {
             cors_origins: Vec::new(),
             protected_paths: Vec::new(),
             allow_broad_sandbox: false,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            drain_timeout: Duration::from_secs(8),
         }
     }
 
@@ -201,6 +224,33 @@ impl ServerConfig {
     /// is refused otherwise.
     pub fn allow_broad_sandbox(mut self, allow: bool) -> Self {
         self.allow_broad_sandbox = allow;
+        self
+    }
+
+    /// How long a connection may take to send a request's headers (default 10 s; at least
+    /// 1 ms).
+    pub fn header_read_timeout(mut self, d: Duration) -> Self {
+        self.header_read_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a request's body may take to arrive after its headers (default 30 s; at least
+    /// 1 ms).
+    pub fn body_read_timeout(mut self, d: Duration) -> Self {
+        self.body_read_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Most connections served at once (default 4096; at least 1).
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long a shutdown waits for answers in flight to be saved (default 8 s, under the
+    /// 10 s docker waits between SIGTERM and SIGKILL).
+    pub fn drain_timeout(mut self, d: Duration) -> Self {
+        self.drain_timeout = d;
         self
     }
 }

@@ -51,6 +51,35 @@
 //! `/` or the home directory unless [`ServerConfig::allow_broad_sandbox()`] is set
 //! (`--allow-broad-sandbox`).
 //!
+//! ## Serving, limits and shutdown
+//!
+//! [`Server`] (and [`serve`], what `agentloop serve` runs) accepts HTTP/1.1 connections itself
+//! rather than through `axum::serve`, to bound what slow or greedy clients can hold:
+//!
+//! | [`ServerConfig`] field | default | what it does |
+//! | --- | --- | --- |
+//! | `header_read_timeout` | 10 s | a connection that has not sent a request's headers by then (idle ones included) is closed |
+//! | `body_read_timeout` | 30 s | a request body not received by then fails the request (an error answer, then the connection is closed); responses, such as event streams, are not limited |
+//! | `max_body_bytes` | 1 MiB | a request announcing a larger `Content-Length` gets 413 before its body is read |
+//! | `max_connections` | 4096 | connections beyond it wait to be accepted; lowered to fit the open-file limit |
+//! | `drain_timeout` | 8 s | how long a shutdown waits for answers in flight to be saved |
+//!
+//! Every accepted socket has `TCP_NODELAY` set, so streamed events are not held back, and at
+//! start the soft limit on open files is raised to the hard limit. The address is bound before
+//! the database is opened: a start that fails on a port in use leaves no database behind.
+//! The database file is checked at open (writable, its directory writable, an SQLite file,
+//! `PRAGMA quick_check`), and every database error names its path; a new file is created
+//! readable and writable by its owner only (0600), and SQLite gives its `-wal` and `-shm` the
+//! same mode. Database calls are queued to one worker, so however many chats wait on the
+//! database they take one blocking thread, and a chat's stream starts before its conversation
+//! is written.
+//!
+//! [`Server::run`] stops on Ctrl-C or SIGTERM; [`Server::run_until`] on a future of your own.
+//! Either way the server stops accepting, cancels the answers in flight (each saves what it
+//! produced and its stream ends with `message_end`), waits for them and the connections to
+//! finish, up to `drain_timeout`, and returns. The routes of [`router`] mounted in an app of
+//! your own get none of this: apply your own server's limits there.
+//!
 //! ## The chat event protocol, version 1
 //!
 //! `POST /v1/chat` takes `{"conversation_id"?: "...", "message": "..."}` (no id: a new
@@ -108,6 +137,7 @@ mod config;
 mod error;
 mod events;
 mod http;
+mod listen;
 mod runs;
 pub mod skills;
 mod state;
@@ -137,27 +167,30 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     state: AppState,
     addr: SocketAddr,
+    limits: listen::Limits,
 }
 
 impl Server {
-    /// Open the database, prepare the agent and bind `addr`.
+    /// Bind `addr`, then open the database and prepare the agent. The address is bound first,
+    /// so a start that fails on it (the port is in use) leaves no new database behind. Also
+    /// raises the soft limit on open files to the hard limit.
     pub async fn bind(addr: SocketAddr, config: ServerConfig) -> Result<Self, ServerError> {
-        let state = AppState::new(config).await?;
-        let listener =
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| ServerError::Serve {
-                    addr: addr.to_string(),
-                    message: e.to_string(),
-                })?;
-        let addr = listener.local_addr().map_err(|e| ServerError::Serve {
+        let open_files = listen::raise_open_file_limit();
+        let serve_error = |e: std::io::Error| ServerError::Serve {
             addr: addr.to_string(),
             message: e.to_string(),
-        })?;
+        };
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(serve_error)?;
+        let addr = listener.local_addr().map_err(serve_error)?;
+        let limits = listen::Limits::new(&config, open_files);
+        let state = AppState::new(config).await?;
         Ok(Self {
             listener,
             state,
             addr,
+            limits,
         })
     }
 
@@ -171,36 +204,64 @@ impl Server {
         &self.state
     }
 
-    /// Serve until `shutdown` completes; then cancel the answers in flight, wait until they are
-    /// saved, and return.
+    /// Serve until `shutdown` completes; then stop accepting, cancel the answers in flight,
+    /// wait (up to [`ServerConfig::drain_timeout`]) until they are saved and their streams have
+    /// ended, and return.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        let state = self.state.clone();
-        let served = axum::serve(self.listener, router(self.state))
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                // Streams end when their answers end, which lets the connections close.
-                state.shutdown().await;
-            })
-            .await;
-        served.map_err(|e| ServerError::Serve {
-            addr: self.addr.to_string(),
-            message: e.to_string(),
-        })
+        let app = router(self.state.clone());
+        listen::serve(self.listener, app, self.state, self.limits, shutdown).await;
+        Ok(())
     }
 
-    /// Serve until Ctrl-C (SIGINT).
+    /// Serve until Ctrl-C (SIGINT) or SIGTERM (what docker and systemd send); both shut down
+    /// as [`Server::run_until`] does.
     pub async fn run(self) -> Result<(), ServerError> {
-        self.run_until(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+        let signal = shutdown_signal();
+        self.run_until(signal).await
     }
 }
 
-/// Serve `config` on `addr` until Ctrl-C: what `agentloop serve` runs.
+/// Completes on Ctrl-C or SIGTERM. The SIGTERM handler is installed now, not when the future
+/// is first polled, so a signal sent right after start-up is not missed.
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => Some(signal),
+            Err(e) => {
+                tracing::warn!("could not listen for SIGTERM (Ctrl-C still works): {e}");
+                None
+            }
+        };
+    async move {
+        #[cfg(unix)]
+        let terminated = async {
+            match terminate.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let terminated = std::future::pending::<()>();
+        let interrupted = async {
+            if let Err(e) = tokio::signal::ctrl_c().await {
+                tracing::warn!("could not listen for Ctrl-C: {e}");
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = interrupted => tracing::info!("Ctrl-C: shutting down"),
+            () = terminated => tracing::info!("SIGTERM: shutting down"),
+        }
+    }
+}
+
+/// Serve `config` on `addr` until Ctrl-C or SIGTERM: what `agentloop serve` runs.
 pub async fn serve(addr: SocketAddr, config: ServerConfig) -> Result<(), ServerError> {
     let server = Server::bind(addr, config).await?;
     tracing::info!(

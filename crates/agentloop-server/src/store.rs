@@ -1,12 +1,16 @@
 //! Conversation storage in SQLite: conversations, and their histories as canonical agentloop
 //! messages (JSON), one row per message.
 
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agentloop::Message;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Database;
 use crate::error::ServerError;
@@ -51,13 +55,24 @@ pub struct StoredConversation {
     pub messages: Vec<Message>,
 }
 
-/// The database. Calls run on tokio's blocking pool (so they never stall the runtime, and
-/// paused-clock tests do not jump ahead while one runs) and are serialized by the connection's
-/// lock; a chat awaits each of its writes, so they land in the order they were made.
+/// The database. Calls are queued, in the order they are made, to one worker that runs them
+/// one after another on the connection, in tokio's blocking pool (so they never stall the
+/// runtime, and paused-clock tests do not jump ahead while one runs). However many chats
+/// wait on the database, it takes one blocking thread, not one per call; and a call queued
+/// before another is answered before it (a conversation created by a chat exists for every
+/// request made after the chat started).
 #[derive(Clone)]
 pub(crate) struct Store {
-    conn: Arc<Mutex<Connection>>,
+    jobs: mpsc::UnboundedSender<Job>,
+    /// How errors name the database: its path in backquotes.
+    name: Arc<str>,
 }
+
+/// One queued call.
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// Calls the worker runs in one go when they queue up.
+const BATCH: usize = 64;
 
 fn now_millis() -> i64 {
     SystemTime::now()
@@ -66,23 +81,136 @@ fn now_millis() -> i64 {
         .unwrap_or_default()
 }
 
+/// `error`, its message prefixed with the database's name (when it is a database error).
+fn naming(name: &str, error: ServerError) -> ServerError {
+    match error {
+        ServerError::Database { message } => ServerError::database(format!("{name}: {message}")),
+        other => other,
+    }
+}
+
+/// Whether the current user may create files in `dir` (root may, whatever the mode says).
+fn writable_dir(dir: &Path) -> bool {
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+/// What to tell the user when SQLite fails on `path` at open.
+fn open_failure(path: &Path, dir: &Path, error: &rusqlite::Error) -> ServerError {
+    let shown = path.display();
+    let message = match error.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => format!(
+            "`{shown}` is not an SQLite database ({error}); pass another database file, or move this one away"
+        ),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => damaged(path, &error.to_string()),
+        _ if !writable_dir(dir) => format!(
+            "cannot open `{shown}` ({error}): the directory `{}` is not writable, and SQLite keeps \
+             its `-wal` and `-shm` files beside the database; make the directory writable or pass \
+             another database path",
+            dir.display()
+        ),
+        _ => format!("cannot open `{shown}`: {error}"),
+    };
+    ServerError::database(message)
+}
+
+fn damaged(path: &Path, detail: &str) -> String {
+    let shown = path.display();
+    format!(
+        "`{shown}` is damaged (PRAGMA quick_check: {detail}); restore it from a backup, salvage \
+         what it holds with `sqlite3 {shown} .recover`, or pass another database file"
+    )
+}
+
+/// Fail unless the whole file reads back consistent, not only the pages read at start: a
+/// file damaged in the middle would otherwise start and fail later, chat by chat.
+fn check_integrity(conn: &Connection, path: &Path, dir: &Path) -> Result<(), ServerError> {
+    let problems = conn
+        .prepare("PRAGMA quick_check(5)")
+        .and_then(|mut stmt| {
+            stmt.query_map([], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| open_failure(path, dir, &e))?;
+    if problems.len() == 1 && problems[0] == "ok" {
+        return Ok(());
+    }
+    Err(ServerError::database(damaged(path, &problems.join("; "))))
+}
+
+/// Open the file at `path` and check that it is a sound database the server can write,
+/// creating it (readable by its owner only) when missing.
+fn open_file(path: &Path) -> Result<Connection, ServerError> {
+    let shown = path.display();
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(ServerError::database(format!(
+            "the directory of `{shown}` does not exist"
+        )));
+    }
+    // Created here rather than by SQLite, with mode 0600: conversations are private, and SQLite
+    // gives the `-wal` and `-shm` files the database file's mode.
+    let created = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) if !writable_dir(dir) => {
+            return Err(ServerError::database(format!(
+                "cannot create `{shown}` ({e}): the directory `{}` is not writable; make it \
+                 writable or pass another database path",
+                dir.display()
+            )));
+        }
+        Err(e) => {
+            return Err(ServerError::database(format!(
+                "cannot create `{shown}`: {e}"
+            )));
+        }
+    };
+    let opened = check_file(path, dir);
+    if opened.is_err() && created {
+        // Leave nothing behind of a database this start created.
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = path.as_os_str().to_owned();
+            file.push(suffix);
+            let _ = std::fs::remove_file(file);
+        }
+    }
+    opened
+}
+
+fn check_file(path: &Path, dir: &Path) -> Result<Connection, ServerError> {
+    let shown = path.display();
+    let conn = Connection::open(path).map_err(|e| open_failure(path, dir, &e))?;
+    // SQLite falls back to reading only when the file cannot be written; every chat would
+    // then fail.
+    if conn
+        .is_readonly(rusqlite::MAIN_DB)
+        .map_err(|e| open_failure(path, dir, &e))?
+    {
+        return Err(ServerError::database(format!(
+            "`{shown}` is read-only, and the server writes every conversation to it; make it \
+             writable (chmod u+w) or pass another database path"
+        )));
+    }
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(|e| open_failure(path, dir, &e))?;
+    check_integrity(&conn, path, dir)?;
+    // Taking the write lock proves the file and its `-wal` and `-shm` can be written.
+    conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
+        .map_err(|e| open_failure(path, dir, &e))?;
+    Ok(conn)
+}
+
 fn open_connection(database: &Database) -> Result<Connection, ServerError> {
     let conn = match database {
-        Database::File(path) => {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
-                && !parent.is_dir()
-            {
-                return Err(ServerError::database(format!(
-                    "the directory of `{}` does not exist",
-                    path.display()
-                )));
-            }
-            let conn = Connection::open(path).map_err(|e| {
-                ServerError::database(format!("cannot open `{}`: {e}", path.display()))
-            })?;
-            conn.pragma_update(None, "journal_mode", "WAL")?;
-            conn
-        }
+        Database::File(path) => open_file(path)?,
         Database::InMemory => Connection::open_in_memory()?,
     };
     conn.pragma_update(None, "foreign_keys", true)?;
@@ -90,8 +218,36 @@ fn open_connection(database: &Database) -> Result<Connection, ServerError> {
     Ok(conn)
 }
 
+/// Runs the queued calls until every [`Store`] is gone.
+async fn worker(mut conn: Connection, mut jobs: mpsc::UnboundedReceiver<Job>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while jobs.recv_many(&mut batch, BATCH).await > 0 {
+        let now = std::mem::take(&mut batch);
+        let ran = tokio::task::spawn_blocking(move || {
+            for job in now {
+                // A call that panics drops its reply (its caller gets an error); its
+                // transaction was rolled back and the connection stays usable.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut conn)));
+            }
+            conn
+        })
+        .await;
+        match ran {
+            Ok(back) => conn = back,
+            Err(e) => {
+                tracing::error!("the database worker stopped: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Bring the schema up to date; errors name the database (`name`).
 fn migrate(conn: &mut Connection, name: &str) -> Result<(), ServerError> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let named = |e: rusqlite::Error| ServerError::database(format!("{name}: {e}"));
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(named)?;
     let version = usize::try_from(version).unwrap_or(usize::MAX);
     if version > MIGRATIONS.len() {
         return Err(ServerError::database(format!(
@@ -100,10 +256,11 @@ fn migrate(conn: &mut Connection, name: &str) -> Result<(), ServerError> {
         )));
     }
     for (i, migration) in MIGRATIONS.iter().enumerate().skip(version) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(migration)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
-        tx.commit()?;
+        let tx = conn.transaction().map_err(named)?;
+        tx.execute_batch(migration).map_err(named)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)
+            .map_err(named)?;
+        tx.commit().map_err(named)?;
     }
     Ok(())
 }
@@ -122,40 +279,81 @@ const SUMMARY_COLUMNS: &str = "c.id, c.title, c.created_at, c.updated_at,
     (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id)";
 
 impl Store {
-    /// Open (creating and migrating as needed).
+    /// Open (creating and migrating as needed), after checking that the database is sound
+    /// and writable.
     pub(crate) async fn open(database: Database) -> Result<Self, ServerError> {
         let name = match &database {
             Database::File(path) => format!("`{}`", path.display()),
             Database::InMemory => "the in-memory database".to_owned(),
         };
-        let conn = tokio::task::spawn_blocking(move || {
-            let mut conn = open_connection(&database)?;
-            migrate(&mut conn, &name)?;
-            Ok::<_, ServerError>(conn)
+        let conn = tokio::task::spawn_blocking({
+            let name = name.clone();
+            move || {
+                let mut conn = open_connection(&database).map_err(|e| match &database {
+                    // Errors of a file name it already.
+                    Database::File(_) => e,
+                    Database::InMemory => naming(&name, e),
+                })?;
+                migrate(&mut conn, &name)?;
+                Ok::<_, ServerError>(conn)
+            }
         })
         .await
-        .map_err(|e| ServerError::database(format!("opening the database failed: {e}")))??;
+        .map_err(|e| ServerError::database(format!("opening {name} failed: {e}")))??;
+        let (jobs, queue) = mpsc::unbounded_channel();
+        tokio::spawn(worker(conn, queue));
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            jobs,
+            name: name.into(),
         })
     }
 
-    async fn call<R: Send + 'static>(
+    /// An error when the worker has stopped (a call can no longer be queued).
+    pub(crate) fn check_open(&self) -> Result<(), ServerError> {
+        if self.jobs.is_closed() {
+            return Err(ServerError::database(format!(
+                "{}: the database connection is closed",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Queue `f` now; the returned future gives its result.
+    fn call<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<R, ServerError> + Send + 'static,
-    ) -> Result<R, ServerError> {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            // A panic mid-call rolled its transaction back; the connection is still usable.
-            let mut conn = conn.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut conn)
-        })
-        .await
-        .map_err(|e| ServerError::database(format!("a database call failed: {e}")))?
+    ) -> impl Future<Output = Result<R, ServerError>> + Send + 'static {
+        let (reply, answer) = oneshot::channel();
+        let queued = self
+            .jobs
+            .send(Box::new(move |conn| {
+                let _ = reply.send(f(conn));
+            }))
+            .is_ok();
+        let name = self.name.clone();
+        async move {
+            if !queued {
+                return Err(ServerError::database(format!(
+                    "{name}: the database connection is closed"
+                )));
+            }
+            match answer.await {
+                Ok(result) => result.map_err(|e| naming(&name, e)),
+                Err(_) => Err(ServerError::database(format!(
+                    "{name}: a database call failed unexpectedly"
+                ))),
+            }
+        }
     }
 
-    /// Create an empty conversation.
-    pub(crate) async fn create(&self, id: String, title: String) -> Result<(), ServerError> {
+    /// Create an empty conversation. The insert is queued when this is called, before the
+    /// returned future is awaited: calls made afterwards see the conversation.
+    pub(crate) fn create(
+        &self,
+        id: String,
+        title: String,
+    ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
         self.call(move |conn| {
             let now = now_millis();
             conn.execute(
@@ -164,7 +362,6 @@ impl Store {
             )?;
             Ok(())
         })
-        .await
     }
 
     /// All conversations, most recently changed first.
