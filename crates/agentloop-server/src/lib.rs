@@ -104,10 +104,11 @@ mod store;
 use std::future::Future;
 use std::net::SocketAddr;
 
-/// The request bodies the HTTP API decodes, public so fuzzers and clients' tests can decode
-/// bytes exactly as the server does (`serde_json::from_slice::<ChatRequest>(body)`).
+/// What the HTTP API decodes from requests (the bodies, and the `Last-Event-ID` header), public
+/// so fuzzers and clients' tests can decode bytes exactly as the server does
+/// (`serde_json::from_slice::<ChatRequest>(body)`, [`requests::resume_after`]).
 pub mod requests {
-    pub use crate::http::chat::ChatRequest;
+    pub use crate::http::chat::{ChatRequest, InvalidLastEventId, resume_after};
     pub use crate::http::ui_stream::{UiChatRequest, UiMessage};
 }
 
@@ -128,8 +129,25 @@ pub struct Server {
 }
 
 impl Server {
-    /// Open the database, prepare the agent and bind `addr`.
+    /// Check the configuration, open the database, prepare the agent and bind `addr`.
+    ///
+    /// Without a token, an address that is not loopback is refused
+    /// ([`ServerError::Unprotected`]) unless [`ServerConfig::insecure_no_auth`] is set.
     pub async fn bind(addr: SocketAddr, config: ServerConfig) -> Result<Self, ServerError> {
+        config.check()?;
+        if config.token.is_none() {
+            if !addr.ip().to_canonical().is_loopback() && !config.insecure_no_auth {
+                return Err(ServerError::Unprotected {
+                    addr: addr.to_string(),
+                });
+            }
+            if let Some(dir) = &config.sandbox {
+                tracing::warn!(
+                    "the file skills are on (sandbox {}) without a token: anyone who can reach {addr} can make the model write files there",
+                    dir.display()
+                );
+            }
+        }
         let state = AppState::new(config).await?;
         let listener =
             tokio::net::TcpListener::bind(addr)
