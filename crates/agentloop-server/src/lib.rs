@@ -35,9 +35,34 @@
 //! | `GET /v1/conversations/{id}` | one conversation with `messages` (canonical agentloop messages) and `active_message_id` |
 //! | `DELETE /v1/conversations/{id}` | delete it (204) |
 //!
-//! When a token is configured, every `/v1` request needs `Authorization: Bearer <token>`
-//! (401 otherwise). Errors are JSON: `{"error": {"message": "..."}}`. Request bodies larger than
-//! the configured limit get 413. A conversation answers one message at a time (409 while busy).
+//! Errors are JSON: `{"error": {"message": "..."}}`. Request bodies larger than the configured
+//! limit get 413. A conversation answers one message at a time (409 while busy).
+//!
+//! ## Who may ask
+//!
+//! - **Token.** When [`ServerConfig::token()`] is set (`agentloop serve --token-file PATH`,
+//!   `--token` or `AGENTLOOP_TOKEN`), every `/v1` request needs `Authorization: Bearer <token>`
+//!   (401 otherwise). An empty or whitespace-only token is refused at start
+//!   ([`ServerError::EmptyToken`]), never taken as "no authentication".
+//! - **No token: loopback only.** [`Server::bind`] refuses an address that is not loopback
+//!   ([`ServerError::Unprotected`]) unless [`ServerConfig::insecure_no_auth()`] is set
+//!   (`--insecure-no-auth`), and warns when the file skills are on.
+//! - **No token: `Host` check.** Every route (the page included) answers only requests whose
+//!   `Host` is `localhost`, `127.0.0.1` or `[::1]` on any port, or one of
+//!   [`ServerConfig::allowed_hosts()`] (`--allowed-host`); others get 403. This defeats DNS
+//!   rebinding, where a web page re-resolves its own name to 127.0.0.1.
+//! - **`Origin` check.** A `/v1` request with an `Origin` header that is neither the server's
+//!   own (its `host:port` equals the `Host` header) nor one of [`ServerConfig::cors_origins()`]
+//!   (`--cors-origin`, `*` for any) gets 403. Listed origins also get CORS, preflight included,
+//!   so AI SDK frontends on another origin can use `/v1/chat/ui-stream`.
+//! - **Headers.** The page and its assets are sent with `Content-Security-Policy: default-src
+//!   'self'; frame-ancestors 'none'`, `Referrer-Policy: no-referrer` and, like every answer,
+//!   `X-Content-Type-Options: nosniff`.
+//!
+//! Errors shown to web users (the `error` event, the UI stream's `error` chunk, 500 answers)
+//! name the kind of failure, e.g. "the model provider could not be reached" or "the model
+//! provider rejected the request (status 400)"; the details (the provider's URL and answer) are
+//! logged with `tracing`.
 //!
 //! ## The chat event protocol, version 1
 //!
@@ -67,7 +92,7 @@
 //! Event ids increase (they may skip numbers). A client that lost the connection calls
 //! `GET /v1/chat/{message_id}/events` with `Last-Event-ID: <last id it saw>` and receives the
 //! events it missed, then the rest live — no duplicates. Without the header it gets the whole
-//! answer again. A finished answer stays available for reconnects for a while (default 60 s).
+//! answer again; an id that is not a number, or past the last event sent, gets 400. A finished answer stays available for reconnects for a while (default 60 s).
 //! When no client has followed an answer for the grace period (default 10 s) it is cancelled:
 //! the text produced so far is saved, unfinished tool calls get an error result saying they were
 //! not run, and the history stays valid.
@@ -132,7 +157,7 @@ impl Server {
     /// Check the configuration, open the database, prepare the agent and bind `addr`.
     ///
     /// Without a token, an address that is not loopback is refused
-    /// ([`ServerError::Unprotected`]) unless [`ServerConfig::insecure_no_auth`] is set.
+    /// ([`ServerError::Unprotected`]) unless [`ServerConfig::insecure_no_auth()`] is set.
     pub async fn bind(addr: SocketAddr, config: ServerConfig) -> Result<Self, ServerError> {
         config.check()?;
         if config.token.is_none() {
