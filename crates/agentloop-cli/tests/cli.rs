@@ -650,6 +650,16 @@ fn serve_refuses_an_empty_token() {
     // No empty database is left behind by a refused start.
     assert!(!dir.path().join("chat.db").exists());
 
+    let output = run_bounded(
+        &mut serve_command(
+            dir.path(),
+            &["--addr", "127.0.0.1:0", "--cors-origin", "app.example"],
+        ),
+        20,
+    );
+    let stderr = failure_stderr(&output);
+    assert!(stderr.contains("--cors-origin app.example"), "{stderr}");
+
     let mut both = serve_command(dir.path(), &["--token", "a", "--token-file"]);
     both.arg(&empty);
     let stderr = failure_stderr(&run_bounded(&mut both, 20));

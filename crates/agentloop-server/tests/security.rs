@@ -502,3 +502,26 @@ async fn a_provider_rejection_is_reported_by_status_only() {
         assert!(message.contains("400"), "{message}");
     }
 }
+
+#[tokio::test]
+async fn a_listed_origin_is_matched_as_browsers_send_it() {
+    let server = TestServer::start(config().cors_origins(["HTTP://App.Example:3000/"])).await;
+    let preflight = client()
+        .request(reqwest::Method::OPTIONS, server.url("/v1/chat/ui-stream"))
+        .header("origin", "http://app.example:3000")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        preflight.headers()["access-control-allow-origin"],
+        "http://app.example:3000"
+    );
+    let get = client()
+        .get(server.url("/v1/conversations"))
+        .header("origin", "http://app.example:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+}

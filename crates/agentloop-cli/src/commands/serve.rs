@@ -62,9 +62,27 @@ async fn resolve_addr(addr: &str) -> Result<Vec<SocketAddr>, String> {
     Ok(addrs)
 }
 
+/// A `--cors-origin` value must be an origin as browsers send it: `scheme://host[:port]`.
+fn check_origin(origin: &str) -> Result<(), String> {
+    let rest = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    match rest {
+        _ if origin == "*" => Ok(()),
+        Some(rest) if !rest.is_empty() && !rest.trim_end_matches('/').contains('/') => Ok(()),
+        _ => Err(format!(
+            "--cors-origin {origin}: give an origin as scheme://host[:port], e.g. \
+             http://localhost:3000 (no path), or `*` for any"
+        )),
+    }
+}
+
 /// Serve until the process ends.
 pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     let token = token(&args)?;
+    for origin in &args.cors_origin {
+        check_origin(origin)?;
+    }
     let addrs = resolve_addr(&args.addr).await?;
     // A name that resolves to several addresses must not reach beyond loopback through any.
     if token.is_none()

@@ -93,7 +93,9 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         AllowOrigin::list(
             origins
                 .iter()
-                .filter_map(|o| match HeaderValue::from_str(o) {
+                // Browsers send origins without a trailing slash, host in lowercase.
+                .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
+                .filter_map(|o| match HeaderValue::from_str(&o) {
                     Ok(v) => Some(v),
                     Err(_) => {
                         tracing::warn!("ignoring the CORS origin `{o}`: not a valid header value");
