@@ -73,6 +73,14 @@ chat_seed '{"message":"hi","extra":true}'
 chat_seed '{"id":"chat1","messages":[{"role":"user","parts":[{"type":"text","text":"hello"}]}],"trigger":"submit-message"}'
 chat_seed '{"id":"chat1","messages":[{"role":"user","parts":[{"type":"file","mediaType":"image/png","url":"data:image/png;base64,iVBORw0KGgo="}]}]}'
 
+# Last-Event-ID header values: ids, the boundaries of usize, and what is not an id.
+mkdir -p corpus/last_event_id
+event_id_seed() { printf '%s' "$1" >"corpus/last_event_id/$(printf '%s' "$1" | sha1sum | cut -c1-16)"; }
+for id in 0 7 ' 41 ' 4294967295 4294967296 18446744073709551614 18446744073709551615 \
+  18446744073709551616 99999999999999999999999999 -1 +1 1e3 0x10 yesterday ''; do
+  event_id_seed "$id"
+done
+
 # Tool arguments: JSON documents as models write them, escapes and numbers included.
 mkdir -p corpus/tool_arguments
 arguments_seed() { printf '%s' "$1" >"corpus/tool_arguments/$(printf '%s' "$1" | sha1sum | cut -c1-16)"; }

@@ -132,9 +132,10 @@ pub struct MockServerArgs {
 /// `agentloop serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub addr: std::net::SocketAddr,
+    /// Address to listen on: IP:PORT or HOST:PORT (port 0 picks a free one). Without a token,
+    /// only loopback addresses are accepted (see --insecure-no-auth).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
+    pub addr: String,
     /// The model and tools.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -144,9 +145,28 @@ pub struct ServeArgs {
     /// SQLite database for conversations.
     #[arg(long, value_name = "PATH", default_value = "agentloop.db")]
     pub db: PathBuf,
-    /// Require this bearer token (default: AGENTLOOP_TOKEN, if set).
-    #[arg(long, env = "AGENTLOOP_TOKEN", hide_env_values = true)]
+    /// Require this bearer token on /v1 (default: the AGENTLOOP_TOKEN environment variable).
+    /// Other local users can read it in `ps`: prefer --token-file or the variable. An empty
+    /// token is an error.
+    #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
+    /// Read the bearer token from this file (its trailing newline is ignored; an empty file is
+    /// an error).
+    #[arg(long, value_name = "PATH", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
+    /// Serve a non-loopback address without a token, e.g. behind a proxy that authenticates.
+    /// Anyone who can reach the address can read every conversation and chat.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// Without a token, also answer requests whose Host is this name (the page is only served
+    /// for localhost, 127.0.0.1 and [::1] otherwise, against DNS rebinding). Repeatable;
+    /// NAME:PORT matches that port only.
+    #[arg(long, value_name = "HOST")]
+    pub allowed_host: Vec<String>,
+    /// Let web pages from this origin (scheme://host[:port], or `*`) call the API, e.g. an AI
+    /// SDK frontend on http://localhost:3000. Other origins are refused. Repeatable.
+    #[arg(long, value_name = "URL")]
+    pub cors_origin: Vec<String>,
     /// Accept `/` or the home directory as the --sandbox (refused otherwise: the model could
     /// read and rewrite every file there). A sandbox holding the --db database or the --tools
     /// directory is always refused.

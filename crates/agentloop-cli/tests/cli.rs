@@ -529,3 +529,264 @@ fn real_model_run_json_with_a_mock_descriptor_tool() {
     assert!(doc["text"].as_str().unwrap().contains("18"), "{doc}");
     assert!(doc["usage"]["input_tokens"].as_u64().unwrap() > 0);
 }
+
+// ---- serve: authentication, hosts and origins (issue 38, items 1 and 2) ----
+
+/// Run a command that should exit quickly; kill it (and fail) if it is still running after
+/// `secs` seconds, e.g. a server that started when it should have refused to.
+fn run_bounded(command: &mut Command, secs: u64) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the agentloop binary runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "still running after {secs} s; stdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `agentloop serve` with these arguments, an in-temp-dir database and no token in the
+/// environment.
+fn serve_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = bin();
+    command
+        .env_remove("AGENTLOOP_TOKEN")
+        .arg("serve")
+        .arg("--db")
+        .arg(dir.join("chat.db"))
+        .args(args);
+    command
+}
+
+/// A running `agentloop serve`: its URL, and its stderr once it is stopped.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Served {
+    async fn start(mut command: Command) -> Self {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let line = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout).lines().next()
+        })
+        .await
+        .unwrap();
+        let Some(Ok(line)) = line else {
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "the server did not start: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        let url = line.trim_start_matches("serving on ").to_owned();
+        Self { child, url }
+    }
+
+    /// Stop it and return what it wrote on stderr.
+    fn stop(mut self) -> String {
+        self.child.kill().unwrap();
+        let output = self.child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+}
+
+fn failure_stderr(output: &Output) -> String {
+    assert!(
+        !output.status.success(),
+        "expected a failure; stdout: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn serve_refuses_an_empty_token() {
+    let dir = tempfile::tempdir().unwrap();
+    for token in ["", "  "] {
+        let output = run_bounded(
+            &mut serve_command(dir.path(), &["--addr", "127.0.0.1:0", "--token", token]),
+            20,
+        );
+        let stderr = failure_stderr(&output);
+        assert!(stderr.contains("--token"), "{stderr}");
+        assert!(stderr.contains("empty"), "{stderr}");
+    }
+    let mut command = serve_command(dir.path(), &["--addr", "127.0.0.1:0"]);
+    command.env("AGENTLOOP_TOKEN", "");
+    let stderr = failure_stderr(&run_bounded(&mut command, 20));
+    assert!(stderr.contains("AGENTLOOP_TOKEN"), "{stderr}");
+    assert!(stderr.contains("empty"), "{stderr}");
+
+    let empty = dir.path().join("empty-token");
+    std::fs::write(&empty, "\n").unwrap();
+    let mut command = serve_command(dir.path(), &["--addr", "127.0.0.1:0", "--token-file"]);
+    command.arg(&empty);
+    let stderr = failure_stderr(&run_bounded(&mut command, 20));
+    assert!(stderr.contains("empty-token"), "{stderr}");
+    assert!(stderr.contains("empty"), "{stderr}");
+
+    let mut command = serve_command(dir.path(), &["--addr", "127.0.0.1:0", "--token-file"]);
+    command.arg(dir.path().join("missing"));
+    let stderr = failure_stderr(&run_bounded(&mut command, 20));
+    assert!(stderr.contains("missing"), "{stderr}");
+    // No empty database is left behind by a refused start.
+    assert!(!dir.path().join("chat.db").exists());
+
+    let output = run_bounded(
+        &mut serve_command(
+            dir.path(),
+            &["--addr", "127.0.0.1:0", "--cors-origin", "app.example"],
+        ),
+        20,
+    );
+    let stderr = failure_stderr(&output);
+    assert!(stderr.contains("--cors-origin app.example"), "{stderr}");
+
+    let mut both = serve_command(dir.path(), &["--token", "a", "--token-file"]);
+    both.arg(&empty);
+    let stderr = failure_stderr(&run_bounded(&mut both, 20));
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_reads_the_token_from_a_file_and_says_how_it_authenticates() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "s3cret-from-file\n").unwrap();
+    let mut command = serve_command(dir.path(), &["--addr", "127.0.0.1:0", "--token-file"]);
+    command.arg(&file);
+    let served = Served::start(command).await;
+    let url = format!("{}/v1/conversations", served.url);
+    let anonymous = reqwest::get(&url).await.unwrap().status();
+    let authorized = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth("s3cret-from-file")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    let stderr = served.stop();
+    assert_eq!(anonymous, 401);
+    assert_eq!(authorized, 200);
+    assert!(
+        stderr.contains("agentloop: auth: bearer token required"),
+        "{stderr}"
+    );
+
+    let served = Served::start(serve_command(dir.path(), &["--addr", "127.0.0.1:0"])).await;
+    let stderr = served.stop();
+    assert!(
+        stderr.contains("agentloop: auth: none (loopback only)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    // 192.0.2.1 (TEST-NET-1) is no address of this machine: if the check did not come first,
+    // the bind would fail with another message (and nothing ever listens beyond loopback).
+    let output = run_bounded(
+        &mut serve_command(dir.path(), &["--addr", "192.0.2.1:8080"]),
+        20,
+    );
+    let stderr = failure_stderr(&output);
+    assert!(stderr.contains("192.0.2.1"), "{stderr}");
+    assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
+    assert!(stderr.contains("--token-file"), "{stderr}");
+
+    let output = run_bounded(
+        &mut serve_command(
+            dir.path(),
+            &["--addr", "192.0.2.1:8080", "--insecure-no-auth"],
+        ),
+        20,
+    );
+    let stderr = failure_stderr(&output);
+    assert!(stderr.contains("could not serve"), "{stderr}");
+    assert!(!stderr.contains("--insecure-no-auth"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_resolves_host_names_and_warns_about_an_open_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = tempfile::tempdir().unwrap();
+    let mut command = serve_command(dir.path(), &["--addr", "localhost:0", "--sandbox"]);
+    command.arg(sandbox.path());
+    let served = Served::start(command).await;
+    let url = served.url.clone();
+    let status = reqwest::get(format!("{url}/v1/conversations"))
+        .await
+        .unwrap()
+        .status();
+    let stderr = served.stop();
+    assert!(
+        url.starts_with("http://127.0.0.1:") || url.starts_with("http://[::1]:"),
+        "{url}"
+    );
+    assert_eq!(status, 200);
+    assert!(stderr.contains("warning"), "{stderr}");
+    assert!(stderr.contains("--sandbox"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_checks_hosts_and_origins_from_its_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(serve_command(
+        dir.path(),
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--allowed-host",
+            "chat.internal",
+            "--cors-origin",
+            "http://app.example:3000",
+        ],
+    ))
+    .await;
+    let url = format!("{}/v1/conversations", served.url);
+    let client = reqwest::Client::new();
+    let get = |host: &'static str, origin: Option<&'static str>| {
+        let mut request = client.get(&url).header("host", host);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    let evil_host = get("evil.example", None).await.unwrap().status();
+    let allowed_host = get("chat.internal", None).await.unwrap().status();
+    let evil_origin = get("localhost", Some("http://evil.example"))
+        .await
+        .unwrap()
+        .status();
+    let listed = get("localhost", Some("http://app.example:3000"))
+        .await
+        .unwrap();
+    let _ = served.stop();
+    assert_eq!(evil_host, 403);
+    assert_eq!(allowed_host, 200);
+    assert_eq!(evil_origin, 403);
+    assert_eq!(listed.status(), 200);
+    assert_eq!(
+        listed.headers()["access-control-allow-origin"],
+        "http://app.example:3000"
+    );
+}

@@ -299,12 +299,18 @@ async fn drive(
                 }));
             }
             RunEvent::StepFinish { .. } => run.push(Frame::StepFinish),
-            RunEvent::Error { error } => failure = Some(error.to_string()),
+            RunEvent::Error { error } => {
+                // Web users get the kind of failure; the details (provider URL, body) are logged.
+                tracing::error!(conversation = %run.conversation_id, message_id = %run.message_id, "the chat failed: {error}");
+                failure = Some(crate::error::user_message(&error));
+            }
             RunEvent::RunFinish { result } => {
                 ended = true;
                 if let Err(e) = saver.save(&result.messages).await {
                     tracing::error!(conversation = %run.conversation_id, "could not save the answer: {e}");
-                    failure.get_or_insert(format!("the answer could not be saved: {e}"));
+                    failure.get_or_insert_with(|| {
+                        "the answer could not be saved; the server log has the details".into()
+                    });
                 }
                 let reason = result.stop_reason;
                 run.push(Frame::Chat(ChatEvent::MessageEnd {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agentloop::Agent;
 
+use crate::error::ServerError;
 use crate::skills::SandboxLimits;
 
 /// The environment variable [`ServerConfig::token_from_env`] reads.
@@ -61,7 +62,8 @@ pub struct ServerConfig {
     pub retain_finished: Duration,
     /// Interval of keep-alive comments on idle event streams.
     pub keep_alive: Duration,
-    /// Origins allowed to call the API from a browser (`*` for any). Empty: CORS is off.
+    /// Origins allowed to call the API from a browser (`*` for any), besides the page's own
+    /// origin. Empty: CORS is off and requests from other origins are refused.
     pub cors_origins: Vec<String>,
     /// Paths the sandbox must neither contain nor lie inside (the tools directory, for
     /// instance); the database is always protected. Checked at start.
@@ -82,6 +84,13 @@ pub struct ServerConfig {
     /// How long a shutdown (Ctrl-C, SIGTERM) waits for the answers in flight to be saved and
     /// their streams to end before the remaining connections are dropped.
     pub drain_timeout: Duration,
+    /// Host names (or `host:port`) accepted in the `Host` header when no token is configured,
+    /// besides `localhost`, `127.0.0.1` and `[::1]`. Without a token every other `Host` is
+    /// refused, which defeats DNS rebinding.
+    pub allowed_hosts: Vec<String>,
+    /// Serve without a token on an address that is not loopback. Off by default:
+    /// [`crate::Server::bind`] refuses such a bind.
+    pub insecure_no_auth: bool,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -104,6 +113,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("body_read_timeout", &self.body_read_timeout)
             .field("max_connections", &self.max_connections)
             .field("drain_timeout", &self.drain_timeout)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("insecure_no_auth", &self.insecure_no_auth)
             .finish()
     }
 }
@@ -134,6 +145,8 @@ impl ServerConfig {
             body_read_timeout: Duration::from_secs(30),
             max_connections: 4096,
             drain_timeout: Duration::from_secs(8),
+            allowed_hosts: Vec::new(),
+            insecure_no_auth: false,
         }
     }
 
@@ -161,17 +174,20 @@ impl ServerConfig {
         self
     }
 
-    /// Require this bearer token (`None`: no authentication).
+    /// Require this bearer token (`None`: no authentication). An empty or whitespace-only
+    /// token is not "no authentication": the server refuses to start with it
+    /// ([`ServerError::EmptyToken`]), as it does with a token containing spaces or characters
+    /// other than printable ASCII.
     pub fn token(mut self, token: Option<String>) -> Self {
-        self.token = token.filter(|t| !t.is_empty());
+        self.token = token;
         self
     }
 
-    /// Require the bearer token in `AGENTLOOP_TOKEN`, when that variable is set and not empty
-    /// and no token was configured explicitly.
+    /// Require the bearer token in `AGENTLOOP_TOKEN`, when that variable is set and no token
+    /// was configured explicitly. Set but empty, it is refused at start like any empty token.
     pub fn token_from_env(mut self) -> Self {
         if self.token.is_none() {
-            self.token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+            self.token = std::env::var_os(TOKEN_ENV).map(|t| t.to_string_lossy().into_owned());
         }
         self
     }
@@ -206,7 +222,8 @@ impl ServerConfig {
         self
     }
 
-    /// Allow browser calls from these origins (`*` for any).
+    /// Allow browser calls from these origins (`*` for any), e.g. `http://localhost:3000` for
+    /// an AI SDK frontend served from another port.
     pub fn cors_origins<S: Into<String>>(mut self, origins: impl IntoIterator<Item = S>) -> Self {
         self.cors_origins = origins.into_iter().map(Into::into).collect();
         self
@@ -252,5 +269,39 @@ impl ServerConfig {
     pub fn drain_timeout(mut self, d: Duration) -> Self {
         self.drain_timeout = d;
         self
+    }
+
+    /// Accept these `Host` names too when no token is configured (a name without a port
+    /// matches any port), e.g. the name a reverse proxy forwards.
+    pub fn allowed_hosts<S: Into<String>>(mut self, hosts: impl IntoIterator<Item = S>) -> Self {
+        self.allowed_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Allow serving a non-loopback address without a token (when something in front of the
+    /// server authenticates). Without it [`crate::Server::bind`] refuses.
+    pub fn insecure_no_auth(mut self, yes: bool) -> Self {
+        self.insecure_no_auth = yes;
+        self
+    }
+
+    /// Refuse what would make the server less safe than it looks: an empty token, or one no
+    /// client can send (it would lock everyone out).
+    pub(crate) fn check(&self) -> Result<(), ServerError> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        if token.trim().is_empty() {
+            return Err(ServerError::EmptyToken);
+        }
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ServerError::InvalidToken {
+                message: "it contains spaces, control characters or non-ASCII characters; a \
+                          bearer token is printable ASCII without spaces (a stray newline or \
+                          space from a file or variable?)"
+                    .into(),
+            });
+        }
+        Ok(())
     }
 }

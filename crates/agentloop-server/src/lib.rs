@@ -35,9 +35,34 @@
 //! | `GET /v1/conversations/{id}` | one conversation with `messages` (canonical agentloop messages) and `active_message_id` |
 //! | `DELETE /v1/conversations/{id}` | delete it (204) |
 //!
-//! When a token is configured, every `/v1` request needs `Authorization: Bearer <token>`
-//! (401 otherwise). Errors are JSON: `{"error": {"message": "..."}}`. Request bodies larger than
-//! the configured limit get 413. A conversation answers one message at a time (409 while busy).
+//! Errors are JSON: `{"error": {"message": "..."}}`. Request bodies larger than the configured
+//! limit get 413. A conversation answers one message at a time (409 while busy).
+//!
+//! ## Who may ask
+//!
+//! - **Token.** When [`ServerConfig::token()`] is set (`agentloop serve --token-file PATH`,
+//!   `--token` or `AGENTLOOP_TOKEN`), every `/v1` request needs `Authorization: Bearer <token>`
+//!   (401 otherwise). An empty or whitespace-only token is refused at start
+//!   ([`ServerError::EmptyToken`]), never taken as "no authentication".
+//! - **No token: loopback only.** [`Server::bind`] refuses an address that is not loopback
+//!   ([`ServerError::Unprotected`]) unless [`ServerConfig::insecure_no_auth()`] is set
+//!   (`--insecure-no-auth`), and warns when the file skills are on.
+//! - **No token: `Host` check.** Every route (the page included) answers only requests whose
+//!   `Host` is `localhost`, `127.0.0.1` or `[::1]` on any port, or one of
+//!   [`ServerConfig::allowed_hosts()`] (`--allowed-host`); others get 403. This defeats DNS
+//!   rebinding, where a web page re-resolves its own name to 127.0.0.1.
+//! - **`Origin` check.** A `/v1` request with an `Origin` header that is neither the server's
+//!   own (its `host:port` equals the `Host` header) nor one of [`ServerConfig::cors_origins()`]
+//!   (`--cors-origin`, `*` for any) gets 403. Listed origins also get CORS, preflight included,
+//!   so AI SDK frontends on another origin can use `/v1/chat/ui-stream`.
+//! - **Headers.** The page and its assets are sent with `Content-Security-Policy: default-src
+//!   'self'; frame-ancestors 'none'`, `Referrer-Policy: no-referrer` and, like every answer,
+//!   `X-Content-Type-Options: nosniff`.
+//!
+//! Errors shown to web users (the `error` event, the UI stream's `error` chunk, 500 answers)
+//! name the kind of failure, e.g. "the model provider could not be reached" or "the model
+//! provider rejected the request (status 400)"; the details (the provider's URL and answer) are
+//! logged with `tracing`.
 //!
 //! ## File skills
 //!
@@ -108,7 +133,7 @@
 //! Event ids increase (they may skip numbers). A client that lost the connection calls
 //! `GET /v1/chat/{message_id}/events` with `Last-Event-ID: <last id it saw>` and receives the
 //! events it missed, then the rest live — no duplicates. Without the header it gets the whole
-//! answer again. A finished answer stays available for reconnects for a while (default 60 s).
+//! answer again; an id that is not a number, or past the last event sent, gets 400. A finished answer stays available for reconnects for a while (default 60 s).
 //! When no client has followed an answer for the grace period (default 10 s) it is cancelled:
 //! the text produced so far is saved, unfinished tool calls get an error result saying they were
 //! not run, and the history stays valid.
@@ -146,10 +171,11 @@ mod store;
 use std::future::Future;
 use std::net::SocketAddr;
 
-/// The request bodies the HTTP API decodes, public so fuzzers and clients' tests can decode
-/// bytes exactly as the server does (`serde_json::from_slice::<ChatRequest>(body)`).
+/// What the HTTP API decodes from requests (the bodies, and the `Last-Event-ID` header), public
+/// so fuzzers and clients' tests can decode bytes exactly as the server does
+/// (`serde_json::from_slice::<ChatRequest>(body)`, [`requests::resume_after`]).
 pub mod requests {
-    pub use crate::http::chat::ChatRequest;
+    pub use crate::http::chat::{ChatRequest, InvalidLastEventId, resume_after};
     pub use crate::http::ui_stream::{UiChatRequest, UiMessage};
 }
 
@@ -171,10 +197,27 @@ pub struct Server {
 }
 
 impl Server {
-    /// Bind `addr`, then open the database and prepare the agent. The address is bound first,
-    /// so a start that fails on it (the port is in use) leaves no new database behind. Also
-    /// raises the soft limit on open files to the hard limit.
+    /// Check the configuration, bind `addr`, then open the database and prepare the agent.
+    /// The address is bound first, so a start that fails on it (the port is in use) leaves no
+    /// new database behind. Also raises the soft limit on open files to the hard limit.
+    ///
+    /// Without a token, an address that is not loopback is refused
+    /// ([`ServerError::Unprotected`]) unless [`ServerConfig::insecure_no_auth()`] is set.
     pub async fn bind(addr: SocketAddr, config: ServerConfig) -> Result<Self, ServerError> {
+        config.check()?;
+        if config.token.is_none() {
+            if !addr.ip().to_canonical().is_loopback() && !config.insecure_no_auth {
+                return Err(ServerError::Unprotected {
+                    addr: addr.to_string(),
+                });
+            }
+            if let Some(dir) = &config.sandbox {
+                tracing::warn!(
+                    "the file skills are on (sandbox {}) without a token: anyone who can reach {addr} can make the model write files there",
+                    dir.display()
+                );
+            }
+        }
         let open_files = listen::raise_open_file_limit();
         let serve_error = |e: std::io::Error| ServerError::Serve {
             addr: addr.to_string(),

@@ -75,6 +75,11 @@ impl RunLog {
         self.log.send_modify(|log| log.finished = true);
     }
 
+    /// How many frames are recorded: every event id sent so far is below it.
+    pub(crate) fn len(&self) -> usize {
+        self.log.borrow().frames.len()
+    }
+
     pub(crate) fn is_finished(&self) -> bool {
         self.log.borrow().finished
     }

@@ -59,8 +59,10 @@ fn agent_with_skills(config: &ServerConfig) -> Result<Agent, ServerError> {
 }
 
 impl AppState {
-    /// Open the database (running migrations) and prepare the agent.
+    /// Check the configuration (an empty token is refused), open the database (running
+    /// migrations) and prepare the agent.
     pub async fn new(config: ServerConfig) -> Result<Self, ServerError> {
+        config.check()?;
         crate::skills::check_sandbox_placement(&config)?;
         let agent = agent_with_skills(&config)?;
         let store = Store::open(config.database.clone()).await?;

@@ -233,7 +233,10 @@ async fn a_model_error_ends_with_message_end_and_the_error() {
                 "message_end",
                 json!({"stop_reason": "error", "usage": usage(0)})
             ),
-            event("error", json!({"message": failure.to_string()})),
+            event(
+                "error",
+                json!({"message": "the model provider is overloaded; try again later"})
+            ),
         ]
     );
 }

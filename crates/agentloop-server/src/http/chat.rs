@@ -79,16 +79,55 @@ pub(crate) async fn get_events(
     })?;
     let from = match headers.get("last-event-id") {
         None => 0,
-        Some(value) => value
-            .to_str()
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .map(|id| id + 1)
-            .ok_or_else(|| {
-                ApiError::bad_request("Last-Event-ID must be the id of an event of this stream")
-            })?,
+        Some(value) => {
+            let from =
+                resume_after(value.as_bytes()).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            // Ids only name frames already recorded, so one past the log is none this stream
+            // ever sent.
+            if from > run.len() {
+                return Err(ApiError::bad_request(format!(
+                    "Last-Event-ID {} is past the last event of this answer",
+                    from - 1
+                )));
+            }
+            from
+        }
     };
     Ok(event_stream(&state, run, from))
+}
+
+/// Why a `Last-Event-ID` header cannot be resumed from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidLastEventId {
+    /// Not a plain decimal number.
+    #[error("Last-Event-ID must be the id of an event of this stream")]
+    NotANumber,
+    /// A number larger than any event id can be.
+    #[error("Last-Event-ID {0} is larger than any event id")]
+    TooLarge(String),
+}
+
+/// Where a reconnect resumes, given the `Last-Event-ID` header's bytes: the position of the
+/// first event after that id. Event ids are plain decimal numbers (surrounding whitespace is
+/// ignored); anything else, and ids too large to be followed by an event, are errors rather
+/// than a wrap-around that would replay the whole answer.
+pub fn resume_after(last_event_id: &[u8]) -> Result<usize, InvalidLastEventId> {
+    let digits = last_event_id.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(InvalidLastEventId::NotANumber);
+    }
+    let text = std::str::from_utf8(digits).map_err(|_| InvalidLastEventId::NotANumber)?;
+    text.parse::<usize>()
+        .ok()
+        .and_then(|id| id.checked_add(1))
+        .ok_or_else(|| {
+            let quoted = match text.get(..40) {
+                Some(start) if text.len() > 40 => format!("{start}…"),
+                _ => text.to_owned(),
+            };
+            InvalidLastEventId::TooLarge(quoted)
+        })
 }
 
 /// `POST /v1/chat/{message_id}/cancel`: stop the answer; what it produced so far is kept.
@@ -158,4 +197,46 @@ pub(crate) fn stream_headers(run: &RunLog) -> HeaderMap {
         }
     }
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_event_ids_resume_after_themselves_without_overflow() {
+        assert_eq!(resume_after(b"0"), Ok(1));
+        assert_eq!(resume_after(b" 41 "), Ok(42));
+        assert_eq!(resume_after(b"007"), Ok(8));
+        let max = usize::MAX.to_string();
+        assert!(matches!(
+            resume_after(max.as_bytes()),
+            Err(InvalidLastEventId::TooLarge(_))
+        ));
+        assert_eq!(
+            resume_after((usize::MAX - 1).to_string().as_bytes()),
+            Ok(usize::MAX)
+        );
+        for bad in [
+            &b""[..],
+            b" ",
+            b"-1",
+            b"+1",
+            b"1e3",
+            b"0x10",
+            b"1 2",
+            b"\xff",
+            "\u{0663}".as_bytes(),
+        ] {
+            assert_eq!(
+                resume_after(bad),
+                Err(InvalidLastEventId::NotANumber),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            resume_after(&[b'9'; 1000]),
+            Err(InvalidLastEventId::TooLarge(_))
+        ));
+    }
 }

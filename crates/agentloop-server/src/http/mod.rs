@@ -50,6 +50,10 @@ pub fn router(state: AppState) -> Router {
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::check_origin,
         ));
     let mut app = Router::new()
         .route("/", get(page::index))
@@ -57,10 +61,26 @@ pub fn router(state: AppState) -> Router {
         .route("/assets/app.css", get(page::stylesheet))
         .merge(api)
         .layer(DefaultBodyLimit::max(config.max_body_bytes));
+    // Outside the token check, so that preflight requests (which carry no token) get their
+    // answer.
     if let Some(cors) = cors_layer(&config.cors_origins) {
         app = app.layer(cors);
     }
-    app.with_state(state)
+    app.layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::check_host,
+    ))
+    .layer(middleware::map_response(no_sniffing))
+    .with_state(state)
+}
+
+/// Browsers must take every answer for the type it says it is (a JSON error is no script).
+async fn no_sniffing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(HeaderValue::from_static("nosniff"));
+    response
 }
 
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
@@ -73,7 +93,9 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         AllowOrigin::list(
             origins
                 .iter()
-                .filter_map(|o| match HeaderValue::from_str(o) {
+                // Browsers send origins without a trailing slash, host in lowercase.
+                .map(|o| o.trim().trim_end_matches('/').to_ascii_lowercase())
+                .filter_map(|o| match HeaderValue::from_str(&o) {
                     Ok(v) => Some(v),
                     Err(_) => {
                         tracing::warn!("ignoring the CORS origin `{o}`: not a valid header value");
@@ -142,8 +164,15 @@ impl From<JsonRejection> for ApiError {
 
 impl From<ServerError> for ApiError {
     fn from(error: ServerError) -> Self {
+        // The details (paths, SQLite messages) are for the operator, not for web users.
         tracing::error!("{error}");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+        let message = match error {
+            ServerError::Database { .. } => {
+                "a database operation failed; the server log has the details"
+            }
+            _ => "the server failed to answer; the server log has the details",
+        };
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 }
 
