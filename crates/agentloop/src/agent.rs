@@ -179,6 +179,8 @@ pub struct AgentBuilder {
     base: Request,
     tools: Vec<Tool>,
     options: RunOptions,
+    /// Handlers named after no function tool yet: bound at [`Self::build`].
+    unbound: Vec<(String, Arc<dyn ToolHandler>)>,
 }
 
 impl AgentBuilder {
@@ -188,6 +190,7 @@ impl AgentBuilder {
             base: Request::default(),
             tools: Vec::new(),
             options: RunOptions::default(),
+            unbound: Vec::new(),
         }
     }
 
@@ -218,15 +221,58 @@ impl AgentBuilder {
         self
     }
 
-    /// Attach a handler to the definition-only tool `name`.
-    pub fn handler(mut self, name: &str, handler: impl ToolHandler) -> Self {
-        let handler: Arc<dyn ToolHandler> = Arc::new(handler);
+    /// Attach a handler to the tool the model calls `name`: a definition-only function tool,
+    /// or a client-side native tool by its [`NativeTool::client_name`]
+    /// (`str_replace_based_edit_tool`, `bash`, `computer`), whose calls then run in automatic
+    /// runs with the input the model sent. A name that matches no function tool yet is bound
+    /// when the agent is built, so the order of the builder calls does not matter.
+    ///
+    /// A client-side native tool without a handler is answered as an unknown tool: the model
+    /// gets an error result listing the tools that can run, and the run goes on.
+    pub fn handler(self, name: &str, handler: impl ToolHandler) -> Self {
+        self.bind(name.to_owned(), Arc::new(handler))
+    }
+
+    /// [`Self::handler`] for each `(name, handler)` of a map (or any list of pairs).
+    pub fn handlers<N: Into<String>>(
+        mut self,
+        handlers: impl IntoIterator<Item = (N, Arc<dyn ToolHandler>)>,
+    ) -> Self {
+        for (name, handler) in handlers {
+            self = self.bind(name.into(), handler);
+        }
+        self
+    }
+
+    fn bind(mut self, name: String, handler: Arc<dyn ToolHandler>) -> Self {
+        let mut bound = false;
         for tool in &mut self.tools {
             if tool.tool_name() == name {
                 *tool = tool.clone().handler_arc(handler.clone());
+                bound = true;
             }
         }
+        self.unbound.retain(|(unbound, _)| *unbound != name);
+        if !bound {
+            self.unbound.push((name, handler));
+        }
         self
+    }
+
+    /// The tools with the handlers bound by name: a function tool added after its handler
+    /// takes it unless it brought its own; any other name answers a native tool.
+    fn bound_tools(mut self) -> (Self, Vec<Tool>) {
+        let mut tools = std::mem::take(&mut self.tools);
+        for (name, handler) in std::mem::take(&mut self.unbound) {
+            match tools.iter_mut().find(|tool| tool.tool_name() == name) {
+                Some(tool) if tool.get_handler().is_none() => {
+                    *tool = tool.clone().handler_arc(handler);
+                }
+                Some(_) => {}
+                None => tools.push(Tool::native_slot(name).handler_arc(handler)),
+            }
+        }
+        (self, tools)
     }
 
     /// Offer a provider-native tool.
@@ -333,11 +379,12 @@ impl AgentBuilder {
 
     /// Finish.
     pub fn build(self) -> Agent {
+        let (this, tools) = self.bound_tools();
         Agent {
-            provider: self.provider,
-            base: self.base,
-            tools: ToolSet::new(self.tools),
-            options: Arc::new(self.options),
+            provider: this.provider,
+            base: this.base,
+            tools: ToolSet::new(tools),
+            options: Arc::new(this.options),
         }
     }
 }

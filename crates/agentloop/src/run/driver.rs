@@ -75,8 +75,14 @@ impl ToolSet {
             .collect()
     }
 
+    /// The function definitions to send. A native tool's handler has none: the request's
+    /// native tool is its definition.
     pub(crate) fn definitions(&self) -> impl Iterator<Item = ToolDefinition> + '_ {
-        self.0.list.iter().map(ToolDefinition::from)
+        self.0
+            .list
+            .iter()
+            .filter(|tool| !tool.is_native())
+            .map(ToolDefinition::from)
     }
 }
 

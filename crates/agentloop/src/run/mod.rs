@@ -31,7 +31,7 @@ use crate::armed::Armed;
 use crate::error::{Error, Result};
 use crate::message::Request;
 use crate::provider::Provider;
-use crate::tool::Tool;
+use crate::tool::{Tool, ToolDefinition};
 use driver::Driver;
 pub(crate) use driver::ToolSet;
 use events::Lent;
@@ -44,7 +44,12 @@ fn new_machine(mut request: Request, tools: &ToolSet, options: &RunOptions) -> M
         let listed = request.tools.iter().any(|t| {
             t.function_name().is_some() && t.function_name() == definition.function_name()
         });
-        if !listed {
+        // A function tool named like a client-side native tool answers its calls; the native
+        // definition is the one sent.
+        let native = definition
+            .function_name()
+            .is_some_and(|name| ToolDefinition::native_claims(&request.tools, name));
+        if !listed && !native {
             request.tools.push(definition);
         }
     }

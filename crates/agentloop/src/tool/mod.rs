@@ -3,6 +3,10 @@
 //! A [`Tool`] is a definition plus, optionally, a handler. Typed tools derive their JSON Schema
 //! from a Rust type with `schemars`; raw tools take a schema value that is checked against the
 //! JSON Schema meta-schema.
+//!
+//! A [`NativeTool`] is defined by the provider. Most run there; the client-side ones (text
+//! editor, bash, computer use) are run by you: [`Tool::native`] (or
+//! [`crate::AgentBuilder::handler`]) binds a handler to one by the name the model calls it.
 
 mod handler;
 pub mod schema;
@@ -108,6 +112,22 @@ impl NativeTool {
         }
     }
 
+    /// The name the model calls a client-side native tool by (Anthropic's names: the text
+    /// editor is `str_replace_based_edit_tool`, bash `bash`, computer use `computer`); bind a
+    /// handler to it with [`crate::AgentBuilder::handler`] or [`Tool::native`]. `None` for the
+    /// tools the provider runs itself.
+    pub fn client_name(&self) -> Option<&'static str> {
+        match self {
+            Self::TextEditor => Some("str_replace_based_edit_tool"),
+            Self::Bash => Some("bash"),
+            Self::ComputerUse { .. } => Some("computer"),
+            Self::WebSearch { .. }
+            | Self::CodeExecution
+            | Self::FileSearch { .. }
+            | Self::XSearch { .. } => None,
+        }
+    }
+
     /// Web search with the provider's defaults.
     pub fn web_search() -> Self {
         Self::WebSearch {
@@ -140,6 +160,15 @@ impl ToolDefinition {
             Self::Function(f) => Some(&f.name),
             Self::Native(_) => None,
         }
+    }
+
+    /// Whether `tools` holds a client-side native tool the model calls `name`: a function
+    /// definition of that name would then be a second definition of one tool.
+    pub(crate) fn native_claims(tools: &[ToolDefinition], name: &str) -> bool {
+        tools.iter().any(|tool| match tool {
+            Self::Native(native) => native.client_name() == Some(name),
+            Self::Function(_) => false,
+        })
     }
 }
 
@@ -228,10 +257,17 @@ pub struct Tool {
     /// `validation` feature): deserializing into the type decides validity, and the validator
     /// is only compiled to explain a rejection.
     accepts: Option<Deserializes>,
+    /// Answers a client-side native tool: the request's native tool is its definition.
+    native: bool,
 }
 
 /// A check that arguments deserialize into a tool's type: serde's message when they do not.
 type Deserializes = fn(&Value) -> std::result::Result<(), String>;
+
+/// A native tool's input is the provider's to define: whatever the model sent is passed on.
+fn any_input(_input: &Value) -> std::result::Result<(), String> {
+    Ok(())
+}
 
 /// Whether `input` deserializes into `T`; serde's message when it does not.
 fn deserializes_into<T: DeserializeOwned>(input: &Value) -> std::result::Result<(), String> {
@@ -244,6 +280,7 @@ impl std::fmt::Debug for Tool {
             .field("definition", &self.definition)
             .field("has_handler", &self.handler.is_some())
             .field("timeout", &self.timeout)
+            .field("native", &self.native)
             .finish()
     }
 }
@@ -257,7 +294,45 @@ impl Tool {
             #[cfg(feature = "validation")]
             validator: Arc::new(OnceLock::new()),
             accepts: None,
+            native: false,
         }
+    }
+
+    /// The handler of a client-side native tool (Anthropic's text editor, bash, computer),
+    /// bound by the name the model calls it ([`NativeTool::client_name`]). It adds no
+    /// definition to the request: the [`NativeTool`] in the request's tools is the one the
+    /// model sees. The handler gets the call's input as the model sent it (e.g.
+    /// `{"command": "view", "path": "src/lib.rs"}`), and its output is the tool result.
+    ///
+    /// ```
+    /// use agentloop::{NativeTool, Tool, ToolContext, ToolError, ToolOutput};
+    /// let bash = Tool::native("bash", |_ctx: ToolContext, input: serde_json::Value| async move {
+    ///     Ok::<_, ToolError>(ToolOutput::text(format!("would run {}", input["command"])))
+    /// });
+    /// assert!(bash.is_native());
+    /// assert_eq!(NativeTool::Bash.client_name(), Some(bash.tool_name()));
+    /// ```
+    pub fn native(name: impl Into<String>, handler: impl ToolHandler) -> Self {
+        Self::native_slot(name).handler(handler)
+    }
+
+    /// [`Self::native`] before its handler is attached.
+    pub(crate) fn native_slot(name: impl Into<String>) -> Self {
+        let mut tool = Self::from_definition(FunctionDefinition {
+            name: name.into(),
+            description: String::new(),
+            input_schema: serde_json::json!({"type": "object"}),
+            strict: false,
+        });
+        tool.accepts = Some(any_input);
+        tool.native = true;
+        tool
+    }
+
+    /// Whether this answers a client-side native tool (see [`Self::native`]); such a tool
+    /// sends no definition of its own.
+    pub fn is_native(&self) -> bool {
+        self.native
     }
 
     /// A definition-only tool whose schema comes from `T`. The name defaults to the type's
