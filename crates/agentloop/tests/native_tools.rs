@@ -305,3 +305,176 @@ async fn tool_native_answers_a_streamed_run() {
         );
     }
 }
+
+// --- Code execution and file search: mapped where the provider has them, refused elsewhere.
+
+mod provider_tools {
+    use agentloop::provider::anthropic::{Anthropic, AnthropicOptions, CodeExecutionVersion};
+    use agentloop::provider::http::{ApiKey, HttpConfig};
+    use agentloop::provider::openai::{OpenAi, Preset};
+    use agentloop::{Error, Message, NativeTool, Request, ToolDefinition};
+    use serde_json::Value;
+
+    fn request(tool: NativeTool) -> Request {
+        let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("Compute 2^64.")]);
+        request.max_tokens = Some(1024);
+        request.tools = vec![ToolDefinition::Native(tool)];
+        request
+    }
+
+    fn anthropic(code_execution: CodeExecutionVersion) -> Anthropic {
+        let options = AnthropicOptions {
+            code_execution,
+            ..AnthropicOptions::default()
+        };
+        Anthropic::with_options(HttpConfig::new("http://127.0.0.1:9"), options).unwrap()
+    }
+
+    fn golden(name: &str) -> Value {
+        let path = format!(
+            "{}/tests/golden/anthropic/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// Each code execution version with its type string and beta header. Sources: Anthropic's
+    /// "Code execution tool" docs (`code_execution_20250825` with beta
+    /// `code-execution-2025-08-25`; the legacy Python-only `code_execution_20250522` with beta
+    /// `code-execution-2025-05-22`) and the Messages API types of anthropic-sdk-python
+    /// (`CodeExecutionTool20260120Param`, REPL state kept between calls, among the generally
+    /// available tool types, so no beta header).
+    #[test]
+    fn anthropic_code_execution_versions_and_their_beta_headers() {
+        for (version, file, beta) in [
+            (
+                CodeExecutionVersion::V20250825,
+                "code_execution_20250825",
+                Some("code-execution-2025-08-25"),
+            ),
+            (
+                CodeExecutionVersion::V20250522,
+                "code_execution_20250522",
+                Some("code-execution-2025-05-22"),
+            ),
+            (
+                CodeExecutionVersion::V20260120,
+                "code_execution_20260120",
+                None,
+            ),
+        ] {
+            let wire = anthropic(version)
+                .prepare(&request(NativeTool::CodeExecution), false)
+                .expect("prepares");
+            let body: Value = serde_json::from_slice(&wire.body).unwrap();
+            assert_eq!(body, golden(file), "{file}");
+            assert_eq!(
+                wire.headers
+                    .get("anthropic-beta")
+                    .and_then(|v| v.to_str().ok()),
+                beta,
+                "{file}"
+            );
+        }
+        assert_eq!(
+            AnthropicOptions::default().code_execution,
+            CodeExecutionVersion::V20250825
+        );
+    }
+
+    fn refusal(result: agentloop::Result<impl std::fmt::Debug>) -> (String, String) {
+        match result {
+            Err(error @ Error::Unsupported { .. }) => {
+                let message = error.to_string();
+                let Error::Unsupported { provider, feature } = error else {
+                    unreachable!()
+                };
+                assert_eq!(message, format!("{feature} is not supported by {provider}"));
+                (provider, feature)
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+
+    fn openai(preset: Preset) -> OpenAi {
+        let mut config = HttpConfig::new("http://127.0.0.1:9/v1");
+        config.api_key = Some(ApiKey::new("sk-test"));
+        OpenAi::from_preset(preset, config).unwrap()
+    }
+
+    fn file_search() -> NativeTool {
+        NativeTool::FileSearch {
+            vector_store_ids: vec!["vs_docs".into()],
+            max_num_results: Some(5),
+        }
+    }
+
+    /// The Messages API has no vector-store search (its server tools are web search, web
+    /// fetch, code execution, tool search, memory): file search is refused with what to do.
+    #[test]
+    fn anthropic_refuses_file_search_and_says_what_to_do() {
+        let (provider, feature) = refusal(
+            anthropic(CodeExecutionVersion::default()).prepare(&request(file_search()), false),
+        );
+        assert_eq!(provider, "anthropic");
+        assert_eq!(
+            feature,
+            "native tool file_search (the Messages API has no vector-store search; \
+             give the model a function tool that queries your store)"
+        );
+    }
+
+    /// OpenAI's `POST /chat/completions` takes function (and custom) tools and
+    /// `web_search_options` only; `code_interpreter` and `file_search` are Responses API tools
+    /// (openai-openapi `CreateChatCompletionRequest`, `ChatCompletionTool`).
+    #[test]
+    fn openai_chat_completions_refuses_code_execution_and_file_search() {
+        let openai = openai(Preset::OpenAi);
+        let (provider, feature) =
+            refusal(openai.request_body(&request(NativeTool::CodeExecution), false));
+        assert_eq!(provider, "openai");
+        assert_eq!(
+            feature,
+            "native tool code_execution on Chat Completions \
+             (OpenAI offers its code interpreter only in the Responses API)"
+        );
+        let (provider, feature) = refusal(openai.request_body(&request(file_search()), false));
+        assert_eq!(provider, "openai");
+        assert_eq!(
+            feature,
+            "native tool file_search on Chat Completions \
+             (OpenAI offers it only in the Responses API)"
+        );
+    }
+
+    /// xAI's Chat Completions takes function tools only; its code execution and collections
+    /// search are Responses API tools (docs.x.ai, "Comparison with Chat Completions API").
+    #[test]
+    fn xai_chat_completions_refuses_code_execution_and_file_search() {
+        let xai = openai(Preset::Xai);
+        for tool in [NativeTool::CodeExecution, file_search()] {
+            let name = tool.feature_name();
+            let (provider, feature) = refusal(xai.request_body(&request(tool), false));
+            assert_eq!(provider, "xai");
+            assert_eq!(
+                feature,
+                format!(
+                    "{name} on Chat Completions (xAI offers code execution and collections \
+                     search only in its Responses API)"
+                )
+            );
+        }
+    }
+
+    /// A compatible server without such tools names itself and the tool.
+    #[test]
+    fn other_chat_completions_servers_refuse_them_by_name() {
+        let groq = openai(Preset::Groq);
+        for tool in [NativeTool::CodeExecution, file_search()] {
+            let feature = tool.feature_name();
+            let (provider, refused) = refusal(groq.request_body(&request(tool), false));
+            assert_eq!((provider.as_str(), refused.as_str()), ("groq", feature));
+        }
+    }
+}

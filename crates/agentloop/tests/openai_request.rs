@@ -838,8 +838,9 @@ fn other_native_tools_are_unsupported_with_a_clear_message() {
         unsupported(Preset::Groq, NativeTool::web_search()),
         "native tool web_search"
     );
+    // Code execution's message names the Responses API (tests/native_tools.rs).
+    assert!(unsupported(Preset::OpenAi, NativeTool::CodeExecution).contains("Responses API"));
     for tool in [
-        NativeTool::CodeExecution,
         NativeTool::Bash,
         NativeTool::TextEditor,
         NativeTool::ComputerUse {

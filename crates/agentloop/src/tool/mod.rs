@@ -63,7 +63,8 @@ pub enum NativeTool {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         search_context_size: Option<String>,
     },
-    /// Sandboxed code execution run by the provider.
+    /// Sandboxed code execution run by the provider: Anthropic's code execution tool (its
+    /// version is `AnthropicOptions::code_execution`); Chat Completions servers refuse it.
     CodeExecution,
     /// Computer use: the model drives a screen you provide.
     ComputerUse {
@@ -79,7 +80,8 @@ pub enum NativeTool {
     TextEditor,
     /// A shell the model drives (you execute its commands).
     Bash,
-    /// OpenAI file search over vector stores.
+    /// File search over vector stores (OpenAI's `file_search`). Only OpenAI's Responses API
+    /// has it, so every provider here refuses it with [`Error::Unsupported`] saying so.
     FileSearch {
         /// The vector stores to search.
         vector_store_ids: Vec<String>,

@@ -8,7 +8,9 @@
 //! The canonical model is already shaped like Anthropic's content blocks, so the mapping is
 //! mostly direct. What needs care: thinking blocks only go back to the provider that signed
 //! them, system messages inside the history fold into `system`, roles must alternate, and
-//! native tools need their versioned type strings and beta headers.
+//! native tools need their versioned type strings and beta headers (the computer use and code
+//! execution versions are [`AnthropicOptions`]). File search and X search have no Messages API
+//! counterpart and are [`Error::Unsupported`].
 
 mod request;
 mod response;
@@ -73,6 +75,32 @@ impl ComputerUseVersion {
     }
 }
 
+/// Which code execution tool version to send (docs, "Code execution tool"); each needs models
+/// that know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CodeExecutionVersion {
+    /// `code_execution_20250522` with beta `code-execution-2025-05-22`: Python only (legacy).
+    V20250522,
+    /// `code_execution_20250825` with beta `code-execution-2025-08-25`: bash commands and file
+    /// operations.
+    #[default]
+    V20250825,
+    /// `code_execution_20260120`, generally available (no beta): keeps the sandbox's state
+    /// (variables, imports) from one call to the next.
+    V20260120,
+}
+
+impl CodeExecutionVersion {
+    /// The tool type string and the beta header value it needs, if any.
+    pub fn wire(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Self::V20250522 => ("code_execution_20250522", Some("code-execution-2025-05-22")),
+            Self::V20250825 => ("code_execution_20250825", Some("code-execution-2025-08-25")),
+            Self::V20260120 => ("code_execution_20260120", None),
+        }
+    }
+}
+
 /// Anthropic-specific settings (the connection settings are in [`HttpConfig`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnthropicOptions {
@@ -83,6 +111,8 @@ pub struct AnthropicOptions {
     pub foreign_thinking: ForeignThinking,
     /// Which computer use tool version to send.
     pub computer_use: ComputerUseVersion,
+    /// Which code execution tool version to send.
+    pub code_execution: CodeExecutionVersion,
 }
 
 impl Default for AnthropicOptions {
@@ -91,6 +121,7 @@ impl Default for AnthropicOptions {
             default_max_tokens: 4096,
             foreign_thinking: ForeignThinking::Drop,
             computer_use: ComputerUseVersion::V20250124,
+            code_execution: CodeExecutionVersion::V20250825,
         }
     }
 }

@@ -19,10 +19,10 @@ use crate::tool::schema::inline_refs;
 use crate::tool::{NativeTool, ToolChoice, ToolDefinition};
 
 /// Native tool type strings (docs, 2025-2026): web search and text editor and bash are
-/// generally available; code execution and computer use still need a beta header.
+/// generally available; computer use and the code execution versions before
+/// `code_execution_20260120` need a beta header (see `ComputerUseVersion` and
+/// `CodeExecutionVersion`).
 const WEB_SEARCH: &str = "web_search_20250305";
-const CODE_EXECUTION: &str = "code_execution_20250825";
-const CODE_EXECUTION_BETA: &str = "code-execution-2025-08-25";
 const TEXT_EDITOR: &str = "text_editor_20250728";
 const TEXT_EDITOR_NAME: &str = "str_replace_based_edit_tool";
 const BASH: &str = "bash_20250124";
@@ -443,8 +443,11 @@ fn native_tool(
             Value::Object(tool)
         }
         NativeTool::CodeExecution => {
-            need(CODE_EXECUTION_BETA);
-            json!({"type": CODE_EXECUTION, "name": "code_execution"})
+            let (kind, beta) = options.code_execution.wire();
+            if let Some(beta) = beta {
+                need(beta);
+            }
+            json!({"type": kind, "name": "code_execution"})
         }
         NativeTool::ComputerUse {
             display_width,
@@ -466,7 +469,17 @@ fn native_tool(
         }
         NativeTool::TextEditor => json!({"type": TEXT_EDITOR, "name": TEXT_EDITOR_NAME}),
         NativeTool::Bash => json!({"type": BASH, "name": "bash"}),
-        NativeTool::FileSearch { .. } | NativeTool::XSearch { .. } => {
+        NativeTool::FileSearch { .. } => {
+            return Err(Error::Unsupported {
+                provider: PROVIDER_NAME.to_owned(),
+                feature: format!(
+                    "{} (the Messages API has no vector-store search; give the model a \
+                     function tool that queries your store)",
+                    tool.feature_name()
+                ),
+            });
+        }
+        NativeTool::XSearch { .. } => {
             return Err(Error::Unsupported {
                 provider: PROVIDER_NAME.to_owned(),
                 feature: tool.feature_name().to_owned(),

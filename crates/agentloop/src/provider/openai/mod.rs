@@ -25,9 +25,9 @@
 //!   text.
 //! - Reasoning blocks (from any provider) and other providers' native blocks are dropped;
 //!   [`OpenAiOptions::thinking_as_text`] sends reasoning as `<thinking>` text instead.
-//! - Native tools: web search maps to `web_search_options` (OpenAI search models); file search
-//!   and xAI's search tools exist only in Responses APIs, so they, and every other native tool,
-//!   are [`Error::Unsupported`].
+//! - Native tools: web search maps to `web_search_options` (OpenAI search models); file search,
+//!   code execution (OpenAI's code interpreter) and xAI's search tools exist only in Responses
+//!   APIs, so they, and every other native tool, are [`Error::Unsupported`].
 
 mod request;
 mod response;

@@ -109,6 +109,23 @@ fn native_tool<'a>(tool: &'a NativeTool, options: &OpenAiOptions) -> Result<WebS
                 tool.feature_name()
             )))
         }
+        NativeTool::CodeExecution if options.preset == Preset::OpenAi => Err(unsupported(format!(
+            "{} on Chat Completions (OpenAI offers its code interpreter only in the \
+                 Responses API)",
+            tool.feature_name()
+        ))),
+        // xAI's docs ("Comparison with Chat Completions API"): its agentic tools (code
+        // execution, collections search) are Responses API tools; Chat Completions takes
+        // function calling only.
+        NativeTool::CodeExecution | NativeTool::FileSearch { .. }
+            if options.preset == Preset::Xai =>
+        {
+            Err(unsupported(format!(
+                "{} on Chat Completions (xAI offers code execution and collections search \
+                 only in its Responses API)",
+                tool.feature_name()
+            )))
+        }
         NativeTool::FileSearch { .. } if options.preset == Preset::OpenAi => {
             Err(unsupported(format!(
                 "{} on Chat Completions (OpenAI offers it only in the Responses API)",
