@@ -112,6 +112,14 @@ async fn after_response_and_on_stop_run_the_same_in_a_streamed_run() {
     assert_eq!(entries(&log), TWO_STEP_LOG);
 }
 
+/// What ends a run, its turns, a stop condition, and the log expected.
+type StopCase = (
+    &'static str,
+    Vec<Turn>,
+    Option<StopCondition>,
+    Vec<&'static str>,
+);
+
 #[tokio::test]
 async fn on_stop_names_every_way_a_run_ends_and_after_response_skips_failed_calls() {
     let overloaded = || {
@@ -121,7 +129,7 @@ async fn on_stop_names_every_way_a_run_ends_and_after_response_skips_failed_call
         })
     };
     let call = || Turn::tool_call("get_weather", json!({"city": "Rome"}));
-    let cases: Vec<(&str, Vec<Turn>, Option<StopCondition>, Vec<&str>)> = vec![
+    let cases: Vec<StopCase> = vec![
         (
             "a failed model call",
             vec![call(), overloaded()],
