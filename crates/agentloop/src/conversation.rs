@@ -71,6 +71,9 @@ impl InterruptHandle {
     }
 }
 
+/// Why a send or resume is refused while a reply streams.
+const BUSY: &str = "a reply is still streaming: finish or drop it before sending again";
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The state stays consistent across a panic elsewhere: every update is a single assignment.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -201,6 +204,7 @@ impl Conversation {
     pub async fn send_message(&mut self, message: Message) -> Result<Reply> {
         // Refused before the prompt hook runs, so a refused send has no hook side effects.
         self.refuse_while_pending()?;
+        self.refuse_while_busy()?;
         let message =
             self.options
                 .hooks
@@ -216,6 +220,13 @@ impl Conversation {
             messages
         };
         self.start(messages)
+    }
+
+    fn refuse_while_busy(&self) -> Result<()> {
+        if lock(&self.shared).busy {
+            return Err(Error::config(BUSY));
+        }
+        Ok(())
     }
 
     fn refuse_while_pending(&self) -> Result<()> {
@@ -264,9 +275,7 @@ impl Conversation {
         {
             let mut shared = lock(&self.shared);
             if shared.busy {
-                return Err(Error::config(
-                    "a reply is still streaming: finish or drop it before sending again",
-                ));
+                return Err(Error::config(BUSY));
             }
             shared.busy = true;
         }

@@ -274,7 +274,8 @@ fn inline_in(value: &mut Value, defs: &Map<String, Value>, stack: &mut Vec<Strin
 }
 
 /// Shape a schema for OpenAI strict mode: every object closed (`additionalProperties: false`)
-/// with all properties required; properties that were optional become nullable.
+/// with all properties required; properties that were optional become nullable; numbers lose
+/// their `format`.
 pub fn openai_strict(schema: &Value) -> Value {
     let mut out = inline_refs(schema);
     make_strict(&mut out);
@@ -306,12 +307,27 @@ fn make_strict(value: &mut Value) {
                 }
                 map.insert("additionalProperties".into(), Value::Bool(false));
             }
+            // Strict mode takes `format` on strings only and refuses the request otherwise;
+            // schemars gives every Rust number one ("uint8", "double").
+            if is_number(map.get("type")) {
+                map.shift_remove("format");
+            }
             for (_, child) in map.iter_mut() {
                 make_strict(child);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(make_strict),
         _ => {}
+    }
+}
+
+/// Whether a schema's `type` is a number (or a nullable one).
+fn is_number(kind: Option<&Value>) -> bool {
+    let number = |t: &Value| t == "integer" || t == "number";
+    match kind {
+        Some(Value::Array(types)) => types.iter().any(number),
+        Some(t) => number(t),
+        None => false,
     }
 }
 
