@@ -9,6 +9,11 @@
 //! mostly direct. What needs care: thinking blocks only go back to the provider that signed
 //! them, system messages inside the history fold into `system`, roles must alternate, and
 //! native tools need their versioned type strings and beta headers.
+//!
+//! Prompt caching: [`Request::cache`] breakpoints become `cache_control` on the last tool, the
+//! last system block (the system prompt is then sent as text blocks), a message's block, or the
+//! top level (automatic caching). More than four placed breakpoints is
+//! [`Error::LimitExceeded`], before anything is sent; usage reports the cache reads and writes.
 
 mod request;
 mod response;
