@@ -178,3 +178,32 @@ fn an_explicit_breakpoint_does_not_change_an_openai_body() {
         );
     }
 }
+
+/// Saved runs serialize their request: the breakpoints must come back as they were.
+#[test]
+fn breakpoints_round_trip_through_json() {
+    let request = common::canonical_request()
+        .cache_at(
+            CacheTarget::Tools,
+            CacheControl::with_ttl(CacheTtl::OneHour),
+        )
+        .cache_at(
+            CacheTarget::Message {
+                message: 1,
+                block: Some(0),
+            },
+            CacheControl::ephemeral(),
+        )
+        .cache_at(CacheTarget::LastMessage, CacheControl::ephemeral());
+    let json = serde_json::to_value(&request).unwrap();
+    assert_eq!(
+        json["cache"],
+        json!([
+            {"at": "tools", "control": {"ttl": "1h"}},
+            {"at": "message", "message": 1, "block": 0, "control": {}},
+            {"at": "last_message", "control": {}}
+        ])
+    );
+    let back: agentloop::Request = serde_json::from_value(json).unwrap();
+    assert_eq!(back, request);
+}
