@@ -204,6 +204,13 @@ impl Turn {
         self
     }
 
+    /// Report these prompt-cache reads and writes along with the usage.
+    pub fn with_cache_usage(mut self, read_tokens: u64, write_tokens: u64) -> Self {
+        self.usage.cache_read_tokens = read_tokens;
+        self.usage.cache_write_tokens = write_tokens;
+        self
+    }
+
     /// Report this stop reason.
     pub fn with_stop_reason(mut self, stop_reason: StopReason) -> Self {
         self.stop_reason = Some(stop_reason);

@@ -305,6 +305,19 @@ impl AgentBuilder {
         self
     }
 
+    /// Cache the tool list and the system prompt (Anthropic prompt caching): a breakpoint on
+    /// the last tool and one on the last system block of every request, two of Anthropic's
+    /// four. Providers that cache on their own ignore it. Finer placement: [`Request::cache`]
+    /// through [`AgentBuilder::request`].
+    pub fn prompt_caching(mut self, control: crate::message::CacheControl) -> Self {
+        use crate::message::{CacheBreakpoint, CacheTarget};
+        for target in [CacheTarget::Tools, CacheTarget::System] {
+            self.base.cache.retain(|b| b.target != target);
+            self.base.cache.push(CacheBreakpoint::new(target, control));
+        }
+        self
+    }
+
     /// Edit the base request directly (stop sequences, metadata, extensions, ...).
     pub fn request(mut self, edit: impl FnOnce(&mut Request)) -> Self {
         edit(&mut self.base);

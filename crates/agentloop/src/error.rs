@@ -220,6 +220,21 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The request goes past a limit the provider documents (tools per request, cache
+    /// breakpoints); it was not sent.
+    #[error(
+        "{provider} accepts at most {limit} {what} per request, and this one has {count}; remove some or split the work"
+    )]
+    LimitExceeded {
+        /// Which provider.
+        provider: String,
+        /// What is counted (`tools`, `cache breakpoints`).
+        what: String,
+        /// The provider's limit.
+        limit: usize,
+        /// How many the request has.
+        count: usize,
+    },
 }
 
 impl Error {
@@ -266,6 +281,7 @@ impl Error {
             Self::Config { .. } => "config",
             Self::InvalidHistory { .. } => "invalid_history",
             Self::Incomplete { .. } => "incomplete",
+            Self::LimitExceeded { .. } => "limit_exceeded",
         }
     }
 

@@ -125,8 +125,8 @@ pub mod tool;
 pub use agent::{Agent, AgentBuilder};
 pub use error::{Error, Result, TimeoutKind};
 pub use message::{
-    ContentBlock, ImageSource, Message, Request, Response, Role, StopReason, ToolResult,
-    ToolResultContent, Usage,
+    CacheBreakpoint, CacheControl, CacheTarget, CacheTtl, ContentBlock, ImageSource, Message,
+    Request, Response, Role, StopReason, ToolResult, ToolResultContent, Usage,
 };
 pub use provider::{EventStream, Provider};
 #[cfg(feature = "registry")]

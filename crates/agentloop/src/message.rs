@@ -330,6 +330,90 @@ pub struct Request {
     /// Raw JSON merged into the provider body last: the escape hatch for anything not modelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extensions: Option<serde_json::Map<String, Value>>,
+    /// Prompt-cache breakpoints (Anthropic `cache_control`). Providers that cache on their own
+    /// (OpenAI and the compatible servers) leave them out. See [`CacheBreakpoint`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<CacheBreakpoint>,
+}
+
+/// How long a prompt-cache entry lives. Anthropic's default is five minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CacheTtl {
+    /// `"5m"`.
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    /// `"1h"`: costs more to write; Anthropic wants 1-hour breakpoints before 5-minute ones.
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+/// Anthropic's `cache_control`: `{"type": "ephemeral"}`, with a `ttl` when one is set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheControl {
+    /// The entry's lifetime (`None`: the provider's default, five minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<CacheTtl>,
+}
+
+impl CacheControl {
+    /// An ephemeral breakpoint with the default lifetime.
+    pub fn ephemeral() -> Self {
+        Self::default()
+    }
+
+    /// An ephemeral breakpoint that lives for `ttl`.
+    pub fn with_ttl(ttl: CacheTtl) -> Self {
+        Self { ttl: Some(ttl) }
+    }
+}
+
+/// Where a cache breakpoint goes. Everything up to and including the marked block is cached,
+/// in Anthropic's order: tools, then system, then messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "at", rename_all = "snake_case")]
+pub enum CacheTarget {
+    /// The last tool definition, which caches the whole tool list.
+    Tools,
+    /// The last system block (the system prompt and any system messages of the history).
+    System,
+    /// A block of `messages[message]`: block `block`, or its last block when `None`. A block
+    /// the provider is not sent (an empty text, another provider's reasoning) passes the mark
+    /// to the closest earlier block of the same message that is sent.
+    Message {
+        /// Index into [`Request::messages`].
+        message: usize,
+        /// Index into that message's content; `None` for its last block.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        block: Option<usize>,
+    },
+    /// The last block of the last message: the whole conversation so far.
+    LastMessage,
+    /// Anthropic's automatic caching (a top-level `cache_control`): the provider puts the
+    /// breakpoint on the last cacheable block itself. It takes one of the breakpoint slots.
+    Automatic,
+}
+
+/// One prompt-cache breakpoint: where, and how long it lives.
+///
+/// Anthropic takes at most four per request (automatic caching included); a request with more
+/// is refused with [`crate::Error::LimitExceeded`] before it is sent. A breakpoint with nothing
+/// to mark (no tools, no system prompt, a message left with no block to send) is left out and
+/// does not count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheBreakpoint {
+    /// Where it goes.
+    #[serde(flatten)]
+    pub target: CacheTarget,
+    /// Its `cache_control`.
+    #[serde(default)]
+    pub control: CacheControl,
+}
+
+impl CacheBreakpoint {
+    /// A breakpoint at `target` with `control`.
+    pub fn new(target: CacheTarget, control: CacheControl) -> Self {
+        Self { target, control }
+    }
 }
 
 impl Request {
@@ -356,6 +440,12 @@ impl Request {
     /// ```
     pub fn continue_from(mut self, response: &Response) -> Self {
         self.messages.push(response.to_message());
+        self
+    }
+
+    /// Add a prompt-cache breakpoint (Anthropic; other providers ignore it).
+    pub fn cache_at(mut self, target: CacheTarget, control: CacheControl) -> Self {
+        self.cache.push(CacheBreakpoint::new(target, control));
         self
     }
 

@@ -9,8 +9,8 @@ use agentloop::provider::anthropic::{
 };
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::{
-    ContentBlock, Error, FunctionDefinition, Message, NativeTool, Request, Role, ToolChoice,
-    ToolDefinition, ToolResult,
+    CacheControl, CacheTarget, CacheTtl, ContentBlock, Error, FunctionDefinition, Message,
+    NativeTool, Request, Role, ToolChoice, ToolDefinition, ToolResult,
 };
 use serde_json::{Value, json};
 
@@ -355,6 +355,7 @@ fn shaping_request() -> Request {
         parallel_tool_calls: Some(false),
         metadata: Some(json!({"user_id": "user-42", "trace_id": "abc"})),
         extensions: Some(extensions),
+        cache: Vec::new(),
     }
 }
 
@@ -434,4 +435,177 @@ fn debug_output_never_shows_the_key() {
         assert!(!shown.contains("header-secret"), "{shown}");
         assert!(shown.contains("api.anthropic.com"), "{shown}");
     }
+}
+
+fn weather_tool(name: &str) -> ToolDefinition {
+    ToolDefinition::Function(std::sync::Arc::new(FunctionDefinition {
+        name: name.into(),
+        description: format!("The {name} tool"),
+        input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        strict: false,
+    }))
+}
+
+/// Tools, system and messages each carrying a breakpoint. Sources: Anthropic's prompt caching
+/// guide (platform.claude.com/docs/en/build-with-claude/prompt-caching: `cache_control`
+/// `{"type": "ephemeral"}` on tools, system text blocks and message content blocks, "up to 4
+/// cache breakpoints", `ttl` `"5m"` | `"1h"`) and the Messages API types in anthropics/
+/// anthropic-sdk-python (`CacheControlEphemeralParam {type: "ephemeral", ttl?: "5m" | "1h"}`,
+/// top-level `cache_control` for automatic caching; `system` as `str | Iterable[TextBlockParam]`).
+fn cache_request() -> Request {
+    let mut request = Request::new(
+        "claude-sonnet-4-5",
+        vec![
+            Message::new(
+                Role::User,
+                vec![
+                    ContentBlock::text("Here is the handbook: ..."),
+                    ContentBlock::text("What is the weather in Paris?"),
+                ],
+            ),
+            Message::system("Answer in French."),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::text("Let me check."),
+                    ContentBlock::text(""),
+                    ContentBlock::ToolUse {
+                        id: "toolu_1".into(),
+                        name: "get_weather".into(),
+                        input: json!({"city": "Paris"}),
+                    },
+                ],
+            ),
+            Message::tool_results([ToolResult::text("toolu_1", "18 °C")]),
+        ],
+    )
+    .cache_at(
+        CacheTarget::Tools,
+        CacheControl::with_ttl(CacheTtl::OneHour),
+    )
+    .cache_at(
+        CacheTarget::System,
+        CacheControl::with_ttl(CacheTtl::OneHour),
+    )
+    // The empty text is not sent: the mark goes back to "Let me check.".
+    .cache_at(
+        CacheTarget::Message {
+            message: 2,
+            block: Some(1),
+        },
+        CacheControl::with_ttl(CacheTtl::FiveMinutes),
+    )
+    .cache_at(CacheTarget::LastMessage, CacheControl::ephemeral());
+    request.system = Some("You are a weather assistant.".into());
+    request.max_tokens = Some(1024);
+    request.tools = vec![weather_tool("get_forecast"), weather_tool("get_weather")];
+    request
+}
+
+#[test]
+fn cache_breakpoints_on_tools_system_and_messages() {
+    let actual = body(
+        &provider(AnthropicOptions::default()),
+        &cache_request(),
+        false,
+    );
+    assert_golden(&actual, "prompt_cache");
+}
+
+#[test]
+fn automatic_caching_is_a_top_level_cache_control() {
+    let request = Request::new("claude-sonnet-4-5", vec![Message::user("Hi")])
+        .cache_at(CacheTarget::Automatic, CacheControl::ephemeral());
+    let actual = body(&provider(AnthropicOptions::default()), &request, false);
+    assert_eq!(
+        actual,
+        json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 4096,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+            "cache_control": {"type": "ephemeral"}
+        })
+    );
+}
+
+#[test]
+fn a_fifth_cache_breakpoint_is_refused_before_sending() {
+    let request = cache_request().cache_at(
+        CacheTarget::Message {
+            message: 0,
+            block: None,
+        },
+        CacheControl::ephemeral(),
+    );
+    match provider(AnthropicOptions::default()).prepare(&request, false) {
+        Err(Error::LimitExceeded {
+            provider,
+            what,
+            limit,
+            count,
+        }) => {
+            assert_eq!(
+                (provider.as_str(), what.as_str(), limit, count),
+                ("anthropic", "cache breakpoints", 4, 5)
+            );
+        }
+        other => panic!("expected LimitExceeded, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn breakpoints_with_nothing_to_mark_are_left_out_and_not_counted() {
+    // No tools, no system, a message whose only block is not sent: none of these count, so
+    // five breakpoints still fit the limit of four.
+    let request = Request::new(
+        "claude-sonnet-4-5",
+        vec![
+            Message::new(Role::Assistant, vec![ContentBlock::text("")]),
+            Message::user("Hi"),
+        ],
+    )
+    .cache_at(CacheTarget::Tools, CacheControl::ephemeral())
+    .cache_at(CacheTarget::System, CacheControl::ephemeral())
+    .cache_at(
+        CacheTarget::Message {
+            message: 0,
+            block: None,
+        },
+        CacheControl::ephemeral(),
+    )
+    .cache_at(CacheTarget::LastMessage, CacheControl::ephemeral())
+    .cache_at(
+        CacheTarget::Message {
+            message: 1,
+            block: Some(0),
+        },
+        CacheControl::ephemeral(),
+    );
+    let actual = body(&provider(AnthropicOptions::default()), &request, false);
+    assert_eq!(
+        actual["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}
+        ]}])
+    );
+    assert!(actual.get("system").is_none() && actual.get("tools").is_none());
+}
+
+#[test]
+fn a_breakpoint_past_the_history_is_an_error() {
+    let request = Request::new("claude-sonnet-4-5", vec![Message::user("Hi")]).cache_at(
+        CacheTarget::Message {
+            message: 3,
+            block: None,
+        },
+        CacheControl::ephemeral(),
+    );
+    let error = provider(AnthropicOptions::default())
+        .prepare(&request, false)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidHistory { message } if message.contains("message 3")),
+        "{error:?}"
+    );
 }

@@ -98,6 +98,7 @@ pub fn canonical_request() -> Request {
         parallel_tool_calls: Some(false),
         metadata: None,
         extensions: None,
+        cache: Vec::new(),
     }
 }
 

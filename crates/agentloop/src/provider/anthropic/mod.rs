@@ -11,6 +11,11 @@
 //! native tools need their versioned type strings and beta headers (the computer use and code
 //! execution versions are [`AnthropicOptions`]). File search and X search have no Messages API
 //! counterpart and are [`Error::Unsupported`].
+//!
+//! Prompt caching: [`Request::cache`] breakpoints become `cache_control` on the last tool, the
+//! last system block (the system prompt is then sent as text blocks), a message's block, or the
+//! top level (automatic caching). More than four placed breakpoints is
+//! [`Error::LimitExceeded`], before anything is sent; usage reports the cache reads and writes.
 
 mod request;
 mod response;

@@ -12,7 +12,10 @@ use serde_json::{Map, Value, json};
 
 use super::{AnthropicOptions, ForeignThinking, PROVIDER_NAME};
 use crate::error::{Error, Result};
-use crate::message::{ContentBlock, ImageSource, Request, Role, ToolResult, ToolResultContent};
+use crate::message::{
+    CacheControl, CacheTarget, CacheTtl, ContentBlock, ImageSource, Request, Role, ToolResult,
+    ToolResultContent,
+};
 use crate::provider::http::BodySize;
 use crate::provider::rendered::RenderedTools;
 use crate::tool::schema::inline_refs;
@@ -40,13 +43,16 @@ pub(super) fn build(
     body_size: &BodySize,
     rendered: &RenderedTools,
 ) -> Result<Built> {
-    let (system, messages) = messages(request, options);
+    let marks = Marks::new(request);
+    let (system, messages, marked) = messages(request, options, &marks)?;
     let mut betas = Vec::new();
-    let tools = request
+    let mut tools = request
         .tools
         .iter()
         .map(|tool| wire_tool(tool, options, &mut betas, rendered))
         .collect::<Result<Vec<_>>>()?;
+    let tools_marked = mark_last_tool(&mut tools, marks.tools)?;
+    check_breakpoints(marked + usize::from(tools_marked) + usize::from(marks.automatic.is_some()))?;
     let body = Body {
         model: &request.model,
         max_tokens: request.max_tokens.unwrap_or(options.default_max_tokens),
@@ -65,6 +71,7 @@ pub(super) fn build(
             .filter(|id| !id.is_null())
             .map(|user_id| Metadata { user_id }),
         stream,
+        cache_control: marks.automatic.map(WireCacheControl::new),
         extensions: request.extensions.as_ref(),
     };
     let body = body_size
@@ -78,7 +85,7 @@ pub(super) fn build(
 struct Body<'a> {
     model: &'a str,
     max_tokens: u32,
-    system: Option<Cow<'a, str>>,
+    system: Option<WireSystem<'a>>,
     messages: Vec<WireMessage<'a>>,
     temperature: Option<f32>,
     top_p: Option<f32>,
@@ -88,6 +95,8 @@ struct Body<'a> {
     tool_choice: Option<WireToolChoice<'a>>,
     metadata: Option<Metadata<'a>>,
     stream: bool,
+    /// Automatic caching: Anthropic marks the last cacheable block itself.
+    cache_control: Option<WireCacheControl<'a>>,
     extensions: Option<&'a Map<String, Value>>,
 }
 
@@ -125,6 +134,9 @@ impl Serialize for Body<'_> {
         if self.stream {
             entry(&mut map, ext, "stream", &true)?;
         }
+        if let Some(cache_control) = &self.cache_control {
+            entry(&mut map, ext, "cache_control", cache_control)?;
+        }
         // Extensions come last and win: every key they name was skipped above.
         for (key, value) in ext.into_iter().flatten() {
             map.serialize_entry(key, value)?;
@@ -157,11 +169,17 @@ enum WireBlock<'a> {
     Typed(TypedBlock<'a>),
     /// A block Anthropic made, sent back exactly as it came.
     Native(&'a Value),
+    /// A block carrying a cache breakpoint.
+    Cached(Cached<'a>),
 }
 
 impl WireBlock<'_> {
     fn is_tool_result(&self) -> bool {
-        matches!(self, Self::Typed(TypedBlock::ToolResult { .. }))
+        match self {
+            Self::Typed(TypedBlock::ToolResult { .. }) => true,
+            Self::Cached(cached) => cached.block.is_tool_result(),
+            _ => false,
+        }
     }
 }
 
@@ -212,38 +230,49 @@ fn object_or_empty<S: Serializer>(input: &&Value, serializer: S) -> Result<S::Ok
     }
 }
 
-/// The history as Anthropic messages, and the system prompt with any system messages of the
-/// history folded in.
+/// The history as Anthropic messages, the system prompt with any system messages of the
+/// history folded in, and how many message and system cache breakpoints were placed.
 fn messages<'a>(
     request: &'a Request,
     options: &AnthropicOptions,
-) -> (Option<Cow<'a, str>>, Vec<WireMessage<'a>>) {
-    let mut system: Vec<&'a str> = request
+    marks: &Marks<'a>,
+) -> Result<(Option<WireSystem<'a>>, Vec<WireMessage<'a>>, usize)> {
+    let mut system: Vec<(&'a str, Option<&'a CacheControl>)> = request
         .system
         .as_deref()
         .filter(|s| !s.is_empty())
+        .map(|s| (s, None))
         .into_iter()
         .collect();
+    marks.check_range(request.messages.len())?;
+    let mut placed = 0;
     let mut out: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
-    for message in &request.messages {
+    for (index, message) in request.messages.iter().enumerate() {
         let role = match message.role {
             Role::System => {
+                let before = system.len();
                 system.extend(
                     message
                         .content
                         .iter()
                         .filter_map(ContentBlock::as_text)
-                        .filter(|text| !text.is_empty()),
+                        .filter(|text| !text.is_empty())
+                        .map(|text| (text, None)),
                 );
+                placed += mark_system_message(&mut system[before..], marks.on(index, message))?;
                 continue;
             }
             Role::User => "user",
             Role::Assistant => "assistant",
         };
-        let blocks = message
+        let mut blocks: Vec<(usize, WireBlock<'a>)> = message
             .content
             .iter()
-            .filter_map(|block| wire_block(block, options));
+            .enumerate()
+            .filter_map(|(i, block)| wire_block(block, options).map(|wire| (i, wire)))
+            .collect();
+        placed += mark_blocks(&mut blocks, marks.on(index, message))?;
+        let blocks = blocks.into_iter().map(|(_, block)| block);
         // Anthropic requires alternating roles: consecutive messages of one role (left by
         // dropped blocks or folded system messages) become one.
         match out.last_mut() {
@@ -263,12 +292,37 @@ fn messages<'a>(
             message.content.sort_by_key(|block| !block.is_tool_result());
         }
     }
-    let system = match system.as_slice() {
-        [] => None,
-        [one] => Some(Cow::Borrowed(*one)),
-        many => Some(Cow::Owned(many.join("\n\n"))),
+    if let (Some(control), Some(last)) = (marks.system, system.last_mut()) {
+        if last.1.is_none() {
+            placed += 1;
+        }
+        last.1 = Some(control);
+    }
+    let system = if system.iter().any(|(_, control)| control.is_some()) {
+        // Only blocks can carry `cache_control`: one text block per piece.
+        Some(WireSystem::Blocks(
+            system
+                .into_iter()
+                .map(|(text, control)| SystemBlock {
+                    kind: "text",
+                    text,
+                    cache_control: control.map(WireCacheControl::new),
+                })
+                .collect(),
+        ))
+    } else {
+        match system.as_slice() {
+            [] => None,
+            [(one, _)] => Some(WireSystem::Text(Cow::Borrowed(*one))),
+            many => Some(WireSystem::Text(Cow::Owned(
+                many.iter()
+                    .map(|(text, _)| *text)
+                    .collect::<Vec<_>>()
+                    .join("\n\n"),
+            ))),
+        }
     };
-    (system, out)
+    Ok((system, out, placed))
 }
 
 fn wire_block<'a>(block: &'a ContentBlock, options: &AnthropicOptions) -> Option<WireBlock<'a>> {
@@ -533,4 +587,241 @@ fn tool_choice(request: &Request) -> Option<WireToolChoice<'_>> {
 #[derive(Serialize)]
 struct Metadata<'a> {
     user_id: &'a Value,
+}
+
+/// Anthropic's limit on `cache_control` breakpoints in one request ("You can define up to 4
+/// cache breakpoints", prompt caching guide).
+pub(super) const MAX_CACHE_BREAKPOINTS: usize = 4;
+
+/// The request's cache breakpoints by where they go; a later breakpoint for the same place
+/// replaces an earlier one.
+struct Marks<'a> {
+    tools: Option<&'a CacheControl>,
+    system: Option<&'a CacheControl>,
+    automatic: Option<&'a CacheControl>,
+    /// `(message, block)` with `None` for the message's last block.
+    messages: Vec<(usize, Option<usize>, &'a CacheControl)>,
+}
+
+impl<'a> Marks<'a> {
+    fn new(request: &'a Request) -> Self {
+        let mut marks = Self {
+            tools: None,
+            system: None,
+            automatic: None,
+            messages: Vec::new(),
+        };
+        for breakpoint in &request.cache {
+            let control = &breakpoint.control;
+            let (message, block) = match breakpoint.target {
+                CacheTarget::Tools => {
+                    marks.tools = Some(control);
+                    continue;
+                }
+                CacheTarget::System => {
+                    marks.system = Some(control);
+                    continue;
+                }
+                CacheTarget::Automatic => {
+                    marks.automatic = Some(control);
+                    continue;
+                }
+                CacheTarget::Message { message, block } => (message, block),
+                CacheTarget::LastMessage => match request.messages.len().checked_sub(1) {
+                    Some(last) => (last, None),
+                    None => continue,
+                },
+            };
+            marks
+                .messages
+                .retain(|(m, b, _)| (*m, *b) != (message, block));
+            marks.messages.push((message, block, control));
+        }
+        marks
+    }
+
+    /// The breakpoints on message `index`, checked against its length.
+    fn on(
+        &self,
+        index: usize,
+        message: &crate::message::Message,
+    ) -> Result<Vec<(Option<usize>, &'a CacheControl)>> {
+        self.messages
+            .iter()
+            .filter(|(m, _, _)| *m == index)
+            .map(|&(_, block, control)| match block {
+                Some(b) if b >= message.content.len() => Err(Error::InvalidHistory {
+                    message: format!(
+                        "a cache breakpoint names block {b} of message {index}, which has {} blocks",
+                        message.content.len()
+                    ),
+                }),
+                _ => Ok((block, control)),
+            })
+            .collect()
+    }
+
+    /// Breakpoints on messages past the end of the history.
+    fn check_range(&self, len: usize) -> Result<()> {
+        match self.messages.iter().find(|(m, _, _)| *m >= len) {
+            Some((m, _, _)) => Err(Error::InvalidHistory {
+                message: format!(
+                    "a cache breakpoint names message {m}, but the request has {len} messages"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Put each breakpoint on its block or, when that block is not sent or cannot carry one
+/// (thinking), on the closest earlier block of the message that can. Returns how many blocks
+/// were marked.
+fn mark_blocks<'a>(
+    blocks: &mut [(usize, WireBlock<'a>)],
+    marks: Result<Vec<(Option<usize>, &'a CacheControl)>>,
+) -> Result<usize> {
+    let mut placed = 0;
+    for (block, control) in marks? {
+        let limit = block.unwrap_or(usize::MAX);
+        let Some(slot) = blocks
+            .iter_mut()
+            .rev()
+            .find(|(i, wire)| *i <= limit && markable(wire))
+        else {
+            continue;
+        };
+        static PLACEHOLDER: Value = Value::Null;
+        let wire = std::mem::replace(&mut slot.1, WireBlock::Native(&PLACEHOLDER));
+        slot.1 = match wire {
+            WireBlock::Cached(cached) => WireBlock::Cached(Cached {
+                block: cached.block,
+                control,
+            }),
+            other => {
+                placed += 1;
+                WireBlock::Cached(Cached {
+                    block: Box::new(other),
+                    control,
+                })
+            }
+        };
+    }
+    Ok(placed)
+}
+
+/// Thinking blocks cannot carry `cache_control` (prompt caching guide: they are cached as part
+/// of the assistant turn, not marked).
+fn markable(block: &WireBlock<'_>) -> bool {
+    !matches!(
+        block,
+        WireBlock::Typed(TypedBlock::Thinking { .. } | TypedBlock::RedactedThinking { .. })
+    )
+}
+
+/// A breakpoint on a system message of the history goes on the last text it adds to `system`.
+fn mark_system_message<'a>(
+    pieces: &mut [(&'a str, Option<&'a CacheControl>)],
+    marks: Result<Vec<(Option<usize>, &'a CacheControl)>>,
+) -> Result<usize> {
+    let mut placed = 0;
+    for (_, control) in marks? {
+        if let Some(last) = pieces.last_mut() {
+            if last.1.is_none() {
+                placed += 1;
+            }
+            last.1 = Some(control);
+        }
+    }
+    Ok(placed)
+}
+
+/// Put the tools breakpoint on the last tool. Function tools come pre-rendered; the marked one
+/// is re-parsed once to take the field.
+fn mark_last_tool(tools: &mut [WireTool], control: Option<&CacheControl>) -> Result<bool> {
+    let (Some(control), Some(last)) = (control, tools.last_mut()) else {
+        return Ok(false);
+    };
+    let mut value = match last {
+        WireTool::Function(raw) => serde_json::from_str::<Value>(raw.get()).map_err(|e| {
+            Error::parse("Anthropic tool definition while marking it for caching", e)
+        })?,
+        WireTool::Native(value) => std::mem::take(value),
+    };
+    if let Value::Object(map) = &mut value {
+        map.insert("cache_control".into(), cache_value(control));
+    }
+    *last = WireTool::Native(value);
+    Ok(true)
+}
+
+fn check_breakpoints(count: usize) -> Result<()> {
+    if count > MAX_CACHE_BREAKPOINTS {
+        return Err(Error::LimitExceeded {
+            provider: PROVIDER_NAME.to_owned(),
+            what: "cache breakpoints".to_owned(),
+            limit: MAX_CACHE_BREAKPOINTS,
+            count,
+        });
+    }
+    Ok(())
+}
+
+/// `{"type": "ephemeral"}`, and `ttl` when set.
+#[derive(Serialize)]
+struct WireCacheControl<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'a CacheTtl>,
+}
+
+impl<'a> WireCacheControl<'a> {
+    fn new(control: &'a CacheControl) -> Self {
+        Self {
+            kind: "ephemeral",
+            ttl: control.ttl.as_ref(),
+        }
+    }
+}
+
+fn cache_value(control: &CacheControl) -> Value {
+    let mut value = json!({"type": "ephemeral"});
+    if let (Some(ttl), Value::Object(map)) = (control.ttl, &mut value) {
+        map.insert("ttl".into(), json!(ttl));
+    }
+    value
+}
+
+/// A content block with `cache_control` added.
+struct Cached<'a> {
+    block: Box<WireBlock<'a>>,
+    control: &'a CacheControl,
+}
+
+impl Serialize for Cached<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut value = serde_json::to_value(&*self.block).map_err(serde::ser::Error::custom)?;
+        if let Value::Object(map) = &mut value {
+            map.insert("cache_control".into(), cache_value(self.control));
+        }
+        value.serialize(serializer)
+    }
+}
+
+/// `system`: a string, or text blocks when one of them carries a cache breakpoint.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireSystem<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<SystemBlock<'a>>),
+}
+
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<WireCacheControl<'a>>,
 }

@@ -28,6 +28,11 @@
 //! - Native tools: web search maps to `web_search_options` (OpenAI search models); file search,
 //!   code execution (OpenAI's code interpreter) and xAI's search tools exist only in Responses
 //!   APIs, so they, and every other native tool, are [`Error::Unsupported`].
+//! - Parallel calls: `parallel_tool_calls`, which xAI takes too (the `parallel_function_calling`
+//!   name some clients send for Grok is not in xAI's API definition).
+//! - Tool counts past a service's documented limit ([`Preset::max_tools`]) fail before sending.
+//! - Prompt-cache breakpoints ([`Request::cache`]) are left out: these services cache on their
+//!   own.
 
 mod request;
 mod response;
@@ -154,6 +159,18 @@ impl Preset {
             self,
             Self::OpenAi | Self::Xai | Self::Cerebras | Self::Groq | Self::DeepSeek
         )
+    }
+
+    /// The most function tools the service takes in one request, where its API reference
+    /// gives a number: 128 for OpenAI and Groq ("A max of 128 functions are supported"), 200
+    /// for xAI (its function calling guide). A request with more fails with
+    /// [`Error::LimitExceeded`] before it is sent.
+    pub fn max_tools(self) -> Option<usize> {
+        match self {
+            Self::OpenAi | Self::Groq => Some(128),
+            Self::Xai => Some(200),
+            _ => None,
+        }
     }
 
     /// The request options this service needs.

@@ -58,6 +58,7 @@ pub(crate) fn build(
             }
         }
     }
+    check_tool_count(tools.len(), options)?;
     let body = Body {
         request,
         options,
@@ -656,4 +657,18 @@ fn assistant_message<'a>(message: &'a Message, options: &OpenAiOptions) -> Optio
         tool_calls,
         ..WireMessage::new("assistant", content)
     })
+}
+
+/// Function tools past the service's documented limit would get a 400 after the round trip;
+/// refusing here names the limit and the count.
+fn check_tool_count(count: usize, options: &OpenAiOptions) -> Result<()> {
+    match options.preset.max_tools() {
+        Some(limit) if count > limit => Err(Error::LimitExceeded {
+            provider: options.name.clone(),
+            what: "tools".to_owned(),
+            limit,
+            count,
+        }),
+        _ => Ok(()),
+    }
 }
