@@ -312,3 +312,80 @@ fn pack_and_alias_errors_name_the_file_the_tool_and_the_field() {
         );
     }
 }
+
+/// A scratch directory for pack layouts the fixtures do not have; removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str, files: &[(&str, &str)]) -> Self {
+        let dir = std::env::temp_dir().join(format!("agentloop-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (path, text) in files {
+            let path = dir.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        Self(dir)
+    }
+
+    fn path(&self, relative: &str) -> String {
+        self.0.join(relative).display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn pack_directory_errors_name_the_file_and_the_tool_and_add_nothing() {
+    // A tool file that needs the pack's base URL, with a typo in another tool file.
+    let bad = Scratch::new(
+        "pack-bad",
+        &[
+            (
+                "pack.yaml",
+                "defaults: {baseUrl: 'http://127.0.0.1:9/', mode: live}\n",
+            ),
+            ("a.yaml", "name: fine\nendpoint: ok\n"),
+            ("b/c.json", r#"{"name": "broken", "timeoutMs": "soon"}"#),
+        ],
+    );
+    let mut registry = Registry::new();
+    let err = registry.add_pack(bad.path("")).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}:1:38: tool `broken`: invalid type: string \"soon\", expected u64",
+            bad.path("b/c.json")
+        )
+    );
+    assert!(registry.is_empty(), "a pack with a bad tool adds nothing");
+
+    let twice = Scratch::new(
+        "pack-dup",
+        &[
+            ("pack.json", r#"{"tools": {"search": {"mockResponse": 1}}}"#),
+            ("x/search.yaml", "name: search\nmockResponse: 2\n"),
+        ],
+    );
+    assert_eq!(
+        Registry::from_pack(twice.path("")).unwrap_err().to_string(),
+        format!(
+            "{}: tool `search`: duplicate tool name: it is already defined in {}",
+            twice.path("x/search.yaml"),
+            twice.path("pack.json")
+        )
+    );
+
+    let plain = Scratch::new("pack-none", &[("a.yaml", "name: a\n")]);
+    assert_eq!(
+        Registry::from_pack(plain.path("")).unwrap_err().to_string(),
+        format!(
+            "{}: not a pack directory: it has no `pack.yaml`, `pack.yml` or `pack.json` at its root",
+            plain.path("")
+        )
+    );
+}
