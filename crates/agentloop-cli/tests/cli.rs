@@ -401,6 +401,41 @@ fn tools_validate_and_list() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("duplicate tool name"));
 }
 
+/// A pack file and a pack directory (whose `pack.yaml` gives every file under it its defaults)
+/// validate and list as one set of tools.
+#[test]
+fn tools_validate_and_list_packs() {
+    let fixtures = repo_path("crates/agentloop/tests/fixtures/tools/promptkit");
+    let output = run(bin()
+        .args(["tools", "validate"])
+        .arg(fixtures.join("pack_dir")));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "ok: 3 tool(s) in 3 file(s): forecast, weather_alerts, current_weather\n"
+    );
+    let output = run(bin().args(["tools", "list"]).arg(fixtures.join("pack_dir")));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "current_weather\tmock\tCurrent weather for a city\n\
+         forecast\tmock\tTomorrow's forecast for a city\n\
+         weather_alerts\thttp\tActive weather alerts\n"
+    );
+    let output = run(bin()
+        .args(["tools", "list"])
+        .arg(fixtures.join("pack.yaml")));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "cancel_order\thttp\tCancel an order\n\
+         lookup_order\thttp\tLook up an order\n\
+         store_hours\tmock\tOpening hours of the store\n"
+    );
+}
+
 #[test]
 fn chat_through_stdin_keeps_history_and_clears() {
     let mut child = bin()

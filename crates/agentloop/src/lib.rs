@@ -28,7 +28,10 @@
 //! `on_exhausted: repeat_last | error`), `http` (`url`, `method` — POST by default —,
 //! `headers` whose values may say `${ENV_VAR}`, `allowed_hosts`) and `mcp` (listed from a
 //! server). `mode` can be left out when exactly one section is present. Multi-word keys may
-//! also be written in camelCase (`inputSchema`, `outputSchema`, `timeoutMs`).
+//! also be written in camelCase (`inputSchema`, `outputSchema`, `timeoutMs`), and PromptKit's
+//! `mockResponse`, `mockTemplate`, `endpoint` and `mode: live` are accepted too. A pack
+//! bundles several tools with shared defaults ([`Registry::from_pack`]); the [`registry`]
+//! module docs list the aliases and the pack format.
 //!
 //! ```yaml
 //! # tools/weather.yaml: one tool per YAML document (separate several with `---`)

@@ -1,9 +1,11 @@
-//! `agentloop tools list|validate PATH`: PATH is one descriptor file or a directory of them.
+//! `agentloop tools list|validate PATH`: PATH is one descriptor file (a pack file included), a
+//! directory of them, or a pack directory (a `pack.yaml` at its root gives every file under it
+//! its defaults, so its files are checked together).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use agentloop::registry::{Registry, tool_files};
+use agentloop::registry::{Registry, pack_file, tool_files};
 
 use crate::exit;
 
@@ -26,9 +28,25 @@ fn files(path: &Path) -> Result<Vec<PathBuf>, String> {
     }
 }
 
-/// Add `file`'s tools to `registry`, their names checked against what providers accept.
+/// What can be checked on its own: each file, or a whole pack directory (its files need the
+/// pack's defaults).
+fn units(path: &Path) -> Result<Vec<PathBuf>, String> {
+    if path.is_dir() && pack_file(path).is_some() {
+        Ok(vec![path.to_owned()])
+    } else {
+        files(path)
+    }
+}
+
+/// Add the tools of `file` (or of the pack directory `file` is) to `registry`, their names
+/// checked against what providers accept.
 fn add_file(registry: &mut Registry, file: &Path) -> Result<(), String> {
-    let names = registry.add_file(file).map_err(|e| e.to_string())?;
+    let names = if file.is_dir() {
+        registry.add_pack(file)
+    } else {
+        registry.add_file(file)
+    }
+    .map_err(|e| e.to_string())?;
     match names.iter().find(|name| !valid_name(name)) {
         Some(bad) => Err(format!(
             "{}: tool `{bad}`: the name must match {NAME_RULE} (letters, digits, `_` and `-`, at \
@@ -42,7 +60,7 @@ fn add_file(registry: &mut Registry, file: &Path) -> Result<(), String> {
 /// Load every descriptor of `path` (a file or a directory) into one registry.
 pub fn load(path: &Path) -> Result<Registry, String> {
     let mut registry = Registry::new();
-    for file in files(path)? {
+    for file in units(path)? {
         add_file(&mut registry, &file)?;
     }
     Ok(registry)
@@ -63,9 +81,8 @@ pub fn list(path: &Path) -> Result<ExitCode, String> {
 /// (duplicate names across files). Defining no tool at all is a warning and exit code 1: it is
 /// almost always the wrong path.
 pub fn validate(path: &Path) -> Result<ExitCode, String> {
-    let files = files(path)?;
     let mut problems = Vec::new();
-    for file in &files {
+    for file in &units(path)? {
         if let Err(e) = add_file(&mut Registry::new(), file) {
             problems.push(e);
         }
@@ -87,7 +104,7 @@ pub fn validate(path: &Path) -> Result<ExitCode, String> {
         println!(
             "ok: {} tool(s) in {} file(s): {}",
             registry.len(),
-            files.len(),
+            files(path)?.len(),
             registry.names().join(", ")
         );
         return Ok(ExitCode::SUCCESS);

@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::pack::PackDefaults;
+
 /// A tool as data: name, description, schemas, how it runs, and its timeout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawDescriptor", into = "RawDescriptor")]
@@ -65,7 +67,9 @@ pub enum ToolMode {
     Function,
     /// Canned answers from the descriptor's `mock` section.
     Mock,
-    /// A POST (or the configured method) of the arguments to the `http` endpoint.
+    /// A POST (or the configured method) of the arguments to the `http` endpoint. Files may
+    /// also say `live`, PromptKit's name for it.
+    #[serde(alias = "live")]
     Http,
     /// A tool of a connected MCP server.
     Mcp,
@@ -213,8 +217,16 @@ pub(crate) struct RawDescriptor {
     // Kept raw so that its problems are reported with the tool's name, after parsing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) mock: Option<RawMock>,
+    // PromptKit's flat spellings of `mock.response`, `mock.template` and `http.url`; folded
+    // into their sections by `fold_aliases`, never written back.
+    #[serde(default, rename = "mockResponse", skip_serializing)]
+    pub(crate) mock_response: Option<Value>,
+    #[serde(default, rename = "mockTemplate", skip_serializing)]
+    pub(crate) mock_template: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) http: Option<HttpSpec>,
+    #[serde(default, skip_serializing)]
+    pub(crate) endpoint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) mcp: Option<McpSource>,
     #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
@@ -222,12 +234,67 @@ pub(crate) struct RawDescriptor {
 }
 
 impl RawDescriptor {
-    /// Check the parts against each other and settle the mode. `name` is the tool's name,
-    /// known by now (from the descriptor or the manifest's metadata).
-    pub(crate) fn into_descriptor(self, name: String) -> Result<ToolDescriptor, String> {
+    /// Move the flat PromptKit fields (`mockResponse`, `mockTemplate`, `endpoint`) into the
+    /// sections they stand for. Giving both spellings of one thing is an error rather than a
+    /// silent choice.
+    pub(crate) fn fold_aliases(&mut self) -> Result<(), String> {
+        let response = self.mock_response.take();
+        let template = self.mock_template.take();
+        if response.is_some() || template.is_some() {
+            if response.is_some() && template.is_some() {
+                return Err("`mockResponse` and `mockTemplate` are both given: keep one".to_owned());
+            }
+            if self.mock.is_some() {
+                let given = if response.is_some() {
+                    "mockResponse"
+                } else {
+                    "mockTemplate"
+                };
+                return Err(format!(
+                    "`{given}` and a `mock` section are both given: keep one"
+                ));
+            }
+            self.mock = Some(RawMock {
+                response,
+                template,
+                ..RawMock::default()
+            });
+        }
+        if let Some(url) = self.endpoint.take() {
+            if self.http.is_some() {
+                return Err(
+                    "`endpoint` and an `http` section are both given: put the URL in `http.url`"
+                        .to_owned(),
+                );
+            }
+            self.http = Some(HttpSpec::post(url));
+        }
+        Ok(())
+    }
+
+    /// Whether the section `mode` runs from is present (after [`Self::fold_aliases`]).
+    pub(crate) fn has_section_for(&self, mode: ToolMode) -> bool {
+        match mode {
+            ToolMode::Function => true,
+            ToolMode::Mock => self.mock.is_some(),
+            ToolMode::Http => self.http.is_some(),
+            ToolMode::Mcp => self.mcp.is_some(),
+        }
+    }
+
+    /// Check the parts against each other and settle the mode, with a pack's defaults for
+    /// what the descriptor leaves out. `name` is the tool's name, known by now (from the
+    /// descriptor, the manifest's metadata or the pack's key).
+    pub(crate) fn into_descriptor(
+        mut self,
+        name: String,
+        defaults: &PackDefaults,
+    ) -> Result<ToolDescriptor, String> {
         if name.trim().is_empty() {
             return Err("the tool name is empty".to_owned());
         }
+        self.fold_aliases()?;
+        defaults.apply(&mut self)?;
         let mode = match self.mode {
             Some(mode) => mode,
             None => match (&self.mock, &self.http, &self.mcp) {
@@ -282,7 +349,7 @@ impl TryFrom<RawDescriptor> for ToolDescriptor {
 
     fn try_from(mut raw: RawDescriptor) -> Result<Self, String> {
         let name = raw.name.take().ok_or("missing field `name`")?;
-        raw.into_descriptor(name)
+        raw.into_descriptor(name, &PackDefaults::default())
     }
 }
 
@@ -295,7 +362,10 @@ impl From<ToolDescriptor> for RawDescriptor {
             output_schema: d.output_schema,
             mode: Some(d.mode),
             mock: d.mock.map(RawMock::from),
+            mock_response: None,
+            mock_template: None,
             http: d.http,
+            endpoint: None,
             mcp: d.mcp,
             timeout_ms: d.timeout_ms,
         }

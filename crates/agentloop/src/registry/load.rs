@@ -1,5 +1,6 @@
-//! Reading descriptor files: JSON, YAML (one tool per document), and the manifest style
-//! (`apiVersion`, `kind: Tool`, `metadata.name`, `spec`); scanning directories for them.
+//! Reading descriptor files: JSON, YAML (one tool per document), the manifest style
+//! (`apiVersion`, `kind: Tool`, `metadata.name`, `spec`) and packs (`defaults` and `tools`);
+//! scanning directories for them.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::descriptor::{RawDescriptor, ToolDescriptor};
+use super::pack::{PACK_KEYS, PackDefaults, RawPack};
 use crate::error::{Error, Result};
 
 /// A manifest: the descriptor in `spec`, its name in `metadata.name`.
@@ -129,8 +131,18 @@ impl Document<'_> {
 /// Read the tool descriptors of one file (`.json`, `.yaml` or `.yml`).
 ///
 /// A JSON file holds one tool; a YAML file holds one tool per document (separate them with
-/// `---`). Either may be a plain descriptor or a `kind: Tool` manifest.
+/// `---`). Either may be a plain descriptor, a `kind: Tool` manifest, or a pack (`defaults`
+/// and `tools`), which gives all of its tools.
 pub fn read_descriptors(path: &Path) -> Result<Vec<ToolDescriptor>> {
+    read_with(path, &PackDefaults::default())
+}
+
+fn read_with(path: &Path, defaults: &PackDefaults) -> Result<Vec<ToolDescriptor>> {
+    let (format, text) = read_text(path)?;
+    parse_with(&text, format, &path.display().to_string(), defaults)
+}
+
+fn read_text(path: &Path) -> Result<(Format, String)> {
     let origin = path.display().to_string();
     let format = format_of(path).ok_or_else(|| {
         load_error(
@@ -141,20 +153,44 @@ pub fn read_descriptors(path: &Path) -> Result<Vec<ToolDescriptor>> {
     })?;
     let text = std::fs::read_to_string(path)
         .map_err(|e| load_error(&origin, None, format!("could not read the file: {e}")))?;
-    parse_descriptors(&text, format, &origin)
+    Ok((format, text))
 }
 
 /// Parse descriptors from text (for files, see [`read_descriptors`]); `origin` names the
 /// text in errors.
 pub fn parse_descriptors(text: &str, format: Format, origin: &str) -> Result<Vec<ToolDescriptor>> {
+    parse_with(text, format, origin, &PackDefaults::default())
+}
+
+/// Parse with the defaults of the pack directory the text belongs to.
+fn parse_with(
+    text: &str,
+    format: Format,
+    origin: &str,
+    defaults: &PackDefaults,
+) -> Result<Vec<ToolDescriptor>> {
+    let mut found = Vec::new();
+    for_each_document(text, format, origin, |value, doc| {
+        found.extend(descriptors(value, doc, origin, defaults)?);
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+/// Call `f` with every non-empty document of the text.
+fn for_each_document(
+    text: &str,
+    format: Format,
+    origin: &str,
+    mut f: impl FnMut(&Value, &Document<'_>) -> Result<()>,
+) -> Result<()> {
     match format {
         Format::Json => {
             let value: Value = serde_json::from_str(text)
                 .map_err(|e| Located::json(&e).into_error(origin, None))?;
-            Ok(vec![descriptor(&value, &Document::Json(text), origin)?])
+            f(&value, &Document::Json(text))
         }
         Format::Yaml => {
-            let mut found = Vec::new();
             for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
                 let value = Value::deserialize(doc)
                     .map_err(|e| Located::yaml(&e).into_error(origin, None))?;
@@ -162,14 +198,57 @@ pub fn parse_descriptors(text: &str, format: Format, origin: &str) -> Result<Vec
                 if value.is_null() {
                     continue;
                 }
-                found.push(descriptor(&value, &Document::Yaml(text, index), origin)?);
+                f(&value, &Document::Yaml(text, index))?;
             }
-            Ok(found)
+            Ok(())
         }
     }
 }
 
-fn descriptor(value: &Value, doc: &Document<'_>, origin: &str) -> Result<ToolDescriptor> {
+/// The tools of one document: one descriptor or manifest, or every tool of a pack.
+fn descriptors(
+    value: &Value,
+    doc: &Document<'_>,
+    origin: &str,
+    defaults: &PackDefaults,
+) -> Result<Vec<ToolDescriptor>> {
+    if let Value::Object(map) = value
+        && PACK_KEYS.iter().any(|k| map.contains_key(*k))
+    {
+        return pack(doc, origin, defaults).map(|(_, tools)| tools);
+    }
+    descriptor(value, doc, origin, defaults).map(|d| vec![d])
+}
+
+/// A pack document: its defaults (over `outer`) and its tools, those defaults applied.
+fn pack(
+    doc: &Document<'_>,
+    origin: &str,
+    outer: &PackDefaults,
+) -> Result<(PackDefaults, Vec<ToolDescriptor>)> {
+    let raw: RawPack = doc.parse().map_err(|e| e.into_error(origin, None))?;
+    raw.defaults
+        .check()
+        .map_err(|message| load_error(origin, None, message))?;
+    let defaults = raw.defaults.clone().over(outer);
+    let tools = raw
+        .tools()
+        .map_err(|e| load_error(origin, e.tool.as_deref(), e.message))?
+        .into_iter()
+        .map(|(name, raw)| {
+            raw.into_descriptor(name.clone(), &defaults)
+                .map_err(|message| load_error(origin, Some(&name), message))
+        })
+        .collect::<Result<_>>()?;
+    Ok((defaults, tools))
+}
+
+fn descriptor(
+    value: &Value,
+    doc: &Document<'_>,
+    origin: &str,
+    defaults: &PackDefaults,
+) -> Result<ToolDescriptor> {
     let Value::Object(map) = value else {
         return Err(load_error(
             origin,
@@ -201,19 +280,22 @@ fn descriptor(value: &Value, doc: &Document<'_>, origin: &str) -> Result<ToolDes
                 "`spec.name` (`{spec_name}`) differs from `metadata.name`"
             )));
         }
-        manifest.spec.into_descriptor(name.clone()).map_err(fail)
+        manifest
+            .spec
+            .into_descriptor(name.clone(), defaults)
+            .map_err(fail)
     } else {
         let hint = map.get("name").and_then(Value::as_str);
         let raw: RawDescriptor = doc.parse().map_err(|e| e.into_error(origin, hint))?;
         let Some(name) = raw.name.clone() else {
             return Err(load_error(origin, None, "missing field `name`"));
         };
-        raw.into_descriptor(name.clone())
+        raw.into_descriptor(name.clone(), defaults)
             .map_err(|message| load_error(origin, Some(&name), message))
     }
 }
 
-fn kind_of(value: &Value) -> &'static str {
+pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -222,6 +304,94 @@ fn kind_of(value: &Value) -> &'static str {
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
     }
+}
+
+/// The names a pack directory's own file may have, at the directory's root.
+const PACK_FILES: [&str; 3] = ["pack.yaml", "pack.yml", "pack.json"];
+
+/// The pack file at the root of `dir` (`pack.yaml`, `pack.yml` or `pack.json`), if there is
+/// one: its presence makes `dir` a pack directory.
+pub fn pack_file(dir: &Path) -> Option<PathBuf> {
+    PACK_FILES
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+/// Read a pack: a pack file (any tool file; its `defaults` apply to its own `tools`), or a
+/// pack directory, whose pack file's `defaults` apply to its own tools and then to every tool
+/// file under the directory (in path order). Returns each file with its tools.
+pub fn read_pack(path: &Path) -> Result<Vec<(PathBuf, Vec<ToolDescriptor>)>> {
+    if !path.is_dir() {
+        return Ok(vec![(path.to_owned(), read_descriptors(path)?)]);
+    }
+    let origin = path.display().to_string();
+    let found: Vec<PathBuf> = PACK_FILES
+        .iter()
+        .map(|name| path.join(name))
+        .filter(|p| p.is_file())
+        .collect();
+    let pack_path = match found.as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Err(load_error(
+                &origin,
+                None,
+                "not a pack directory: it has no `pack.yaml`, `pack.yml` or `pack.json` at its root",
+            ));
+        }
+        several => {
+            let names: Vec<String> = several
+                .iter()
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect();
+            return Err(load_error(
+                &origin,
+                None,
+                format!("several pack files ({}): keep one", names.join(", ")),
+            ));
+        }
+    };
+    let (defaults, own) = read_pack_file(&pack_path)?;
+    let mut files = vec![(pack_path.clone(), own)];
+    for file in tool_files(path)? {
+        if file == pack_path {
+            continue;
+        }
+        let tools = read_with(&file, &defaults)?;
+        files.push((file, tools));
+    }
+    Ok(files)
+}
+
+/// A pack directory's own file: one pack document (it may hold no tools).
+fn read_pack_file(path: &Path) -> Result<(PackDefaults, Vec<ToolDescriptor>)> {
+    let origin = path.display().to_string();
+    let (format, text) = read_text(path)?;
+    let mut found = None;
+    for_each_document(&text, format, &origin, |value, doc| {
+        if found.is_some() {
+            return Err(load_error(
+                &origin,
+                None,
+                "a pack file holds one document: put its tools in `tools`",
+            ));
+        }
+        if !value.is_object() {
+            return Err(load_error(
+                &origin,
+                None,
+                format!(
+                    "expected a pack (an object with `defaults` and `tools`), got {}",
+                    kind_of(value)
+                ),
+            ));
+        }
+        found = Some(pack(doc, &origin, &PackDefaults::default())?);
+        Ok(())
+    })?;
+    Ok(found.unwrap_or_default())
 }
 
 /// The tool files under `dir`, recursively, sorted by path. Hidden files and directories

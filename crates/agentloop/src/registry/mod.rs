@@ -6,9 +6,42 @@
 //! Arguments are checked against each tool's input schema by the run loop before the tool
 //! runs ([`Tool::validate`]); results are checked against the output schema, when the
 //! descriptor has one, by the executor.
+//!
+//! Descriptors written for PromptKit load as they are; its spellings are aliases of ours:
+//!
+//! | PromptKit          | agentloop                          |
+//! |--------------------|------------------------------------|
+//! | `inputSchema`      | `input_schema`                     |
+//! | `outputSchema`     | `output_schema`                    |
+//! | `timeoutMs`        | `timeout_ms`                       |
+//! | `mode: live`       | `mode: http`                       |
+//! | `mockResponse: V`  | `mock: {response: V}`              |
+//! | `mockTemplate: T`  | `mock: {template: T}` (minijinja)  |
+//! | `endpoint: URL`    | `http: {url: URL}` (POST)          |
+//!
+//! Giving both spellings of one thing (`mockResponse` and a `mock` section) is an error.
+//!
+//! A **pack** bundles tools with shared `defaults` (`mode`, `timeout_ms`, `base_url` against
+//! which relative endpoints resolve, `headers`, `allowed_hosts`); each tool's own value wins,
+//! and `defaults.mode` applies only to tools that have the section it runs from (so
+//! `mode: mock` switches a whole pack to its canned answers). `tools` is a list of
+//! descriptors or a map from name to descriptor:
+//!
+//! ```yaml
+//! name: shop
+//! defaults: {mode: live, timeoutMs: 4000, baseUrl: "https://shop.example.com/api/"}
+//! tools:
+//!   lookup_order: {description: Look up an order, endpoint: orders/lookup}
+//!   store_hours: {mode: mock, mockResponse: Open 9 to 5}
+//! ```
+//!
+//! A pack file is also a tool file ([`Registry::from_file`] reads it). A pack directory has a
+//! `pack.yaml` (or `.yml`, `.json`) at its root whose defaults also apply to every tool file
+//! under it: load it with [`Registry::from_pack`] (or [`Registry::load_dir`]).
 
 mod descriptor;
 mod load;
+mod pack;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -24,7 +57,7 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolHandler, ToolOutput};
 pub use descriptor::{
     HttpSpec, McpSource, MockSpec, OnExhausted, ToolDescriptor, ToolMode, empty_object_schema,
 };
-pub use load::{Format, parse_descriptors, read_descriptors, tool_files};
+pub use load::{Format, pack_file, parse_descriptors, read_descriptors, read_pack, tool_files};
 
 pub(crate) use load::load_error;
 
@@ -114,8 +147,17 @@ impl Registry {
         Ok(registry)
     }
 
+    /// A registry holding the tools of a pack: a pack file, or a directory with a
+    /// `pack.yaml` (see [`read_pack`]).
+    pub fn from_pack(path: impl AsRef<Path>) -> Result<Self> {
+        let mut registry = Self::new();
+        registry.add_pack(path)?;
+        Ok(registry)
+    }
+
     /// A registry holding the tools of every `.json`, `.yaml` and `.yml` file under `dir`
-    /// (recursively, in path order). Fails at the first problem, naming the file.
+    /// (recursively, in path order). Fails at the first problem, naming the file. A directory
+    /// with a pack file at its root is read as a pack ([`Registry::add_pack`]).
     pub fn load_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let mut registry = Self::new();
         registry.add_dir(dir)?;
@@ -129,8 +171,26 @@ impl Registry {
         self.add_all(descriptors, ToolSource::File(path.to_owned()))
     }
 
-    /// Add the tools of every descriptor file under `dir`; returns their names.
+    /// Add the tools of a pack file or pack directory (see [`read_pack`]); returns their
+    /// names. Nothing is added when any tool of the pack is wrong.
+    pub fn add_pack(&mut self, path: impl AsRef<Path>) -> Result<Vec<String>> {
+        let tools = read_pack(path.as_ref())?
+            .into_iter()
+            .flat_map(|(file, descriptors)| {
+                descriptors
+                    .into_iter()
+                    .map(move |d| (d, ToolSource::File(file.clone())))
+            })
+            .collect();
+        self.add_sourced(tools)
+    }
+
+    /// Add the tools of every descriptor file under `dir`, or of the pack `dir` is when it has
+    /// a pack file at its root; returns their names.
     pub fn add_dir(&mut self, dir: impl AsRef<Path>) -> Result<Vec<String>> {
+        if pack_file(dir.as_ref()).is_some() {
+            return self.add_pack(dir);
+        }
         let mut names = Vec::new();
         for file in tool_files(dir.as_ref())? {
             names.extend(self.add_file(file)?);
@@ -318,24 +378,37 @@ impl Registry {
         descriptors: Vec<ToolDescriptor>,
         source: ToolSource,
     ) -> Result<Vec<String>> {
-        let origin = source.to_string();
-        let mut built: Vec<Entry> = Vec::with_capacity(descriptors.len());
-        for descriptor in descriptors {
+        let tools = descriptors
+            .into_iter()
+            .map(|d| (d, source.clone()))
+            .collect();
+        self.add_sourced(tools)
+    }
+
+    /// [`Registry::add_all`] for tools from several sources (the files of a pack).
+    fn add_sourced(&mut self, tools: Vec<(ToolDescriptor, ToolSource)>) -> Result<Vec<String>> {
+        let mut built: Vec<Entry> = Vec::with_capacity(tools.len());
+        for (descriptor, source) in tools {
+            let origin = source.to_string();
             let name = descriptor.name.clone();
             self.check_free(&name, &source)?;
-            if built.iter().any(|e| e.descriptor.name == name) {
-                return Err(load_error(
-                    &origin,
-                    Some(&name),
-                    "duplicate tool name: it is defined twice in this file",
-                ));
+            if let Some(earlier) = built.iter().find(|e| e.descriptor.name == name) {
+                let message = if earlier.source == source {
+                    "duplicate tool name: it is defined twice in this file".to_owned()
+                } else {
+                    format!(
+                        "duplicate tool name: it is already defined in {}",
+                        earlier.source
+                    )
+                };
+                return Err(load_error(&origin, Some(&name), message));
             }
             let tool = build_tool(&descriptor, None, self.http_client_lazy())
                 .map_err(|message| load_error(&origin, Some(&name), message))?;
             built.push(Entry {
                 descriptor,
                 tool,
-                source: source.clone(),
+                source,
             });
         }
         let names = built.iter().map(|e| e.descriptor.name.clone()).collect();
