@@ -57,9 +57,9 @@ pub struct ModelArgs {
     /// Tool descriptor file, or directory of them (JSON or YAML), the model may use.
     #[arg(long, value_name = "PATH")]
     pub tools: Option<PathBuf>,
-    /// Maximum model calls per prompt (at least 1).
+    /// Rounds of tool calls per prompt, after which the model must answer (at least 1).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_turns: u32,
+    pub max_tool_iterations: u32,
     /// Maximum tool calls per prompt.
     #[arg(long)]
     pub max_tool_calls: Option<u32>,

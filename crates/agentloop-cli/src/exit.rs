@@ -22,8 +22,8 @@ Exit codes:
   0    the model answered (or the command succeeded)
   1    an error: a failed model call, a configuration problem, a bad file
   2    a usage error in the arguments
-  3    stopped by a limit before the model answered (--max-turns, --max-tool-calls, the
-       model's output token limit, a repeated invalid tool call)
+  3    stopped by a limit before the model answered (--max-tool-iterations, --max-tool-calls,
+       the model's output token limit, a repeated invalid tool call)
   4    timed out (--timeout)
   130  interrupted (Ctrl-C)";
 
@@ -34,7 +34,7 @@ pub fn for_run(result: &RunResult) -> ExitCode {
         RunStopReason::Error => ERROR,
         RunStopReason::Timeout => TIMEOUT,
         RunStopReason::Interrupted => INTERRUPTED,
-        RunStopReason::MaxTurns
+        RunStopReason::MaxToolIterations
         | RunStopReason::MaxToolCalls
         | RunStopReason::MaxTokens
         | RunStopReason::TokenBudget

@@ -44,7 +44,7 @@ pub fn resolve(model: Option<&str>, base_url: Option<&str>) -> Result<Resolved, 
 pub fn agent(args: &ModelArgs, resolved: &Resolved) -> Result<Agent, String> {
     let mut builder = Agent::builder_shared(resolved.provider.clone())
         .model(resolved.model.clone())
-        .max_turns(args.max_turns);
+        .max_tool_iterations(args.max_tool_iterations);
     if let Some(system) = &args.system {
         builder = builder.system(system.clone());
     }

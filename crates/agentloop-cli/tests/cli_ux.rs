@@ -415,7 +415,7 @@ fn tools_validate_checks_names_against_what_providers_accept() {
 
 #[test]
 fn exit_codes_are_distinct_and_documented() {
-    let output = run(bin().args(["run", "--max-turns", "1", "Weather?"]));
+    let output = run(bin().args(["run", "--max-tool-calls", "0", "Weather?"]));
     assert_eq!(output.status.code(), Some(3), "stopped by a limit");
     let output = run(bin().args(["run", "--nope"]));
     assert_eq!(output.status.code(), Some(2), "usage error");
@@ -432,7 +432,7 @@ fn exit_codes_are_distinct_and_documented() {
 #[test]
 fn zero_limits_and_bad_timeouts_are_rejected_at_parse_time() {
     for (flag, value) in [
-        ("--max-turns", "0"),
+        ("--max-tool-iterations", "0"),
         ("--timeout", "0"),
         ("--timeout", "-1"),
         ("--timeout", "nan"),

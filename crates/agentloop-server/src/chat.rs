@@ -146,7 +146,7 @@ impl Drop for Finisher {
 /// Why a run that ended with `reason` did not complete its answer, when it is worth an `error`.
 fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<String> {
     Some(match reason {
-        RunStopReason::MaxTurns => format!(
+        RunStopReason::MaxToolIterations => format!(
             "the model was still calling tools after {max_tool_iterations} tool iterations \
              (the server's max_tool_iterations limit); send another message to let it go on"
         ),
@@ -239,7 +239,7 @@ async fn drive(
         stored: Arc::new(tokio::sync::Mutex::new(stored)),
     };
     let mut options = inner.agent.options();
-    options.limits.max_turns = inner.config.max_tool_iterations;
+    options.limits.max_tool_iterations = inner.config.max_tool_iterations;
     options.cancel = run.cancel.clone();
     let step_saver = saver.clone();
     options.hooks = std::mem::take(&mut options.hooks).prepare_step(move |step| {
@@ -260,7 +260,7 @@ async fn drive(
     let mut ended = false;
     while let Some(event) = events.next().await {
         match event {
-            RunEvent::RunStart => {}
+            RunEvent::RunStart | RunEvent::ProviderEvent { .. } => {}
             RunEvent::StepStart { .. } => {
                 calls = StepCalls::default();
                 run.push(Frame::StepStart);

@@ -50,8 +50,9 @@ pub struct ServerConfig {
     pub sandbox_limits: SandboxLimits,
     /// When set, every `/v1` request must carry `Authorization: Bearer <token>`.
     pub token: Option<String>,
-    /// Model calls per chat message; a chat whose model still calls tools after this many ends
-    /// with an `error` event naming the limit.
+    /// Rounds of tools per chat message, after which the model is asked for its answer; a chat
+    /// whose model still calls tools then ends with an `error` event naming the limit (the
+    /// library's [`agentloop::run::Limits::max_tool_iterations`]).
     pub max_tool_iterations: u32,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
@@ -121,12 +122,11 @@ impl std::fmt::Debug for ServerConfig {
 
 impl ServerConfig {
     /// A configuration for `agent` with the defaults: database [`DEFAULT_DATABASE`] in the
-    /// working directory, no sandbox, no token, the agent's turn limit (10 unless set) as the
-    /// tool-iteration limit, 1 MiB request bodies, a 10 s reconnect grace, finished chats kept
+    /// working directory, no sandbox, no token, the agent's tool-iteration limit (10 unless set), 1 MiB request bodies, a 10 s reconnect grace, finished chats kept
     /// 60 s for reconnects, keep-alive every 15 s, CORS off; for [`crate::Server`], 10 s to send
     /// headers, 30 s to send a body, 4096 connections, 8 s to drain at shutdown.
     pub fn new(agent: Agent) -> Self {
-        let max_tool_iterations = agent.options().limits.max_turns;
+        let max_tool_iterations = agent.options().limits.max_tool_iterations;
         Self {
             agent,
             database: Database::File(PathBuf::from(DEFAULT_DATABASE)),
@@ -192,7 +192,7 @@ impl ServerConfig {
         self
     }
 
-    /// Model calls per chat message (at least 1).
+    /// Rounds of tools per chat message before the model must answer (at least 1).
     pub fn max_tool_iterations(mut self, n: u32) -> Self {
         self.max_tool_iterations = n.max(1);
         self

@@ -52,7 +52,7 @@ pub enum ChatEvent {
     },
     /// The answer ended. Always sent; an `error` event may follow it.
     MessageEnd {
-        /// Why the run stopped (`end_turn`, `max_turns`, `interrupted`, `error`, ...).
+        /// Why the run stopped (`end_turn`, `max_tool_iterations`, `interrupted`, `error`, ...).
         stop_reason: String,
         /// Tokens used by all model calls of this answer.
         usage: Usage,

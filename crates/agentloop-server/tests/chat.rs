@@ -203,16 +203,26 @@ async fn the_tool_iteration_limit_ends_the_stream_with_an_error_event() {
             json!({"id": id, "content": format!("18 °C in City {i}"), "is_error": false}),
         ));
     }
+    // After two rounds the model is called once more for its answer; the call it makes
+    // instead is answered as not run.
+    expected.push(event(
+        "tool_call_start",
+        json!({"id": "call_2_0", "name": "get_weather", "arguments": {"city": "City 2"}}),
+    ));
+    expected.push(event(
+        "tool_call_result",
+        json!({"id": "call_2_0", "content": "Error: the call to `get_weather` was not run: the run's limit of 2 tool iterations was reached", "is_error": true}),
+    ));
     expected.push(event(
         "message_end",
-        json!({"stop_reason": "max_turns", "usage": usage(2)}),
+        json!({"stop_reason": "max_tool_iterations", "usage": usage(3)}),
     ));
     expected.push(event(
         "error",
         json!({"message": "the model was still calling tools after 2 tool iterations (the server's max_tool_iterations limit); send another message to let it go on"}),
     ));
     assert_eq!(named(&events), expected);
-    assert_eq!(model.calls(), 2);
+    assert_eq!(model.calls(), 3);
 }
 
 #[tokio::test]

@@ -30,7 +30,8 @@ use serde_json::json;
 const PROMPT: &str = "What's the weather in Paris?";
 const TOOL_NAME: &str = "get_weather";
 const TOOL_DESCRIPTION: &str = "Current weather for a city";
-/// Model calls per run, at most: the agent's `max_turns` and the hand loop's bound.
+/// Model calls per run, at most: the hand loop's bound, and the agent's `max_tool_iterations`
+/// plus the call for the answer.
 const MAX_TURNS: u32 = 4;
 
 /// Current weather for a city.
@@ -79,7 +80,7 @@ fn answered_tool(request: &Request) -> bool {
 fn agent(model: impl Provider) -> Agent {
     Agent::builder(model)
         .model("m")
-        .max_turns(MAX_TURNS)
+        .max_tool_iterations(MAX_TURNS - 1)
         .tool(Tool::function(
             TOOL_NAME,
             TOOL_DESCRIPTION,

@@ -194,7 +194,11 @@ fn agent(wire: Wire, base_url: &str) -> Result<Agent, String> {
             Agent::builder(Anthropic::new(config).map_err(|e| e.to_string())?)
         }
     };
-    Ok(builder.model("mock-model").max_turns(4).tool(tool).build())
+    Ok(builder
+        .model("mock-model")
+        .max_tool_iterations(3)
+        .tool(tool)
+        .build())
 }
 
 /// One streamed run; `Ok` only when the final step's text is the whole answer.

@@ -324,9 +324,10 @@ impl AgentBuilder {
         self
     }
 
-    /// Maximum model calls per run (default 10).
-    pub fn max_turns(mut self, n: u32) -> Self {
-        self.options.limits.max_turns = n;
+    /// Rounds of tools per run before the model must answer (default 10; see
+    /// [`crate::run::Limits::max_tool_iterations`]).
+    pub fn max_tool_iterations(mut self, n: u32) -> Self {
+        self.options.limits.max_tool_iterations = n;
         self
     }
 

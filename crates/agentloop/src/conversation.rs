@@ -32,12 +32,13 @@ use crate::tool::{Tool, ToolCall};
 /// Who runs the tools the model asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolMode {
-    /// The run loop runs them (hooks, validation, parallelism, timeouts), up to this many model
-    /// calls per send. When the limit is hit the reply finishes with
-    /// [`RunStopReason::MaxTurns`]; the tools of the last call have run and the history is valid.
+    /// The run loop runs them (hooks, validation, parallelism, timeouts), up to this many
+    /// rounds of tools per send, and then asks the model for its answer. If it still calls
+    /// tools, the reply finishes with [`RunStopReason::MaxToolIterations`]; those last calls are
+    /// answered as not run, so the history stays valid and the next send goes on from it.
     Automatic {
-        /// Maximum model calls per send.
-        max_iterations: u32,
+        /// Rounds of tools per send (see [`crate::run::Limits::max_tool_iterations`]).
+        max_tool_iterations: u32,
     },
     /// The reply stops at the model's tool calls; answer them with
     /// [`Conversation::add_tool_result`] and go on with [`Conversation::resume`].
@@ -103,7 +104,7 @@ impl std::fmt::Debug for Conversation {
 
 impl Conversation {
     /// A conversation with `agent`'s model, system prompt, tools and options, in automatic mode
-    /// with the agent's turn limit.
+    /// with the agent's tool-iteration limit.
     pub fn new(agent: &Agent) -> Self {
         let options = agent.options();
         Self {
@@ -111,7 +112,7 @@ impl Conversation {
             base: agent.base_request().clone(),
             tools: agent.tool_set().clone(),
             mode: ToolMode::Automatic {
-                max_iterations: options.limits.max_turns,
+                max_tool_iterations: options.limits.max_tool_iterations,
             },
             options,
             shared: Arc::default(),
@@ -134,6 +135,13 @@ impl Conversation {
     /// The tool mode.
     pub fn mode(&self) -> ToolMode {
         self.mode
+    }
+
+    /// The run options every send starts from (limits, hooks, timeouts, stop conditions). In
+    /// automatic mode the mode's `max_tool_iterations` replaces the
+    /// limit of these options at each send.
+    pub fn options(&self) -> &RunOptions {
+        &self.options
     }
 
     /// Talk to another provider and model from the next send on; the history carries over.
@@ -205,15 +213,21 @@ impl Conversation {
         // Refused before the prompt hook runs, so a refused send has no hook side effects.
         self.refuse_while_pending()?;
         self.refuse_while_busy()?;
-        let message =
-            self.options
-                .hooks
-                .prompt(message)
-                .await
-                .map_err(|reason| Error::HookBlocked {
-                    hook: "prompt".into(),
-                    reason,
-                })?;
+        // Copied only for prompt hooks to see.
+        let history: Arc<[Message]> = if self.options.hooks.on_prompt.is_empty() {
+            Arc::new([])
+        } else {
+            lock(&self.shared).history.as_slice().into()
+        };
+        let message = self
+            .options
+            .hooks
+            .prompt(message, history)
+            .await
+            .map_err(|reason| Error::HookBlocked {
+                hook: "prompt".into(),
+                reason,
+            })?;
         let messages = {
             let mut messages = lock(&self.shared).history.clone();
             messages.push(message);
@@ -284,7 +298,9 @@ impl Conversation {
         options.hooks.on_prompt.clear();
         options.cancel = self.interrupt.fresh();
         match self.mode {
-            ToolMode::Automatic { max_iterations } => options.limits.max_turns = max_iterations,
+            ToolMode::Automatic {
+                max_tool_iterations,
+            } => options.limits.max_tool_iterations = max_tool_iterations,
             ToolMode::Manual => options.limits.manual_tools = true,
         }
         let mut request = self.base.clone();

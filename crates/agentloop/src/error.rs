@@ -26,6 +26,8 @@ pub enum TimeoutKind {
     Step,
     /// The whole run.
     Run,
+    /// One tool call run directly ([`crate::Tool::execute`]).
+    Tool,
 }
 
 impl std::fmt::Display for TimeoutKind {
@@ -37,6 +39,7 @@ impl std::fmt::Display for TimeoutKind {
             Self::Idle => "idle between chunks",
             Self::Step => "step",
             Self::Run => "run",
+            Self::Tool => "tool",
         })
     }
 }
@@ -178,7 +181,8 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// A tool failed where failure cannot be fed back to the model (e.g. a direct call).
+    /// A tool failed where failure cannot be fed back to the model: a direct call
+    /// ([`crate::Tool::execute`]). In a run, failures become tool results instead.
     #[error("tool `{tool}` failed: {message}")]
     ToolExecution {
         /// The tool.

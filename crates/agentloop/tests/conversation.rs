@@ -116,16 +116,19 @@ async fn automatic_mode_iteration_limit() {
     let model = ScriptedModel::from_fn(|_, i| {
         Turn::tool_call("get_weather", json!({"city": format!("C{i}")}))
     });
-    let mut chat =
-        Conversation::new(&agent(&model)).with_mode(ToolMode::Automatic { max_iterations: 3 });
+    let mut chat = Conversation::new(&agent(&model)).with_mode(ToolMode::Automatic {
+        max_tool_iterations: 3,
+    });
     let result = chat.send("loop").await.unwrap().finish().await.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
-    assert_eq!(model.calls(), 3);
+    assert_eq!(result.stop_reason, RunStopReason::MaxToolIterations);
+    // Three rounds of tools, then the call that should have answered.
+    assert_eq!(model.calls(), 4);
+    assert_eq!(result.tool_calls, 3);
     history::validate(&chat.history()).unwrap();
-    // The conversation goes on from a valid history.
+    // The conversation goes on from a valid history: prompt, 4 calls with their results.
     let result = chat.send("stop now").await.unwrap().finish().await.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
-    assert_eq!(model.requests()[3].messages.len(), 8);
+    assert_eq!(result.stop_reason, RunStopReason::MaxToolIterations);
+    assert_eq!(model.requests()[4].messages.len(), 10);
 }
 
 #[tokio::test(start_paused = true)]

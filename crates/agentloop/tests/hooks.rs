@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::run::{
     Hooks, PrepareStep, PromptDecision, RunEvent, RunStopReason, StopCondition, ToolDecision,
-    ToolOutcome,
+    ToolOutcome, WithHistory,
 };
 use agentloop::{Agent, ContentBlock, Error, Message, Tool, ToolResultContent};
 use agentloop_testkit::{ScriptedModel, Turn};
@@ -142,15 +142,15 @@ async fn on_stop_names_every_way_a_run_ends_and_after_response_skips_failed_call
             ],
         ),
         (
-            "the turn limit",
+            "the tool-iteration limit",
             vec![call(), call()],
             None,
             vec![
                 r#"after_response tool_use "" ["get_weather"] 15"#,
                 "tool Rome",
+                // One round of tools, then the answer's call: its tool call is not run.
                 r#"after_response tool_use "" ["get_weather"] 15"#,
-                "tool Rome",
-                "on_stop max_turns turns=2 tool_calls=2 tokens=30",
+                "on_stop max_tool_iterations turns=2 tool_calls=1 tokens=30",
             ],
         ),
         (
@@ -169,7 +169,7 @@ async fn on_stop_names_every_way_a_run_ends_and_after_response_skips_failed_call
         let mut builder = Agent::builder(ScriptedModel::new(turns))
             .tool(weather_tool(&log))
             .hooks(observing_hooks(&log))
-            .max_turns(2);
+            .max_tool_iterations(1);
         if let Some(condition) = condition {
             builder = builder.stop_when(condition);
         }
@@ -214,7 +214,7 @@ async fn several_prompt_hooks_run_in_order_chain_rewrites_and_the_first_block_wi
     let log = new_log();
     let hook = |name: &'static str, decision: fn(&str) -> PromptDecision| {
         let log = log.clone();
-        move |message: Message| {
+        move |message: WithHistory<Message>| {
             let text = message.text();
             log.lock().unwrap().push(format!("{name} saw {text:?}"));
             let decision = decision(&text);

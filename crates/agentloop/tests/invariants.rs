@@ -83,7 +83,7 @@ struct Scenario {
     turns: Vec<(TurnSpec, u64, (u64, u64))>,
     streaming: bool,
     slow_ms: u64,
-    max_turns: u32,
+    max_tool_iterations: u32,
     max_tool_calls: Option<u32>,
     max_total_tokens: Option<u64>,
     run_timeout_ms: Option<u64>,
@@ -112,7 +112,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop::collection::vec((turn_spec(), 0u64..60, (0u64..200, 0u64..100)), 1..7),
         any::<bool>(),
         0u64..250,
-        1u32..7,
+        0u32..7,
         prop::option::of(0u32..6),
         prop::option::of(10u64..800),
         prop::option::of(1u64..400),
@@ -123,7 +123,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 turns,
                 streaming,
                 slow_ms,
-                max_turns,
+                max_tool_iterations,
                 max_tool_calls,
                 max_total_tokens,
                 run_timeout_ms,
@@ -132,7 +132,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 turns,
                 streaming,
                 slow_ms,
-                max_turns,
+                max_tool_iterations,
                 max_tool_calls,
                 max_total_tokens,
                 run_timeout_ms,
@@ -250,7 +250,7 @@ async fn run_with(scenario: &Scenario, builder: AgentBuilder) -> RunResult {
     let mut builder = builder
         .model("scripted")
         .tools(tools(scenario.slow_ms))
-        .max_turns(scenario.max_turns)
+        .max_tool_iterations(scenario.max_tool_iterations)
         .with_options({
             let cancel = cancel.clone();
             move |o| o.cancel = cancel
@@ -308,7 +308,10 @@ fn check(scenario: &Scenario, result: &RunResult) {
         result.steps.len(),
         "one step per turn"
     );
-    assert!(result.turns <= scenario.max_turns, "turn limit");
+    assert!(
+        result.turns <= scenario.max_tool_iterations + 1,
+        "N tool iterations and the answer"
+    );
 
     let mut non_cancelled = 0;
     let mut outcomes = 0;

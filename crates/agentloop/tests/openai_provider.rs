@@ -188,7 +188,7 @@ async fn live_deepseek_thinks_calls_a_tool_and_answers() {
     let deepseek = OpenAi::preset("deepseek").expect("DEEPSEEK_API_KEY is set");
     let agent = agentloop::Agent::builder(deepseek)
         .model("deepseek-v4-flash")
-        .max_turns(4)
+        .max_tool_iterations(3)
         .tool(agentloop::Tool::function(
             "get_weather",
             "Current weather for a city",

@@ -48,7 +48,7 @@ fn agent(url: &str, calls: Arc<Mutex<Vec<String>>>) -> Agent {
     Agent::builder_shared(provider)
         .model(model)
         .temperature(0.0)
-        .max_turns(3)
+        .max_tool_iterations(2)
         .tool(Tool::function(
             "get_weather",
             "Get the current weather for a city",

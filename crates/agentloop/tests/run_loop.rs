@@ -157,26 +157,28 @@ async fn three_chained_calls_then_text() {
 }
 
 #[tokio::test]
-async fn a_model_that_never_stops_hits_max_turns() {
+async fn a_model_that_never_stops_hits_max_tool_iterations() {
     let model = ScriptedModel::from_fn(|_, i| {
         Turn::tool_call("get_weather", json!({"city": format!("C{i}")}))
     });
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let agent = Agent::builder(model.clone())
         .tool(weather_tool(seen.clone()))
-        .max_turns(10)
+        .max_tool_iterations(10)
         .build();
     let result = agent.run("Loop forever").await.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::MaxTurns);
-    assert_eq!(model.calls(), 10);
-    assert_eq!(result.turns, 10);
-    // The tools of the last turn ran too, so every tool use has its result.
+    assert_eq!(result.stop_reason, RunStopReason::MaxToolIterations);
+    // Ten rounds of tools, then one more call for the answer.
+    assert_eq!(model.calls(), 11);
+    assert_eq!(result.turns, 11);
+    // The calls of that last response are answered as not run: every tool use has a result.
     assert_eq!(result.tool_calls, 10);
+    assert_eq!(seen.lock().unwrap().len(), 10);
     history::validate(&result.messages).unwrap();
     assert!(result.clone().finished().is_err());
     assert!(matches!(
         result.finished(),
-        Err(Error::Incomplete { reason }) if reason == "max_turns"
+        Err(Error::Incomplete { reason }) if reason == "max_tool_iterations"
     ));
 }
 
@@ -528,7 +530,7 @@ async fn a_lone_tool_call_runs_on_the_runs_task_and_keeps_every_failure_mode() {
             })
             .timeout(Duration::from_secs(2)),
         )
-        .max_turns(10)
+        .max_tool_iterations(10)
         .build();
     let started = Instant::now();
     let result = agent.run("go").await.unwrap();
@@ -904,6 +906,7 @@ async fn run_stream_emits_the_exact_event_sequence() {
         .iter()
         .map(|e| match e {
             RunEvent::RunStart => "run_start".into(),
+            RunEvent::ProviderEvent { event } => format!("provider {event:?}"),
             RunEvent::StepStart { step } => format!("step_start {step}"),
             RunEvent::TextDelta { text } => format!("text {text}"),
             RunEvent::ThinkingDelta { text } => format!("thinking {text}"),
@@ -921,6 +924,7 @@ async fn run_stream_emits_the_exact_event_sequence() {
                 step,
                 stop_reason,
                 usage,
+                ..
             } => {
                 format!("step_finish {step} {stop_reason} {}", usage.total_tokens())
             }

@@ -13,6 +13,8 @@ use futures::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+/// Model calls per run, at most, as the other peers bound them: `max_tool_iterations` rounds of
+/// tools and one call for the answer.
 const MAX_TURNS: u32 = 4;
 
 /// Current weather for a city.
@@ -67,7 +69,7 @@ async fn main() -> ExitCode {
     };
     let agent = Agent::builder(provider)
         .model(MODEL)
-        .max_turns(MAX_TURNS)
+        .max_tool_iterations(MAX_TURNS - 1)
         .tool(Tool::function(
             TOOL_NAME,
             TOOL_DESCRIPTION,

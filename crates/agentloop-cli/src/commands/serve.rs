@@ -108,7 +108,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     let mut config = ServerConfig::new(agent)
         .database(&args.db)
         .token(token)
-        .max_tool_iterations(args.model.max_turns)
+        .max_tool_iterations(args.model.max_tool_iterations)
         .insecure_no_auth(args.insecure_no_auth)
         .allowed_hosts(args.allowed_host.iter().cloned())
         .cors_origins(args.cors_origin.iter().cloned());

@@ -331,7 +331,11 @@ fn finish_reason(stop_reason: &str) -> &'static str {
     match stop_reason {
         "end_turn" | "custom" => "stop",
         "max_tokens" => "length",
-        "max_turns" | "max_tool_calls" | "token_budget" | "repeated_invalid_call" => "tool-calls",
+        "max_tool_iterations"
+        | "max_turns"
+        | "max_tool_calls"
+        | "token_budget"
+        | "repeated_invalid_call" => "tool-calls",
         "error" => "error",
         _ => "other",
     }

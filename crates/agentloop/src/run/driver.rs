@@ -14,15 +14,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events;
-use super::hooks::{StepInfo, StopInfo, ToolDecision};
+use super::hooks::{StepInfo, StopInfo, ToolDecision, WithHistory};
 use super::machine::{Action, Machine};
-use super::options::RunOptions;
+use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
 use super::streamed::{CallEnd, StreamedCall};
 use crate::deadline::later;
 use crate::error::{Error, TimeoutKind};
-use crate::message::{Request, Response};
+use crate::message::{Message, Request, Response};
 use crate::provider::Provider;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
@@ -239,9 +239,14 @@ impl Driver {
         if hooks.on_prompt.is_empty() {
             return Ok(());
         }
+        if machine.prompt_mut().is_none() {
+            return Ok(());
+        }
+        let messages = machine.messages();
+        let history: Arc<[Message]> = messages[..messages.len().saturating_sub(1)].into();
         if let Some(prompt) = machine.prompt_mut() {
             *prompt = hooks
-                .prompt(prompt.clone())
+                .prompt(prompt.clone(), history)
                 .await
                 .map_err(|reason| Error::HookBlocked {
                     hook: "prompt".into(),
@@ -259,6 +264,7 @@ impl Driver {
                 turns: result.turns,
                 tool_calls: result.tool_calls,
                 usage: result.usage,
+                messages: result.messages.clone(),
             })
             .await;
         }
@@ -302,21 +308,21 @@ impl Driver {
                                 None
                             }
                         };
-                        if let Some(response) = &response {
+                        if let Some(response) = &response
+                            && !self.options.hooks.after_response.is_empty()
+                        {
+                            let history: Arc<[Message]> = machine.messages().into();
                             for hook in &self.options.hooks.after_response {
-                                hook(response.clone()).await;
+                                hook(WithHistory::new(response.clone(), history.clone())).await;
                             }
                         }
                         if let Some(response) = response {
-                            let (stop_reason, usage) =
-                                (response.stop_reason.clone(), response.usage);
                             machine.on_response(response, started.elapsed());
+                            if !machine.is_done() {
+                                self.check_stop(machine, StopMoment::BeforeTools);
+                            }
                             if machine.is_done() {
-                                self.emit(|| RunEvent::StepFinish {
-                                    step,
-                                    stop_reason,
-                                    usage,
-                                });
+                                self.step_finished(machine, step);
                             }
                         }
                     }
@@ -347,6 +353,11 @@ impl Driver {
         for call in &calls {
             self.emit(|| RunEvent::ToolCallReady { call: call.clone() });
         }
+        // The tool hooks see the history; it is copied only for them.
+        let hooks = &self.options.hooks;
+        let history: Option<Arc<[Message]>> = (!hooks.before_tool.is_empty()
+            || !hooks.after_tool.is_empty())
+        .then(|| machine.messages().into());
         let tools_started = Instant::now();
         let outcomes = tokio::select! {
             biased;
@@ -354,36 +365,64 @@ impl Driver {
                 stop.halt(machine, reason, None);
                 None
             }
-            outcomes = self.run_tools(calls) => Some(outcomes),
+            outcomes = self.run_tools(calls, history.as_ref()) => Some(outcomes),
         };
         if let Some(outcomes) = outcomes {
             machine.on_tool_outcomes(outcomes, tools_started.elapsed());
         }
-        if let Some(last) = machine.steps().get(step) {
-            for ((call, outcome), result) in last
-                .tool_calls
-                .iter()
-                .zip(&last.outcomes)
-                .zip(&last.tool_results)
-            {
-                self.emit(|| RunEvent::ToolCallResult {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    outcome: outcome.clone(),
-                    result: Box::new(result.clone()),
-                });
-            }
-            self.emit(|| RunEvent::StepFinish {
-                step,
-                stop_reason: last.response.stop_reason.clone(),
-                usage: last.response.usage,
+        self.step_finished(machine, step);
+        if !machine.is_done() {
+            self.check_stop(machine, StopMoment::AfterStep);
+        }
+    }
+
+    /// Stop the run when a stop condition checked at `moment` fires. Before the tools, their
+    /// calls are answered as not run (see [`Machine::interrupt`]); after the step, the run
+    /// stops before its next model call.
+    fn check_stop(&self, machine: &mut Machine, moment: StopMoment) {
+        let Some(condition) = self
+            .options
+            .stop_when
+            .iter()
+            .find(|c| c.moment() == moment && c.check(machine))
+        else {
+            return;
+        };
+        let reason = RunStopReason::Custom(condition.name().to_owned());
+        match moment {
+            StopMoment::BeforeTools => machine.interrupt(reason, None),
+            StopMoment::AfterStep => machine.stop(reason),
+        }
+    }
+
+    /// The events that end `step`: a result per call it answered, then `step_finish` with its
+    /// response.
+    fn step_finished(&self, machine: &Machine, step: usize) {
+        if !self.streamed {
+            return;
+        }
+        let Some(last) = machine.steps().get(step) else {
+            return;
+        };
+        for ((call, outcome), result) in last
+            .tool_calls
+            .iter()
+            .zip(&last.outcomes)
+            .zip(&last.tool_results)
+        {
+            events::push(RunEvent::ToolCallResult {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                outcome: outcome.clone(),
+                result: Box::new(result.clone()),
             });
         }
-        if !machine.is_done()
-            && let Some(condition) = self.options.stop_when.iter().find(|c| c.check(machine))
-        {
-            machine.stop(RunStopReason::Custom(condition.name().to_owned()));
-        }
+        events::push(RunEvent::StepFinish {
+            step,
+            stop_reason: last.response.stop_reason.clone(),
+            usage: last.response.usage,
+            response: Box::new(last.response.clone()),
+        });
     }
 
     /// The step's model call, with the request the step hooks prepared when there are any.
@@ -470,6 +509,7 @@ impl Driver {
             stop.owned(),
             self.options.first_chunk_timeout,
             self.options.idle_timeout,
+            self.options.provider_events,
         ));
         let call = std::future::poll_fn(|_| match events::take_ended_call() {
             Some(call) => Poll::Ready(call),
@@ -485,7 +525,11 @@ impl Driver {
         }
     }
 
-    async fn run_tools(&self, mut calls: Vec<ToolCall>) -> Vec<ToolOutcome> {
+    async fn run_tools(
+        &self,
+        mut calls: Vec<ToolCall>,
+        history: Option<&Arc<[Message]>>,
+    ) -> Vec<ToolOutcome> {
         // A call that runs alone gains nothing from a task of its own: its first poll happens
         // on the run's task. Calls that may run side by side each get a task from the start,
         // so CPU-bound tools still spread over the runtime's threads.
@@ -498,7 +542,7 @@ impl Driver {
             let Some(call) = calls.pop() else {
                 return Vec::new();
             };
-            return vec![self.run_one(call, true).await];
+            return vec![self.run_one(call, true, history).await];
         }
         let concurrency = if self.options.parallel_tools {
             self.options.max_concurrency.max(1)
@@ -507,7 +551,7 @@ impl Driver {
         };
         let first_poll_inline = concurrency == 1;
         stream::iter(calls)
-            .map(|call| self.run_one(call, first_poll_inline))
+            .map(|call| self.run_one(call, first_poll_inline, history))
             .buffered(concurrency)
             .collect()
             .await
@@ -519,11 +563,12 @@ impl Driver {
         clippy::manual_async_fn,
         reason = "an async fn doubles the future's arguments"
     )]
-    fn run_one(
-        &self,
+    fn run_one<'a>(
+        &'a self,
         mut call: ToolCall,
         first_poll_inline: bool,
-    ) -> impl Future<Output = ToolOutcome> + '_ {
+        history: Option<&'a Arc<[Message]>>,
+    ) -> impl Future<Output = ToolOutcome> + 'a {
         async move {
             // After-tool hooks see the call as the model made it; without them the input can
             // move into the handler instead of being copied.
@@ -532,9 +577,10 @@ impl Driver {
             } else {
                 call.input.clone()
             };
-            let mut outcome = self.execute(&call, input, first_poll_inline).await;
+            let mut outcome = self.execute(&call, input, first_poll_inline, history).await;
             for hook in &self.options.hooks.after_tool {
-                outcome = hook((call.clone(), outcome)).await;
+                let seen = WithHistory::new(call.clone(), history.cloned().unwrap_or_default());
+                outcome = hook((seen, outcome)).await;
             }
             outcome
         }
@@ -546,10 +592,12 @@ impl Driver {
         call: &ToolCall,
         mut input: Value,
         first_poll_inline: bool,
+        history: Option<&Arc<[Message]>>,
     ) -> ToolOutcome {
         for hook in &self.options.hooks.before_tool {
             let mut seen = call.clone();
             seen.input = input.clone();
+            let seen = WithHistory::new(seen, history.cloned().unwrap_or_default());
             match hook(seen).await {
                 ToolDecision::Continue => {}
                 ToolDecision::ModifyInput(new_input) => input = new_input,

@@ -73,6 +73,43 @@ pub struct StopInfo {
     pub tool_calls: u32,
     /// Summed usage.
     pub usage: Usage,
+    /// The history the run ended with.
+    pub messages: Vec<Message>,
+}
+
+/// What the prompt, response and tool hooks see: the prompt, response or tool call, and the
+/// conversation's history at that point. It derefs to the item, so `call.name` or
+/// `prompt.text()` read as before.
+///
+/// The history is the one sent to the model so far: for the prompt hook, the messages before
+/// the prompt; for the response hook, the messages the response answers; for the tool hooks,
+/// everything up to the assistant message holding the calls.
+#[derive(Debug, Clone)]
+pub struct WithHistory<T> {
+    /// The prompt, response or tool call.
+    pub item: T,
+    /// The history at that point (shared by the hooks of one step).
+    pub messages: Arc<[Message]>,
+}
+
+impl<T> WithHistory<T> {
+    /// `item` seen with `messages`.
+    pub fn new(item: T, messages: Arc<[Message]>) -> Self {
+        Self { item, messages }
+    }
+
+    /// The item without the history.
+    pub fn into_inner(self) -> T {
+        self.item
+    }
+}
+
+impl<T> std::ops::Deref for WithHistory<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.item
+    }
 }
 
 type Hook<I, O> = Arc<dyn Fn(I) -> BoxFuture<'static, O> + Send + Sync>;
@@ -100,12 +137,12 @@ where
 /// ```
 #[derive(Clone, Default)]
 pub struct Hooks {
-    pub(crate) on_prompt: Vec<Hook<Message, PromptDecision>>,
+    pub(crate) on_prompt: Vec<Hook<WithHistory<Message>, PromptDecision>>,
     pub(crate) prepare_step: Vec<Hook<StepInfo, PrepareStep>>,
     pub(crate) before_model_call: Vec<Hook<Request, Request>>,
-    pub(crate) after_response: Vec<Hook<Response, ()>>,
-    pub(crate) before_tool: Vec<Hook<ToolCall, ToolDecision>>,
-    pub(crate) after_tool: Vec<Hook<(ToolCall, ToolOutcome), ToolOutcome>>,
+    pub(crate) after_response: Vec<Hook<WithHistory<Response>, ()>>,
+    pub(crate) before_tool: Vec<Hook<WithHistory<ToolCall>, ToolDecision>>,
+    pub(crate) after_tool: Vec<Hook<(WithHistory<ToolCall>, ToolOutcome), ToolOutcome>>,
     pub(crate) on_stop: Vec<Hook<StopInfo, ()>>,
 }
 
@@ -129,10 +166,10 @@ impl Hooks {
         Self::default()
     }
 
-    /// On the user's prompt: continue, replace it, or block it.
+    /// On the user's prompt (with the history before it): continue, replace it, or block it.
     pub fn on_prompt<F, Fut>(mut self, f: F) -> Self
     where
-        F: Fn(Message) -> Fut + Send + Sync + 'static,
+        F: Fn(WithHistory<Message>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = PromptDecision> + Send + 'static,
     {
         self.on_prompt.push(boxed(f));
@@ -160,20 +197,21 @@ impl Hooks {
         self
     }
 
-    /// After each model response.
+    /// After each model response (with the history it answers).
     pub fn after_response<F, Fut>(mut self, f: F) -> Self
     where
-        F: Fn(Response) -> Fut + Send + Sync + 'static,
+        F: Fn(WithHistory<Response>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.after_response.push(boxed(f));
         self
     }
 
-    /// Before each tool call: continue, change its input, or block it.
+    /// Before each tool call (with the history, ending with the call's assistant message):
+    /// continue, change its input, or block it.
     pub fn before_tool<F, Fut>(mut self, f: F) -> Self
     where
-        F: Fn(ToolCall) -> Fut + Send + Sync + 'static,
+        F: Fn(WithHistory<ToolCall>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolDecision> + Send + 'static,
     {
         self.before_tool.push(boxed(f));
@@ -181,10 +219,11 @@ impl Hooks {
     }
 
     /// After each tool call: return the outcome to record (the same one, or a replacement).
-    /// Also the place to observe every call.
+    /// Also the place to observe every call. The call comes with the history, as for
+    /// [`Self::before_tool`].
     pub fn after_tool<F, Fut>(mut self, f: F) -> Self
     where
-        F: Fn(ToolCall, ToolOutcome) -> Fut + Send + Sync + 'static,
+        F: Fn(WithHistory<ToolCall>, ToolOutcome) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolOutcome> + Send + 'static,
     {
         self.after_tool
@@ -202,10 +241,14 @@ impl Hooks {
         self
     }
 
-    /// Run the prompt hooks.
-    pub(crate) async fn prompt(&self, mut message: Message) -> Result<Message, String> {
+    /// Run the prompt hooks on `message`, which follows `history`.
+    pub(crate) async fn prompt(
+        &self,
+        mut message: Message,
+        history: Arc<[Message]>,
+    ) -> Result<Message, String> {
         for hook in &self.on_prompt {
-            match hook(message.clone()).await {
+            match hook(WithHistory::new(message.clone(), history.clone())).await {
                 PromptDecision::Continue => {}
                 PromptDecision::Replace(replacement) => message = replacement,
                 PromptDecision::Block(reason) => return Err(reason),

@@ -61,6 +61,9 @@ pub struct Machine {
     request: Request,
     limits: Limits,
     turns: u32,
+    /// Rounds of tools run so far (the iteration limit counts these).
+    #[serde(default)]
+    tool_iterations: u32,
     tool_calls: u32,
     usage: Usage,
     steps: Vec<Step>,
@@ -83,6 +86,7 @@ impl Machine {
             request: base,
             limits,
             turns: 0,
+            tool_iterations: 0,
             tool_calls: 0,
             usage: Usage::default(),
             steps: Vec::new(),
@@ -98,11 +102,13 @@ impl Machine {
     pub fn next_action(&mut self) -> Action {
         match &mut self.phase {
             Phase::Ready => {
-                if self.turns >= self.limits.max_turns {
+                // N rounds of tools, then one call for the answer: never more than N + 1 calls
+                // (reached only by a machine restored with a lower limit).
+                if self.turns > self.limits.max_tool_iterations {
                     self.phase = Phase::Done {
-                        reason: RunStopReason::MaxTurns,
+                        reason: RunStopReason::MaxToolIterations,
                     };
-                    return Action::Stop(RunStopReason::MaxTurns);
+                    return Action::Stop(RunStopReason::MaxToolIterations);
                 }
                 self.phase = Phase::AwaitingModel;
                 Action::CallModel
@@ -178,6 +184,19 @@ impl Machine {
             };
             return;
         }
+        if self.tool_iterations >= self.limits.max_tool_iterations {
+            // The answer was due: the calls get results saying why they did not run, so the
+            // history stays valid and a later send can go on from it.
+            let why = format!(
+                "the run's limit of {} tool iterations was reached",
+                self.limits.max_tool_iterations
+            );
+            self.answer_unrun(calls, &why);
+            self.phase = Phase::Done {
+                reason: RunStopReason::MaxToolIterations,
+            };
+            return;
+        }
         let allowed = match self.limits.max_tool_calls {
             Some(max) => max.saturating_sub(self.tool_calls) as usize,
             None => usize::MAX,
@@ -193,8 +212,6 @@ impl Machine {
             Some(RunStopReason::MaxToolCalls)
         } else if budget_spent {
             Some(RunStopReason::TokenBudget)
-        } else if self.turns >= self.limits.max_turns {
-            Some(RunStopReason::MaxTurns)
         } else {
             None
         };
@@ -208,6 +225,7 @@ impl Machine {
             return;
         };
         self.tool_calls += run.len() as u32;
+        self.tool_iterations += 1;
         let mut outcomes = outcomes.into_iter();
         let pairs = run
             .into_iter()
@@ -308,6 +326,20 @@ impl Machine {
         repeated
     }
 
+    /// Answer `calls` as not run, for `why`, and record them in the last step.
+    fn answer_unrun(&mut self, calls: Vec<ToolCall>, why: &str) {
+        let pairs = calls
+            .into_iter()
+            .map(|call| {
+                let outcome = ToolOutcome::Cancelled {
+                    reason: why.to_owned(),
+                };
+                (call, outcome)
+            })
+            .collect();
+        self.record_tool_step(pairs, Vec::new(), Duration::ZERO);
+    }
+
     /// Report that the model call failed: the run stops with [`RunStopReason::Error`].
     pub fn on_error(&mut self, error: Error) {
         self.error = Some(error);
@@ -348,6 +380,9 @@ impl Machine {
             let why = match &reason {
                 RunStopReason::Timeout => "the run timed out".to_owned(),
                 RunStopReason::Interrupted => "the run was cancelled".to_owned(),
+                RunStopReason::Custom(name) => {
+                    format!("the run stopped (stop condition `{name}`)")
+                }
                 other => format!("the run stopped ({other})"),
             };
             let pairs = run
@@ -395,6 +430,11 @@ impl Machine {
     /// Model calls so far.
     pub fn turns(&self) -> u32 {
         self.turns
+    }
+
+    /// Rounds of tools run so far (what [`Limits::max_tool_iterations`] limits).
+    pub fn tool_iterations(&self) -> u32 {
+        self.tool_iterations
     }
 
     /// Tool calls answered so far (cancelled and skipped calls are not counted).

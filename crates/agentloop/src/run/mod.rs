@@ -21,9 +21,11 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 
-pub use hooks::{Hooks, PrepareStep, PromptDecision, StepInfo, StopInfo, ToolDecision};
+pub use hooks::{
+    Hooks, PrepareStep, PromptDecision, StepInfo, StopInfo, ToolDecision, WithHistory,
+};
 pub use machine::{Action, Machine};
-pub use options::{Limits, RunOptions, StopCondition};
+pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
 

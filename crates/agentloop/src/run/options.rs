@@ -13,8 +13,13 @@ use super::machine::Machine;
 /// The limits the state machine enforces (serializable with it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limits {
-    /// Maximum model calls (default 10).
-    pub max_turns: u32,
+    /// Rounds of tools a run may go through (default 10). After that many the model is called
+    /// once more for its answer; if it still asks for tools, those calls are answered as not
+    /// run and the run stops with [`super::RunStopReason::MaxToolIterations`]. So a run makes
+    /// at most this many + 1 model calls. (Saved runs from before the rename name it
+    /// `max_turns`.)
+    #[serde(alias = "max_turns")]
+    pub max_tool_iterations: u32,
     /// Maximum tool calls answered; calls past it are answered as not run and the run stops.
     pub max_tool_calls: Option<u32>,
     /// Maximum input+output tokens over the run.
@@ -31,7 +36,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_turns: 10,
+            max_tool_iterations: 10,
             max_tool_calls: None,
             max_total_tokens: None,
             invalid_argument_retries: 2,
@@ -40,17 +45,45 @@ impl Default for Limits {
     }
 }
 
-/// A named predicate checked after every complete step; any that returns true stops the run
-/// with [`super::RunStopReason::Custom`] carrying its name.
+/// When a [`StopCondition`] is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StopMoment {
+    /// After each model response, before its tool calls run. When the condition fires, the
+    /// response's calls are not run: each gets an error result saying the run stopped, so the
+    /// history stays valid. The response is the step's last [`Machine::steps`] entry.
+    BeforeTools,
+    /// After each complete step, once its tools ran and their results are in the history (the
+    /// default).
+    #[default]
+    AfterStep,
+}
+
+/// A named predicate over the run's state; any that returns true stops the run with
+/// [`super::RunStopReason::Custom`] carrying its name. It is checked after every complete step
+/// unless made to act earlier, after the response and before its tools, with
+/// [`StopCondition::before_tools`] (see [`StopMoment`]).
+///
+/// ```
+/// use agentloop::run::{StopCondition, StopMoment};
+/// // A `finish` tool ends the run as soon as the model calls it; the other calls of that
+/// // response are answered as not run.
+/// let finish = StopCondition::tool_called("finish").before_tools();
+/// assert_eq!(finish.moment(), StopMoment::BeforeTools);
+/// assert_eq!(StopCondition::step_count(3).moment(), StopMoment::AfterStep);
+/// ```
 #[derive(Clone)]
 pub struct StopCondition {
     name: String,
+    moment: StopMoment,
     predicate: Arc<dyn Fn(&Machine) -> bool + Send + Sync>,
 }
 
 impl std::fmt::Debug for StopCondition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("StopCondition").field(&self.name).finish()
+        f.debug_tuple("StopCondition")
+            .field(&self.name)
+            .field(&self.moment)
+            .finish()
     }
 }
 
@@ -62,8 +95,26 @@ impl StopCondition {
     ) -> Self {
         Self {
             name: name.into(),
+            moment: StopMoment::AfterStep,
             predicate: Arc::new(predicate),
         }
+    }
+
+    /// Check the condition after each response, before its tools run.
+    pub fn before_tools(mut self) -> Self {
+        self.moment = StopMoment::BeforeTools;
+        self
+    }
+
+    /// Check the condition after each complete step (the default).
+    pub fn after_step(mut self) -> Self {
+        self.moment = StopMoment::AfterStep;
+        self
+    }
+
+    /// When the condition is checked.
+    pub fn moment(&self) -> StopMoment {
+        self.moment
     }
 
     /// Stop after `n` steps.
@@ -71,7 +122,8 @@ impl StopCondition {
         Self::new(format!("step_count({n})"), move |m| m.steps().len() >= n)
     }
 
-    /// Stop once a step called the tool `name`.
+    /// Stop once a step called the tool `name` (with [`Self::before_tools`], before that call
+    /// and the others of its response run).
     pub fn tool_called(name: impl Into<String>) -> Self {
         let name = name.into();
         Self::new(format!("tool_called({name})"), move |m| {
@@ -98,7 +150,7 @@ impl StopCondition {
     }
 }
 
-/// How a run behaves. `Default` gives: 10 turns, tools in parallel (up to 8 at once), 30 s per
+/// How a run behaves. `Default` gives: 10 tool iterations, tools in parallel (up to 8 at once), 30 s per
 /// tool, no other limits.
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -118,7 +170,7 @@ pub struct RunOptions {
     pub parallel_tools: bool,
     /// At most this many tool calls at once when parallel.
     pub max_concurrency: usize,
-    /// Conditions checked after every step.
+    /// Stop conditions, each checked at its [`StopMoment`].
     pub stop_when: Vec<StopCondition>,
     /// Hooks.
     pub hooks: Hooks,
@@ -126,6 +178,9 @@ pub struct RunOptions {
     pub cancel: CancellationToken,
     /// Shared state handed to tool handlers through [`crate::ToolContext::state`].
     pub state: Option<Arc<dyn Any + Send + Sync>>,
+    /// A streamed run also forwards every event of the provider's stream as
+    /// [`super::RunEvent::ProviderEvent`] (off by default).
+    pub provider_events: bool,
 }
 
 impl Default for RunOptions {
@@ -143,6 +198,7 @@ impl Default for RunOptions {
             hooks: Hooks::default(),
             cancel: CancellationToken::new(),
             state: None,
+            provider_events: false,
         }
     }
 }
@@ -153,9 +209,10 @@ impl RunOptions {
         Self::default()
     }
 
-    /// Maximum model calls.
-    pub fn max_turns(mut self, n: u32) -> Self {
-        self.limits.max_turns = n;
+    /// Rounds of tools per run before the model must answer (see
+    /// [`Limits::max_tool_iterations`]).
+    pub fn max_tool_iterations(mut self, n: u32) -> Self {
+        self.limits.max_tool_iterations = n;
         self
     }
 
@@ -240,6 +297,13 @@ impl RunOptions {
     /// Shared state for tool handlers.
     pub fn state<S: Any + Send + Sync>(mut self, state: S) -> Self {
         self.state = Some(Arc::new(state));
+        self
+    }
+
+    /// Forward every event of the provider's stream in a streamed run (see
+    /// [`super::RunEvent::ProviderEvent`]).
+    pub fn provider_events(mut self, on: bool) -> Self {
+        self.provider_events = on;
         self
     }
 }

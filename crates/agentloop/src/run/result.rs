@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::outcome::ToolOutcome;
 use crate::error::{Error, Result};
 use crate::message::{Message, Response, StopReason, ToolResult, Usage};
+use crate::stream::StreamEvent;
 use crate::tool::ToolCall;
 
 /// Why a run stopped.
@@ -15,8 +16,11 @@ use crate::tool::ToolCall;
 pub enum RunStopReason {
     /// The model gave its answer.
     EndTurn,
-    /// The turn limit was reached.
-    MaxTurns,
+    /// The model still asked for tools after [`super::Limits::max_tool_iterations`] rounds of
+    /// them; those last calls were answered as not run. (`max_turns` in runs saved before the
+    /// rename.)
+    #[serde(alias = "max_turns")]
+    MaxToolIterations,
     /// The tool-call limit was reached (calls past it were answered as not run).
     MaxToolCalls,
     /// The model's answer was cut off by its per-response token limit.
@@ -43,7 +47,7 @@ impl RunStopReason {
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::EndTurn => "end_turn",
-            Self::MaxTurns => "max_turns",
+            Self::MaxToolIterations => "max_tool_iterations",
             Self::MaxToolCalls => "max_tool_calls",
             Self::MaxTokens => "max_tokens",
             Self::TokenBudget => "token_budget",
@@ -130,7 +134,9 @@ impl RunResult {
 
 /// What a streamed run reports, in order: `run_start`, then per step `step_start`, deltas,
 /// `tool_call_ready` and `tool_call_result` per call, `step_finish`; finally `run_finish` (or
-/// `error` followed by `run_finish` when a model call failed).
+/// `error` followed by `run_finish` when a model call failed). With
+/// [`super::RunOptions::provider_events`] on, every event of the provider's stream also comes
+/// as a `provider_event`, just before the delta made from it (if any).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RunEvent {
@@ -140,6 +146,13 @@ pub enum RunEvent {
     StepStart {
         /// The step's index.
         step: usize,
+    },
+    /// An event of the provider's stream as it came, when
+    /// [`super::RunOptions::provider_events`] asks for them: message start, usage, signatures,
+    /// native blocks, the stop, and the deltas too.
+    ProviderEvent {
+        /// The event. Boxed to keep every run event small.
+        event: Box<StreamEvent>,
     },
     /// A piece of answer text.
     TextDelta {
@@ -192,6 +205,9 @@ pub enum RunEvent {
         stop_reason: StopReason,
         /// This step's usage.
         usage: Usage,
+        /// The step's whole response (content, tool calls, usage, provider details). Boxed to
+        /// keep every run event small.
+        response: Box<Response>,
     },
     /// A model call failed; the run finishes right after.
     Error {
@@ -215,6 +231,7 @@ impl RunEvent {
         match self {
             Self::RunStart => "run_start",
             Self::StepStart { .. } => "step_start",
+            Self::ProviderEvent { .. } => "provider_event",
             Self::TextDelta { .. } => "text_delta",
             Self::ThinkingDelta { .. } => "thinking_delta",
             Self::ToolCallStart { .. } => "tool_call_start",

@@ -43,6 +43,10 @@ pub(crate) struct StreamedCall {
     stop: Armed<BoxFuture<'static, RunStopReason>>,
     /// Set when the call ended; the driver then takes it back.
     end: Option<CallEnd>,
+    /// Forward each provider event as it came (see `RunOptions::provider_events`).
+    provider_events: bool,
+    /// The delta made from the provider event just handed out, handed out next.
+    queued: Option<RunEvent>,
 }
 
 impl StreamedCall {
@@ -51,6 +55,7 @@ impl StreamedCall {
         stop: BoxFuture<'static, RunStopReason>,
         first_chunk: Option<Duration>,
         idle: Option<Duration>,
+        provider_events: bool,
     ) -> Self {
         // Without either timeout there is no timer, and the clock is never read per event.
         let timeouts =
@@ -61,12 +66,14 @@ impl StreamedCall {
             timeouts,
             stop: Armed::new(stop),
             end: None,
+            provider_events,
+            queued: None,
         }
     }
 
     /// Whether the call ended.
     pub(crate) fn has_ended(&self) -> bool {
-        self.end.is_some()
+        self.end.is_some() && self.queued.is_none()
     }
 
     /// The response assembled, and how the call ended. Taken only once it ended (see
@@ -82,6 +89,9 @@ impl StreamedCall {
     /// built once in the slot it is returned in (1 % of a streamed run's instructions).
     #[inline(always)]
     pub(crate) fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
+        if let Some(event) = self.queued.take() {
+            return Poll::Ready(Some(event));
+        }
         while self.end.is_none() {
             // Between events the stop is polled only once it woke: one atomic load, even for a
             // task that `will_wake` cannot recognize. While the events are pending it is
@@ -98,6 +108,12 @@ impl StreamedCall {
                         timeouts.saw_event();
                     }
                     self.acc.push(&event);
+                    if self.provider_events {
+                        self.queued = run_event(event.clone());
+                        return Poll::Ready(Some(RunEvent::ProviderEvent {
+                            event: Box::new(event),
+                        }));
+                    }
                     if let Some(event) = run_event(event) {
                         return Poll::Ready(Some(event));
                     }

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TimeoutKind};
 
 pub use handler::{ToolContext, ToolError, ToolHandler, ToolOutput};
 pub use schema::Violation;
@@ -524,5 +524,73 @@ impl From<&Tool> for ToolDefinition {
 impl From<FunctionDefinition> for ToolDefinition {
     fn from(definition: FunctionDefinition) -> Self {
         ToolDefinition::Function(Arc::new(definition))
+    }
+}
+
+/// How long [`Tool::execute`] waits for a tool that sets no timeout of its own: a run's default
+/// tool timeout.
+pub const DEFAULT_EXECUTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Tool {
+    /// Run the tool directly, outside a run (as a model's call would run it): `input` is checked
+    /// against the input schema (`null` counts as `{}`), the tool's timeout applies
+    /// ([`DEFAULT_EXECUTE_TIMEOUT`] when it sets none), and the handler's cancellation token
+    /// fires when the call ends.
+    ///
+    /// Failures are typed: [`Error::ToolArgumentParse`] for arguments that do not fit,
+    /// [`Error::ToolExecution`] when the handler fails, panics or is missing, and
+    /// [`Error::Timeout`] with [`TimeoutKind::Tool`].
+    pub async fn execute(&self, input: Value) -> Result<ToolOutput> {
+        use futures::FutureExt;
+
+        let tool = self.tool_name();
+        let bad_arguments = |message: String| Error::ToolArgumentParse {
+            tool: tool.to_owned(),
+            message,
+        };
+        let input = match input {
+            Value::Null => Value::Object(Default::default()),
+            Value::Object(map) => Value::Object(map),
+            other => {
+                return Err(bad_arguments(format!(
+                    "the arguments must be a JSON object, got {other}"
+                )));
+            }
+        };
+        let failed = |message: String| Error::ToolExecution {
+            tool: tool.to_owned(),
+            message,
+        };
+        let explain = |violations: Vec<Violation>| {
+            let each: Vec<String> = violations.iter().map(ToString::to_string).collect();
+            bad_arguments(each.join("; "))
+        };
+        self.validate(&input).map_err(explain)?;
+        let handler = self.get_handler().ok_or_else(|| {
+            failed("it has no handler; attach one with `Tool::handler` to run it".to_owned())
+        })?;
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let _cancel_on_exit = cancel.clone().drop_guard();
+        let ctx = ToolContext::new(format!("direct_{tool}"), tool, cancel, None);
+        let after = self.timeout.unwrap_or(DEFAULT_EXECUTE_TIMEOUT);
+        // A panicking handler is the handler's failure, as it is in a run.
+        let call = std::panic::AssertUnwindSafe(handler.call(ctx, input)).catch_unwind();
+        match tokio::time::timeout(after, call).await {
+            Err(_) => Err(Error::Timeout {
+                kind: TimeoutKind::Tool,
+                after,
+            }),
+            Ok(Err(panic)) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".to_owned());
+                Err(failed(format!("the tool panicked: {message}")))
+            }
+            Ok(Ok(Ok(output))) => Ok(output),
+            Ok(Ok(Err(ToolError::Failed(message)))) => Err(failed(message)),
+            Ok(Ok(Err(ToolError::InvalidArguments(violations)))) => Err(explain(violations)),
+        }
     }
 }
