@@ -26,7 +26,7 @@ pub enum Command {
     /// Run one prompt to the end, streaming the answer and showing tool calls as they run.
     #[command(after_help = exit::HELP)]
     Run(RunArgs),
-    /// Chat interactively (/clear, /history, /model NAME [BASE_URL], /quit; Ctrl-C interrupts an
+    /// Chat interactively (/clear, /history, `/model NAME [BASE_URL]`, /quit; Ctrl-C interrupts an
     /// answer). On a terminal, lines can be edited and earlier prompts recalled with the arrows.
     Chat(ModelArgs),
     /// Serve the chat API (SSE), the web page and stored conversations over HTTP.
@@ -159,11 +159,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub insecure_no_auth: bool,
     /// Without a token, also answer requests whose Host is this name (the page is only served
-    /// for localhost, 127.0.0.1 and [::1] otherwise, against DNS rebinding). Repeatable;
+    /// for localhost, 127.0.0.1 and `[::1]` otherwise, against DNS rebinding). Repeatable;
     /// NAME:PORT matches that port only.
     #[arg(long, value_name = "HOST")]
     pub allowed_host: Vec<String>,
-    /// Let web pages from this origin (scheme://host[:port], or `*`) call the API, e.g. an AI
+    /// Let web pages from this origin (`scheme://host[:port]`, or `*`) call the API, e.g. an AI
     /// SDK frontend on http://localhost:3000. Other origins are refused. Repeatable.
     #[arg(long, value_name = "URL")]
     pub cors_origin: Vec<String>,
