@@ -230,3 +230,18 @@ async fn interrupting_twice_stops_the_reply_once_and_the_next_send_works() {
         ]
     );
 }
+
+/// `options()` shows what every send starts from: the agent's limits and timeouts.
+#[tokio::test]
+async fn options_are_the_agents_run_options() {
+    let agent = Agent::builder(ScriptedModel::new([Turn::text("ok")]))
+        .max_tool_iterations(3)
+        .max_tool_calls(7)
+        .tool_timeout(Duration::from_secs(9))
+        .build();
+    let chat = Conversation::new(&agent);
+    let options = chat.options();
+    assert_eq!(options.limits.max_tool_iterations, 3);
+    assert_eq!(options.limits.max_tool_calls, Some(7));
+    assert_eq!(options.tool_timeout, Duration::from_secs(9));
+}
