@@ -4,9 +4,9 @@
 //!
 //! Offered other tools (`agentloop run --tools DIR`), the mock model calls one of them instead:
 //! the tool whose name and description share the most words (of four letters or more) with
-//! the prompt (the first offered on a tie), with each required argument taken from its schema's `default`, `const`, first
-//! `examples` or first `enum` value, else a placeholder of its type. After the result it
-//! answers with what the tool returned.
+//! the prompt (the first offered on a tie), with each required argument taken from its
+//! schema's `default`, `const`, first `examples` or first `enum` value, else a placeholder of
+//! its type. After the result it answers with what the tool returned.
 
 use std::collections::HashSet;
 
