@@ -57,17 +57,16 @@ pub fn agent(args: &ModelArgs, resolved: &Resolved) -> Result<Agent, String> {
     if let Some(t) = args.temperature {
         builder = builder.temperature(t);
     }
-    let mut have_demo_tool = false;
+    let mut tools = Vec::new();
     if let Some(path) = &args.tools {
-        let registry = crate::commands::tools::load(path)?;
-        for tool in registry.tools() {
-            have_demo_tool |= tool.tool_name() == agentloop_testkit::demo::DEMO_TOOL;
-            builder = builder.tool(tool);
-        }
+        tools = crate::commands::tools::load(path)?.tools();
     }
-    if resolved.mock && !have_demo_tool {
-        builder = builder.tool(agentloop_testkit::demo::demo_tool());
+    // Given tools, the mock calls one of them (see `agentloop_testkit::demo`); without any, it
+    // plays its demo script, which needs the demo tool.
+    if resolved.mock && tools.is_empty() {
+        tools.push(agentloop_testkit::demo::demo_tool());
     }
+    builder = builder.tools(tools);
     Ok(builder.build())
 }
 

@@ -825,3 +825,63 @@ async fn serve_checks_hosts_and_origins_from_its_flags() {
         "http://app.example:3000"
     );
 }
+
+/// `examples/tools` is the directory the README points at: with the built-in mock, the run
+/// calls the tool the prompt is about, with arguments from its schema's examples, and answers
+/// with what the tool returned.
+#[test]
+fn run_with_the_example_tools_and_the_mock_calls_the_matching_tool() {
+    let output = run(bin()
+        .args(["run", "--json", "--tools"])
+        .arg(repo_path("examples/tools"))
+        .arg("What's the weather in Lyon?"));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc = without_durations(stdout_json(&output));
+    let result = r#"{"city":"Lyon","temperature_c":21,"conditions":"sunny"}"#;
+    assert_eq!(
+        doc["steps"][0]["tool_calls"],
+        json!([{
+            "id": "call_0_0",
+            "name": "current_weather",
+            "input": {"city": "Lyon"},
+            "outcome": "completed",
+            "result": {"content": result, "is_error": false}
+        }])
+    );
+    assert_eq!(
+        doc["text"],
+        format!(
+            "current_weather returned {result}. (This answer comes from agentloop's built-in \
+             mock model: pass --model to talk to a real one.)"
+        )
+    );
+    assert_eq!(doc["tool_calls"], 1);
+}
+
+/// The same run as a person sees it: the call and its result on stderr, the answer on stdout.
+#[test]
+fn run_with_the_example_tools_shows_the_tool_call() {
+    let output = run(bin()
+        .args(["run", "--tools"])
+        .arg(repo_path("examples/tools"))
+        .arg("Convert 100 EUR to USD"));
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(r#"tool: convert_currency {"amount":100,"from":"EUR","to":"USD"}"#),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(r#"✓ convert_currency → {"amount":108.0,"currency":"USD"}"#),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.starts_with(r#"convert_currency returned {"amount":108.0,"currency":"USD"}."#),
+        "{stdout}"
+    );
+}
