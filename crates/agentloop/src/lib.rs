@@ -5,6 +5,65 @@
 //! the results back and stops at the answer or a limit — blocking or streamed — with a history
 //! that is always valid to send again.
 //!
+//! ## The loop
+//!
+//! An [`Agent`] holds a model (any [`Provider`]), its tools and the run's limits. A run sends
+//! the prompt; when the model asks for tools, it checks their arguments against the tools'
+//! schemas, runs them (in parallel, each with a timeout), sends the results back and asks
+//! again, until the model answers or a limit stops it. Here the model is the testkit's
+//! scripted one, which plays its turns in order, so the example runs offline:
+//!
+//! ```
+//! use agentloop::{Agent, Tool};
+//! use agentloop_testkit::{ScriptedModel, Turn};
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//!
+//! /// Get the current weather for a city.
+//! #[derive(Deserialize, JsonSchema)]
+//! struct GetWeather {
+//!     /// City name, e.g. "Paris".
+//!     city: String,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), agentloop::Error> {
+//! let model = ScriptedModel::new([
+//!     Turn::tool_call("get_weather", serde_json::json!({"city": "Paris"})),
+//!     Turn::text("It is 18 °C in Paris."),
+//! ]);
+//! let agent = Agent::builder(model)
+//!     .system("You are a concise weather assistant.")
+//!     .tool(Tool::function("get_weather", "Current weather for a city", |w: GetWeather| {
+//!         async move { Ok::<_, std::io::Error>(format!("18 °C in {}", w.city)) }
+//!     }))
+//!     .build();
+//!
+//! let result = agent.run("What's the weather in Paris?").await?;
+//! assert_eq!(result.text(), "It is 18 °C in Paris.");
+//! // The prompt, the tool call, its result and the answer: ready to send again.
+//! assert_eq!(result.messages.len(), 4);
+//! # Ok(()) }
+//! ```
+//!
+//! For a real model, `Agent::from_model("openai/gpt-4o")` (or `anthropic/...`, `xai/...`, any
+//! OpenAI-compatible server) takes the key from the environment; [`Agent::run_stream`] yields
+//! the run's [`RunEvent`]s as they happen.
+//!
+//! ## The main types
+//!
+//! - [`Agent`] and [`AgentBuilder`]: a model, tools, a system prompt and [`RunOptions`] (limits,
+//!   timeouts, hooks, stop conditions); each run returns a [`RunResult`] (the answer, the steps,
+//!   the usage, the history).
+//! - [`Tool`]: a definition and what runs it ([`Tool::function`] for typed async functions);
+//!   [`NativeTool`] for the tools a provider runs or defines.
+//! - [`Provider`]: one model behind one trait; [`provider::openai`] and [`provider::anthropic`]
+//!   speak the wire formats, and every provider streams normalized [`StreamEvent`]s.
+//! - [`Message`], [`Request`], [`Response`]: the canonical history, the same for every provider.
+//! - [`run`]: the loop as a serializable state machine ([`run::Machine`]) and its driver, hooks
+//!   and events.
+//! - [`conversation`]: a chat kept across turns, with tool calls run automatically or by hand.
+//!
 //! ## Features
 //!
 //! `validation` (arguments checked against their JSON Schema with the `jsonschema` crate),
@@ -19,92 +78,8 @@
 //! loaded into a [`Registry`]: from JSON or YAML files, `kind: Tool` manifests, or a whole
 //! directory ([`Registry::load_dir`]); from MCP servers (feature `mcp`, also on by default); and
 //! from Rust ([`Registry::register`]). `registry.tools()` gives the run loop ordinary [`Tool`]s.
-//!
-//! A descriptor has a `name`, a `description`, an `input_schema` (JSON Schema of the arguments;
-//! `{"type": "object", "properties": {}}` when left out), an optional `output_schema` every
-//! result must match, a `mode` saying how it runs, the section for that mode, and `timeout_ms`.
-//! The modes: `function` (a handler bound in code with [`Registry::bind`]), `mock` (a
-//! `response`, a minijinja `template` rendered with the arguments, or a `sequence` with
-//! `on_exhausted: repeat_last | error`), `http` (`url`, `method` — POST by default —,
-//! `headers` whose values may say `${ENV_VAR}`, `allowed_hosts`) and `mcp` (listed from a
-//! server). `mode` can be left out when exactly one section is present. Multi-word keys may
-//! also be written in camelCase (`inputSchema`, `outputSchema`, `timeoutMs`), and PromptKit's
-//! `mockResponse`, `mockTemplate`, `endpoint` and `mode: live` are accepted too. A pack
-//! bundles several tools with shared defaults ([`Registry::from_pack`]); the [`registry`]
-//! module docs list the aliases and the pack format.
-//!
-//! ```yaml
-//! # tools/weather.yaml: one tool per YAML document (separate several with `---`)
-//! name: get_weather
-//! description: Current weather for a city
-//! input_schema:
-//!   type: object
-//!   properties:
-//!     city: {type: string}
-//!   required: [city]
-//! output_schema: {type: object, required: [temp_c]}
-//! mock:
-//!   template: '{"city": {{ city | tojson }}, "temp_c": 18}'
-//! timeout_ms: 5000
-//! ```
-//!
-//! ```json
-//! {
-//!   "name": "lookup_order",
-//!   "description": "Look up an order",
-//!   "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
-//!   "mode": "http",
-//!   "http": {
-//!     "url": "https://shop.example.com/api/orders/lookup",
-//!     "headers": {"Authorization": "Bearer ${SHOP_TOKEN}"},
-//!     "allowed_hosts": ["shop.example.com"]
-//!   },
-//!   "mock": {"response": {"id": 1, "state": "shipped"}},
-//!   "timeout_ms": 10000
-//! }
-//! ```
-//!
-//! The manifest style puts the name in `metadata` and the descriptor in `spec`:
-//!
-//! ```yaml
-//! apiVersion: agentloop/v1
-//! kind: Tool
-//! metadata: {name: deploy_status}
-//! spec:
-//!   description: Status of the latest deployment
-//!   mock:
-//!     sequence: [{status: pending}, {status: done}]
-//!     on_exhausted: repeat_last
-//! ```
-//!
-//! Loading one of them and calling it:
-//!
-//! ```
-//! # #[cfg(feature = "registry")] {
-//! use agentloop::registry::{Format, Registry, parse_descriptors};
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let yaml = r#"
-//! name: get_weather
-//! input_schema:
-//!   type: object
-//!   properties: {city: {type: string}}
-//!   required: [city]
-//! mock:
-//!   template: '{"city": {{ city | tojson }}, "temp_c": 18}'
-//! "#;
-//! let mut registry = Registry::new();
-//! for descriptor in parse_descriptors(yaml, Format::Yaml, "weather.yaml")? {
-//!     registry.add_descriptor(descriptor)?;
-//! }
-//! let output = registry.call("get_weather", serde_json::json!({"city": "Paris"})).await;
-//! assert_eq!(output.unwrap().0.to_text(), r#"{"city":"Paris","temp_c":18}"#);
-//! # Ok::<(), agentloop::Error>(()) }).unwrap();
-//! # }
-//! ```
-//!
-//! Every load error names the file, the tool and the problem, with line and column where the
-//! parser gives them (`tools/weather.yaml:7:13: tool `get_weather`: timeout_ms: invalid type:
-//! string "soon", expected u64`).
+//! The [`registry`] module describes the descriptor format, the modes, packs and PromptKit's
+//! spellings.
 
 #![warn(missing_docs)]
 

@@ -110,7 +110,7 @@ async fn one_tool_call_then_answer() {
 }
 
 /// A run's future owns what it needs, so it outlives the agent and can be spawned; and it stays
-/// small, as every run in flight holds one (layers of `async fn` once made it over 5 KiB).
+/// small, as every run in flight holds one.
 #[tokio::test]
 async fn a_run_future_outlives_its_agent_and_stays_small() {
     let model = ScriptedModel::new([Turn::text("Hello.")]);

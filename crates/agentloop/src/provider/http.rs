@@ -482,8 +482,8 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The streamed answer of one call. A hand-written `Stream` rather than `stream::unfold`:
-/// unfold moves its whole state in and out of a new future for every event, which showed up
-/// as memcpy in profiles. `B` is the response body as a stream of chunks, made by `F`.
+/// unfold moves its whole state in and out of a new future for every event. `B` is the
+/// response body as a stream of chunks, made by `F`.
 struct SseStream<D, B, F> {
     state: SseState<D, B, F>,
 }

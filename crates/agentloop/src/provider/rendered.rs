@@ -1,7 +1,7 @@
 //! Tool definitions serialized once per provider rather than once per request.
 //!
 //! An agent sends the same tools with every model call, and serializing a JSON Schema (a tree
-//! of maps whose strings are escaped byte by byte) was over half of building a request body.
+//! of maps whose strings are escaped byte by byte) is the costly part of building a request.
 //! A provider keeps each definition's wire form, keyed by the definition's `Arc`. The cache
 //! holds a strong reference, so a definition cannot change behind its key: `Arc::get_mut`
 //! fails while it is cached, and `Arc::make_mut` makes a new one.

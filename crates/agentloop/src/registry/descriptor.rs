@@ -1,7 +1,8 @@
 //! Tool descriptors: everything needed to show a tool to a model and to run it, as data.
 //!
-//! A descriptor is what a tool file holds (see the crate docs for the file format) and what
-//! [`crate::registry::Registry::descriptors`] lists, whatever the tool's source.
+//! A descriptor is what a tool file holds (the [`registry`](crate::registry) module docs give
+//! the file format) and what [`crate::registry::Registry::descriptors`] lists, whatever the
+//! tool's source.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -7,6 +7,94 @@
 //! runs ([`Tool::validate`]); results are checked against the output schema, when the
 //! descriptor has one, by the executor.
 //!
+//! # Descriptors
+//!
+//! A descriptor has a `name`, a `description`, an `input_schema` (JSON Schema of the arguments;
+//! `{"type": "object", "properties": {}}` when left out), an optional `output_schema` every
+//! result must match, a `mode` saying how it runs, the section for that mode, and `timeout_ms`.
+//! The modes: `function` (a handler bound in code with [`Registry::bind`]), `mock` (a
+//! `response`, a minijinja `template` rendered with the arguments, or a `sequence` with
+//! `on_exhausted: repeat_last | error`), `http` (`url`, `method` — POST by default —,
+//! `headers` whose values may say `${ENV_VAR}`, `allowed_hosts`) and `mcp` (listed from a
+//! server). `mode` can be left out when exactly one section is present. Multi-word keys may
+//! also be written in camelCase (`inputSchema`, `outputSchema`, `timeoutMs`), and PromptKit's
+//! `mockResponse`, `mockTemplate`, `endpoint` and `mode: live` are accepted too. A pack
+//! bundles several tools with shared defaults ([`Registry::from_pack`]); the aliases and the
+//! pack format are below.
+//!
+//! ```yaml
+//! # tools/weather.yaml: one tool per YAML document (separate several with `---`)
+//! name: get_weather
+//! description: Current weather for a city
+//! input_schema:
+//!   type: object
+//!   properties:
+//!     city: {type: string}
+//!   required: [city]
+//! output_schema: {type: object, required: [temp_c]}
+//! mock:
+//!   template: '{"city": {{ city | tojson }}, "temp_c": 18}'
+//! timeout_ms: 5000
+//! ```
+//!
+//! ```json
+//! {
+//!   "name": "lookup_order",
+//!   "description": "Look up an order",
+//!   "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+//!   "mode": "http",
+//!   "http": {
+//!     "url": "https://shop.example.com/api/orders/lookup",
+//!     "headers": {"Authorization": "Bearer ${SHOP_TOKEN}"},
+//!     "allowed_hosts": ["shop.example.com"]
+//!   },
+//!   "mock": {"response": {"id": 1, "state": "shipped"}},
+//!   "timeout_ms": 10000
+//! }
+//! ```
+//!
+//! The manifest style puts the name in `metadata` and the descriptor in `spec`:
+//!
+//! ```yaml
+//! apiVersion: agentloop/v1
+//! kind: Tool
+//! metadata: {name: deploy_status}
+//! spec:
+//!   description: Status of the latest deployment
+//!   mock:
+//!     sequence: [{status: pending}, {status: done}]
+//!     on_exhausted: repeat_last
+//! ```
+//!
+//! Loading one of them and calling it:
+//!
+//! ```
+//! use agentloop::registry::{Format, Registry, parse_descriptors};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let yaml = r#"
+//! name: get_weather
+//! input_schema:
+//!   type: object
+//!   properties: {city: {type: string}}
+//!   required: [city]
+//! mock:
+//!   template: '{"city": {{ city | tojson }}, "temp_c": 18}'
+//! "#;
+//! let mut registry = Registry::new();
+//! for descriptor in parse_descriptors(yaml, Format::Yaml, "weather.yaml")? {
+//!     registry.add_descriptor(descriptor)?;
+//! }
+//! let output = registry.call("get_weather", serde_json::json!({"city": "Paris"})).await;
+//! assert_eq!(output.unwrap().0.to_text(), r#"{"city":"Paris","temp_c":18}"#);
+//! # Ok::<(), agentloop::Error>(()) }).unwrap();
+//! ```
+//!
+//! Every load error names the file, the tool and the problem, with line and column where the
+//! parser gives them (`tools/weather.yaml:7:13: tool `get_weather`: timeout_ms: invalid type:
+//! string "soon", expected u64`).
+//!
+//! # PromptKit's spellings
+//!
 //! Descriptors written for PromptKit load as they are; its spellings are aliases of ours:
 //!
 //! | PromptKit          | agentloop                          |
@@ -20,6 +108,8 @@
 //! | `endpoint: URL`    | `http: {url: URL}` (POST)          |
 //!
 //! Giving both spellings of one thing (`mockResponse` and a `mock` section) is an error.
+//!
+//! # Packs
 //!
 //! A **pack** bundles tools with shared `defaults` (`mode`, `timeout_ms`, `base_url` against
 //! which relative endpoints resolve, `headers`, `allowed_hosts`); each tool's own value wins,

@@ -2,12 +2,12 @@
 //! `content_block_start`, `content_block_delta` (text, thinking, tool input),
 //! `content_block_stop`, `message_delta`, `ping` and `message_stop`.
 //!
-//! serde's derived reading was most of the decoder's time; this reads those events in one pass
-//! with no per-field dispatch. It answers `None` on anything else (an `error` object, a number
-//! where a string belongs, a duplicate field, an escaped key, invalid JSON) and the caller
-//! falls back to serde. Where it answers, it answers what serde would: debug builds and fuzzing
-//! check every event against serde, and `tests::agrees_with_serde` does so over generated
-//! events.
+//! serde's derived reading dispatches on every field and would be the decoder's main cost; this
+//! reads those events in one pass with no per-field dispatch. It answers `None` on anything
+//! else (an `error` object, a number where a string belongs, a duplicate field, an escaped key,
+//! invalid JSON) and the caller falls back to serde. Where it answers, it answers what serde
+//! would: debug builds and fuzzing check every event against serde, and
+//! `tests::agrees_with_serde` does so over generated events.
 //!
 //! A delta written the API's way is read by [`compact_delta`] into a small [`Delta`] the decoder
 //! takes as it is; any other event by [`any_event`].

@@ -2,12 +2,12 @@
 //! tool calls, the usage, and `null`s and unknown fields (`object`, `created`, `logprobs`,
 //! `annotations`, ...) around them.
 //!
-//! serde's derived reading was a tenth of a blocking run's client CPU. This reads the same
-//! bodies in one pass and answers `None` on anything rarer (content parts, arguments sent as an
-//! object, an error object, numbers where strings belong, duplicate fields, escaped keys,
-//! invalid JSON); the caller then falls back to serde. Where it answers, it answers what serde
-//! would: debug builds and fuzzing check every body against serde, and
-//! `tests::agrees_with_serde` does so over generated bodies.
+//! serde's derived reading dispatches on every field; this reads the same bodies in one pass
+//! and answers `None` on anything rarer (content parts, arguments sent as an object, an error
+//! object, numbers where strings belong, duplicate fields, escaped keys, invalid JSON); the
+//! caller then falls back to serde. Where it answers, it answers what serde would: debug builds
+//! and fuzzing check every body against serde, and `tests::agrees_with_serde` does so over
+//! generated bodies.
 
 use super::{Choice, ChoiceMessage, Completion, Function, ToolCall};
 use crate::provider::openai::wire::{Arguments, Count, Str, Text, WireUsage};
