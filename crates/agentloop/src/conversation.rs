@@ -65,10 +65,9 @@ impl InterruptHandle {
         lock(&self.0).cancel();
     }
 
-    fn fresh(&self) -> CancellationToken {
-        let token = CancellationToken::new();
-        *lock(&self.0) = token.clone();
-        token
+    /// Interrupt the reply whose run `token` cancels from now on.
+    fn follow(&self, token: CancellationToken) {
+        *lock(&self.0) = token;
     }
 }
 
@@ -296,7 +295,6 @@ impl Conversation {
         let mut options = self.options.clone();
         // The prompt hook already ran in `send`.
         options.hooks.on_prompt.clear();
-        options.cancel = self.interrupt.fresh();
         match self.mode {
             ToolMode::Automatic {
                 max_tool_iterations,
@@ -311,6 +309,7 @@ impl Conversation {
             self.tools.clone(),
             Arc::new(options),
         );
+        self.interrupt.follow(stream.cancel_handle());
         Ok(Reply {
             stream,
             shared: self.shared.clone(),
