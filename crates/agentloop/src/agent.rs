@@ -91,9 +91,15 @@ impl Agent {
         self.tools.get(name)
     }
 
-    /// The tools as runs take them.
-    pub(crate) fn tool_set(&self) -> &ToolSet {
-        &self.tools
+    /// The run options every run starts from, without a copy.
+    pub(crate) fn run_options(&self) -> &RunOptions {
+        &self.options
+    }
+
+    /// Talk to `provider` as `model` (a conversation's model switch).
+    pub(crate) fn set_model(&mut self, provider: Arc<dyn Provider>, model: String) {
+        self.provider = provider;
+        self.base.model = model;
     }
 
     /// The provider.
