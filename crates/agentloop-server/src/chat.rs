@@ -240,7 +240,7 @@ async fn drive(
     };
     let mut options = inner.agent.options();
     options.limits.max_tool_iterations = inner.config.max_tool_iterations;
-    options.cancel = run.cancel.clone();
+    options.cancel = Some(run.cancel.clone());
     let step_saver = saver.clone();
     options.hooks = std::mem::take(&mut options.hooks).prepare_step(move |step| {
         let saver = step_saver.clone();

@@ -68,7 +68,11 @@ impl AppState {
         let store = Store::open(config.database.clone()).await?;
         Ok(Self {
             inner: Arc::new(Inner {
-                shutdown: agent.options().cancel.child_token(),
+                // A token the embedding program set on the agent stops the server's answers too.
+                shutdown: agent
+                    .options()
+                    .cancel
+                    .map_or_else(CancellationToken::new, |agent| agent.child_token()),
                 config,
                 agent,
                 store,

@@ -91,9 +91,15 @@ impl Agent {
         self.tools.get(name)
     }
 
-    /// The tools as runs take them.
-    pub(crate) fn tool_set(&self) -> &ToolSet {
-        &self.tools
+    /// The run options every run starts from, without a copy.
+    pub(crate) fn run_options(&self) -> &RunOptions {
+        &self.options
+    }
+
+    /// Talk to `provider` as `model` (a conversation's model switch).
+    pub(crate) fn set_model(&mut self, provider: Arc<dyn Provider>, model: String) {
+        self.provider = provider;
+        self.base.model = model;
     }
 
     /// The provider.
@@ -120,7 +126,7 @@ impl Agent {
         self.run_shared(vec![Message::user(prompt)], Arc::clone(&self.options))
     }
 
-    /// Run one prompt, streaming events.
+    /// Run one prompt, streaming events. [`RunStream::cancel`] stops this run only.
     pub fn run_stream(&self, prompt: impl Into<String>) -> RunStream {
         self.stream_shared(vec![Message::user(prompt)], Arc::clone(&self.options))
     }
@@ -133,7 +139,8 @@ impl Agent {
         self.run_shared(messages, Arc::clone(&self.options))
     }
 
-    /// Run from a full history with options for this run (e.g. its own cancellation token).
+    /// Run from a full history with options for this run. A blocking run is cancelled by the
+    /// token set here with [`RunOptions::cancel_token`]; that stops this run only.
     ///
     /// Like [`Self::run`], not an `async fn`: each layer of those would keep its own copy of
     /// the run's state in the future (see `run::driver::Driver::drive`).

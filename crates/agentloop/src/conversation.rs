@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::history;
 use crate::message::{ContentBlock, Message, Request, Role, ToolResult};
 use crate::provider::Provider;
-use crate::run::{self, RunEvent, RunOptions, RunResult, RunStopReason, RunStream, ToolSet};
+use crate::run::{self, RunEvent, RunOptions, RunResult, RunStopReason, RunStream};
 use crate::tool::{Tool, ToolCall};
 
 /// Who runs the tools the model asks for.
@@ -65,10 +65,9 @@ impl InterruptHandle {
         lock(&self.0).cancel();
     }
 
-    fn fresh(&self) -> CancellationToken {
-        let token = CancellationToken::new();
-        *lock(&self.0) = token.clone();
-        token
+    /// Interrupt the reply whose run `token` cancels from now on.
+    fn follow(&self, token: CancellationToken) {
+        *lock(&self.0) = token;
     }
 }
 
@@ -80,12 +79,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A conversation: a history plus the agent configuration it talks through.
+/// A conversation: a history plus the agent it talks through.
 pub struct Conversation {
-    provider: Arc<dyn Provider>,
-    base: Request,
-    tools: ToolSet,
-    options: RunOptions,
+    /// Its own copy (cheap: the configuration is shared), so [`Self::set_model`] changes no
+    /// other conversation.
+    agent: Agent,
     mode: ToolMode,
     shared: Arc<Mutex<Shared>>,
     interrupt: InterruptHandle,
@@ -94,8 +92,8 @@ pub struct Conversation {
 impl std::fmt::Debug for Conversation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Conversation")
-            .field("provider", &self.provider.name())
-            .field("model", &self.base.model)
+            .field("provider", &self.agent.provider().name())
+            .field("model", &self.agent.base_request().model)
             .field("mode", &self.mode)
             .field("messages", &lock(&self.shared).history.len())
             .finish_non_exhaustive()
@@ -106,15 +104,11 @@ impl Conversation {
     /// A conversation with `agent`'s model, system prompt, tools and options, in automatic mode
     /// with the agent's tool-iteration limit.
     pub fn new(agent: &Agent) -> Self {
-        let options = agent.options();
         Self {
-            provider: agent.provider().clone(),
-            base: agent.base_request().clone(),
-            tools: agent.tool_set().clone(),
+            agent: agent.clone(),
             mode: ToolMode::Automatic {
-                max_tool_iterations: options.limits.max_tool_iterations,
+                max_tool_iterations: agent.run_options().limits.max_tool_iterations,
             },
-            options,
             shared: Arc::default(),
             interrupt: InterruptHandle::default(),
         }
@@ -141,13 +135,17 @@ impl Conversation {
     /// automatic mode the mode's `max_tool_iterations` replaces the
     /// limit of these options at each send.
     pub fn options(&self) -> &RunOptions {
-        &self.options
+        self.agent.run_options()
+    }
+
+    /// The agent the conversation talks through (model, system prompt, tools, options).
+    pub fn agent(&self) -> &Agent {
+        &self.agent
     }
 
     /// Talk to another provider and model from the next send on; the history carries over.
     pub fn set_model(&mut self, provider: Arc<dyn Provider>, model: impl Into<String>) {
-        self.provider = provider;
-        self.base.model = model.into();
+        self.agent.set_model(provider, model.into());
     }
 
     /// A copy of the history.
@@ -173,7 +171,7 @@ impl Conversation {
 
     /// The tool named `name`.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
-        self.tools.get(name)
+        self.agent.tool(name)
     }
 
     /// A handle that interrupts the reply in flight, from any task.
@@ -214,13 +212,13 @@ impl Conversation {
         self.refuse_while_pending()?;
         self.refuse_while_busy()?;
         // Copied only for prompt hooks to see.
-        let history: Arc<[Message]> = if self.options.hooks.on_prompt.is_empty() {
+        let history: Arc<[Message]> = if self.options().hooks.on_prompt.is_empty() {
             Arc::new([])
         } else {
             lock(&self.shared).history.as_slice().into()
         };
         let message = self
-            .options
+            .options()
             .hooks
             .prompt(message, history)
             .await
@@ -293,24 +291,17 @@ impl Conversation {
             }
             shared.busy = true;
         }
-        let mut options = self.options.clone();
+        let mut options = self.agent.options();
         // The prompt hook already ran in `send`.
         options.hooks.on_prompt.clear();
-        options.cancel = self.interrupt.fresh();
         match self.mode {
             ToolMode::Automatic {
                 max_tool_iterations,
             } => options.limits.max_tool_iterations = max_tool_iterations,
             ToolMode::Manual => options.limits.manual_tools = true,
         }
-        let mut request = self.base.clone();
-        request.messages = messages;
-        let stream = run::stream_set(
-            self.provider.clone(),
-            request,
-            self.tools.clone(),
-            Arc::new(options),
-        );
+        let stream = self.agent.stream_with(messages, options);
+        self.interrupt.follow(stream.cancel_handle());
         Ok(Reply {
             stream,
             shared: self.shared.clone(),

@@ -245,3 +245,34 @@ async fn options_are_the_agents_run_options() {
     assert_eq!(options.limits.max_tool_calls, Some(7));
     assert_eq!(options.tool_timeout, Duration::from_secs(9));
 }
+
+#[tokio::test]
+async fn a_conversation_talks_through_its_agent_and_set_model_changes_only_its_own() {
+    let first = ScriptedModel::new([Turn::text("one")]);
+    let second = ScriptedModel::new([Turn::text("two")]);
+    let agent = Agent::builder(first.clone())
+        .model("m1")
+        .system("Be brief.")
+        .max_tool_iterations(3)
+        .build();
+    let mut chat = Conversation::new(&agent);
+    assert_eq!(chat.agent().base_request().model, "m1");
+    assert_eq!(chat.agent().options().limits.max_tool_iterations, 3);
+    chat.send("a").await.unwrap().finish().await.unwrap();
+
+    chat.set_model(Arc::new(second.clone()), "m2");
+    assert_eq!(chat.agent().base_request().model, "m2");
+    assert_eq!(chat.agent().provider().name(), "scripted");
+    assert_eq!(
+        chat.agent().base_request().system.as_deref(),
+        Some("Be brief.")
+    );
+    // The agent it was made from is not changed.
+    assert_eq!(agent.base_request().model, "m1");
+    let result = chat.send("b").await.unwrap().finish().await.unwrap();
+    assert_eq!(result.text(), "two");
+    assert_eq!(second.requests()[0].model, "m2");
+    assert_eq!(second.requests()[0].messages.len(), 3);
+    first.assert_complete();
+    second.assert_complete();
+}

@@ -253,7 +253,7 @@ async fn run_with(scenario: &Scenario, builder: AgentBuilder) -> RunResult {
         .max_tool_iterations(scenario.max_tool_iterations)
         .with_options({
             let cancel = cancel.clone();
-            move |o| o.cancel = cancel
+            move |o| o.cancel = Some(cancel)
         });
     if let Some(n) = scenario.max_tool_calls {
         builder = builder.max_tool_calls(n);

@@ -92,6 +92,9 @@ pub(crate) struct Driver {
     /// Shared: an agent's runs all start from its options, and a pointer is all the run's
     /// future holds of them.
     options: Arc<RunOptions>,
+    /// This run's own token: a child of the options' token, if they have one, so cancelling
+    /// the run stops no other run of the same options.
+    cancel: CancellationToken,
     /// Whether events are wanted: a streamed run's driver pushes them to [`events`].
     streamed: bool,
 }
@@ -185,12 +188,22 @@ impl Driver {
         options: Arc<RunOptions>,
         streamed: bool,
     ) -> Self {
+        let cancel = options
+            .cancel
+            .as_ref()
+            .map_or_else(CancellationToken::new, CancellationToken::child_token);
         Self {
             provider,
             tools,
             options,
+            cancel,
             streamed,
         }
+    }
+
+    /// The token that cancels this run.
+    pub(crate) fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
     }
 
     fn emit(&self, event: impl FnOnce() -> RunEvent) {
@@ -287,7 +300,7 @@ impl Driver {
                     let step_deadline =
                         Deadline::new(TimeoutKind::Step, started, self.options.step_timeout);
                     let stop = StopSignal {
-                        cancel: &self.options.cancel,
+                        cancel: &self.cancel,
                         deadline: Deadline::earliest(run_deadline, step_deadline),
                     };
                     // The outcome is taken apart in the statement that awaits it, and the
@@ -336,7 +349,7 @@ impl Driver {
                     // Only reached when resuming a machine saved between response and tools.
                     let step = machine.steps().len().saturating_sub(1);
                     let stop = StopSignal {
-                        cancel: &self.options.cancel,
+                        cancel: &self.cancel,
                         deadline: run_deadline,
                     };
                     self.run_tool_step(machine, step, &stop).await;
@@ -641,7 +654,7 @@ impl Driver {
             };
         };
         let timeout = tool.get_timeout().unwrap_or(self.options.tool_timeout);
-        let cancel = self.options.cancel.child_token();
+        let cancel = self.cancel.child_token();
         let ctx = ToolContext::new(
             call.id.clone(),
             call.name.clone(),

@@ -4,6 +4,24 @@
 //! [`Machine`] decides and holds the state (pure, serializable); a driver performs the actions.
 //! [`run`] and [`run_stream`] share that driver, so blocking and streamed runs behave the same.
 //! Most code uses [`crate::Agent`] instead of these functions.
+//!
+//! Cancellation belongs to a run: every run has its own token, a child of
+//! [`RunOptions::cancel`] when that is set. [`RunStream::cancel`] (or a
+//! [`RunStream::cancel_handle`] moved to another task) stops a streamed run, the token passed
+//! in its options a blocking one; either ends it promptly with [`RunStopReason::Interrupted`]
+//! and a valid history, and no other run of the same agent or options notices.
+//!
+//! ```
+//! # use agentloop::{Agent, Message, run::RunStopReason};
+//! # use agentloop_testkit::{ScriptedModel, Turn};
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let agent = Agent::builder(ScriptedModel::new([Turn::text("Hello!")])).build();
+//! let token = tokio_util::sync::CancellationToken::new();
+//! let run = agent.run_with(vec![Message::user("Hi")], agent.options().cancel_token(token.clone()));
+//! token.cancel(); // from any task
+//! assert_eq!(run.await?.stop_reason, RunStopReason::Interrupted);
+//! # Ok::<(), agentloop::Error>(()) }).unwrap();
+//! ```
 
 mod driver;
 mod events;
@@ -20,6 +38,7 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
+use tokio_util::sync::CancellationToken;
 
 pub use hooks::{
     Hooks, PrepareStep, PromptDecision, StepInfo, StopInfo, ToolDecision, WithHistory,
@@ -109,20 +128,21 @@ pub(crate) fn stream_set(
     options: Arc<RunOptions>,
 ) -> RunStream {
     let machine = new_machine(request, &tools, &options);
+    let driver = Driver::new(provider, tools, options, true);
+    let cancel = driver.cancel_token().clone();
     // `map`, not an `async` block awaiting the run: that would hold the run's future twice,
     // once as the block's capture and once as what it awaits.
-    let driver = Driver::new(provider, tools, options, true)
-        .drive_new(machine)
-        .map(|ended| match ended {
-            // The result is moved into `run_finish`, not cloned.
-            Ok(result) => events::push(RunEvent::RunFinish {
-                result: Box::new(result),
-            }),
-            Err(error) => events::push(RunEvent::Error { error }),
-        });
+    let driver = driver.drive_new(machine).map(|ended| match ended {
+        // The result is moved into `run_finish`, not cloned.
+        Ok(result) => events::push(RunEvent::RunFinish {
+            result: Box::new(result),
+        }),
+        Err(error) => events::push(RunEvent::Error { error }),
+    });
     RunStream {
         lent: Lent::new(),
         driver: Some(Armed::new(driver.boxed())),
+        cancel,
     }
 }
 
@@ -133,6 +153,8 @@ pub struct RunStream {
     /// Armed: a poll that finds no event left re-enters the run only if it woke since, not
     /// after every event it handed out.
     driver: Option<Armed<BoxFuture<'static, ()>>>,
+    /// This run's own token.
+    cancel: CancellationToken,
 }
 
 impl std::fmt::Debug for RunStream {
@@ -144,6 +166,17 @@ impl std::fmt::Debug for RunStream {
 }
 
 impl RunStream {
+    /// Stop this run: it ends promptly with `run_finish` and [`RunStopReason::Interrupted`],
+    /// keeping only complete content, and a valid history. Other runs are not touched.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// A handle that stops this run, and only this one, from any task (see [`Self::cancel`]).
+    pub fn cancel_handle(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
     /// Drain the stream and return the final result (`None` if the prompt hook blocked).
     pub async fn into_result(mut self) -> Result<RunResult> {
         use futures::StreamExt;

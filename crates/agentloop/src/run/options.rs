@@ -174,8 +174,12 @@ pub struct RunOptions {
     pub stop_when: Vec<StopCondition>,
     /// Hooks.
     pub hooks: Hooks,
-    /// Cancels the run from any task.
-    pub cancel: CancellationToken,
+    /// A token that cancels every run started with these options, from any task (none by
+    /// default). Each run gets its own child of it, so a run's own handle
+    /// ([`super::RunStream::cancel_handle`]) stops that run only. Set it per run (with
+    /// [`crate::Agent::run_with`]) to cancel a blocking run; set on an agent, cancelling it
+    /// stops every run of the agent, later ones included.
+    pub cancel: Option<CancellationToken>,
     /// Shared state handed to tool handlers through [`crate::ToolContext::state`].
     pub state: Option<Arc<dyn Any + Send + Sync>>,
     /// A streamed run also forwards every event of the provider's stream as
@@ -196,7 +200,7 @@ impl Default for RunOptions {
             max_concurrency: 8,
             stop_when: Vec::new(),
             hooks: Hooks::default(),
-            cancel: CancellationToken::new(),
+            cancel: None,
             state: None,
             provider_events: false,
         }
@@ -288,9 +292,9 @@ impl RunOptions {
         self
     }
 
-    /// Use this token to cancel the run.
+    /// Cancel the runs started with these options with `token` (see [`Self::cancel`]).
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
-        self.cancel = token;
+        self.cancel = Some(token);
         self
     }
 
