@@ -12,9 +12,11 @@ mod skip;
 mod turn;
 
 pub use scripted::ScriptedModel;
-pub use server::{
-    Fault, MockServer, MockServerBuilder, PrerenderedServer, RecordedRequest, Wire, WriteMode,
-    serve_prerendered, serve_prerendered_on,
-};
+pub use server::{Fault, MockServer, MockServerBuilder, RecordedRequest, Wire, WriteMode};
+// Benchmark plumbing, public for the CLI's mock server and the benchmarks, not for tests.
+#[doc(hidden)]
+pub use server::{PrerenderedServer, serve_prerendered, serve_prerendered_on};
+// Test-log plumbing the workspace's own test suites share; not part of the testkit's API.
+#[doc(hidden)]
 pub use skip::skip;
 pub use turn::{Pieces, Turn, TurnItem, split_pieces};

@@ -1,7 +1,7 @@
 //! The wire-level mock servers, exercised over real HTTP with reqwest.
 //!
 //! Expected bodies are written out byte for byte. Their shapes follow the recordings in
-//! /work/shared/conformance/streams/ (openai/text-basic.sse, openai/parallel-tool-calls-2.sse,
+//! `shared/conformance/streams/` beside the repository (openai/text-basic.sse, openai/parallel-tool-calls-2.sse,
 //! anthropic/text-with-ping.sse, anthropic/text-then-tool-use.sse,
 //! anthropic/error-overloaded-midstream.ASSEMBLED.sse) and OpenAI's OpenAPI spec v2.3.0.
 

@@ -282,7 +282,8 @@ impl AgentBuilder {
         (self, tools)
     }
 
-    /// Offer a provider-native tool.
+    /// Offer a provider-native tool (built by a provider module, e.g.
+    /// `provider::anthropic::tools::bash()`).
     pub fn native_tool(mut self, tool: NativeTool) -> Self {
         self.base.tools.push(ToolDefinition::Native(tool));
         self

@@ -257,7 +257,7 @@ impl Accumulator {
     }
 
     /// Tag reasoning blocks with the provider that made them (adapters call this).
-    pub fn set_provider(&mut self, provider: &str) {
+    pub(crate) fn set_provider(&mut self, provider: &str) {
         for block in &mut self.content {
             match block {
                 ContentBlock::Thinking { provider: p, .. }

@@ -7,6 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use agentloop::provider::replay::{self, Format};
 use agentloop::{Accumulator, ContentBlock, Error, StreamEvent};
 use anthropic_support::assemble;
 use proptest::prelude::*;
@@ -43,7 +44,6 @@ fn summary(events: &[StreamEvent], error: Option<&Error>) -> Value {
         acc.push(event);
     }
     let stopped = acc.is_stopped();
-    acc.set_provider("anthropic");
     let response = acc.finish();
     let tool_calls: Vec<Value> = response
         .content
@@ -224,11 +224,9 @@ fn redacted_thinking_and_signatures_are_kept_for_replay() {
     assert!(redacted[0].starts_with("EqkECkYIBxgCKkA8AZ4n"));
     assert!(redacted[1].starts_with("EtgBCkYIBxgCKkDQfGkw"));
 
-    let (events, _) = whole("thinking-signature-padded");
-    let mut acc = Accumulator::new();
-    events.iter().for_each(|e| acc.push(e));
-    acc.set_provider("anthropic");
-    let response = acc.finish();
+    let replayed = replay::assemble(Format::Anthropic, &recording("thinking-signature-padded"));
+    assert!(replayed.error.is_none(), "{:?}", replayed.error);
+    let response = replayed.response;
     match &response.content[0] {
         ContentBlock::Thinking {
             signature,

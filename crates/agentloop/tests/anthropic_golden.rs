@@ -4,9 +4,10 @@
 
 mod common;
 
-use agentloop::provider::anthropic::{
-    Anthropic, AnthropicOptions, ComputerUseVersion, ForeignThinking,
+use agentloop::provider::anthropic::tools::{
+    self, CodeExecutionVersion, ComputerUseVersion, WebSearch,
 };
+use agentloop::provider::anthropic::{Anthropic, AnthropicOptions, ForeignThinking};
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::{
     CacheControl, CacheTarget, CacheTtl, ContentBlock, Error, FunctionDefinition, Message,
@@ -154,31 +155,27 @@ fn native_tools_request() -> Request {
     );
     request.max_tokens = Some(2048);
     request.tools = vec![
-        ToolDefinition::Native(NativeTool::WebSearch {
+        ToolDefinition::Native(tools::web_search(WebSearch {
             max_uses: Some(3),
             allowed_domains: vec!["docs.rs".into(), "crates.io".into()],
-            blocked_domains: vec![],
             user_location: Some(
                 json!({"city": "Lisbon", "country": "PT", "timezone": "Europe/Lisbon"}),
             ),
-            // OpenAI's knob: not sent to Anthropic.
-            search_context_size: Some("high".into()),
-        }),
-        ToolDefinition::Native(NativeTool::WebSearch {
-            max_uses: None,
-            allowed_domains: vec![],
+            ..WebSearch::default()
+        })),
+        ToolDefinition::Native(tools::web_search(WebSearch {
             blocked_domains: vec!["example.com".into()],
-            user_location: None,
-            search_context_size: None,
-        }),
-        ToolDefinition::Native(NativeTool::CodeExecution),
-        ToolDefinition::Native(NativeTool::ComputerUse {
-            display_width: 1024,
-            display_height: 768,
-            display_number: Some(1),
-        }),
-        ToolDefinition::Native(NativeTool::TextEditor),
-        ToolDefinition::Native(NativeTool::Bash),
+            ..WebSearch::default()
+        })),
+        ToolDefinition::Native(tools::code_execution(CodeExecutionVersion::default())),
+        ToolDefinition::Native(tools::computer_use(
+            ComputerUseVersion::default(),
+            1024,
+            768,
+            Some(1),
+        )),
+        ToolDefinition::Native(tools::text_editor()),
+        ToolDefinition::Native(tools::bash()),
     ];
     request
 }
@@ -203,7 +200,8 @@ fn generally_available_tools_need_no_beta_header() {
     request.tools.retain(|tool| {
         !matches!(
             tool,
-            ToolDefinition::Native(NativeTool::CodeExecution | NativeTool::ComputerUse { .. })
+            ToolDefinition::Native(native)
+                if ["anthropic.code_execution", "anthropic.computer_use"].contains(&native.id())
         )
     });
     let wire = provider(AnthropicOptions::default())
@@ -219,14 +217,15 @@ fn the_newer_computer_tool_and_configured_betas_are_combined() {
         "Anthropic-Beta".into(),
         "context-1m-2025-08-07, code-execution-2025-08-25".into(),
     )];
-    let options = AnthropicOptions {
-        computer_use: ComputerUseVersion::V20251124,
-        ..AnthropicOptions::default()
-    };
-    let anthropic = Anthropic::with_options(config, options).expect("provider");
-    let wire = anthropic
-        .prepare(&native_tools_request(), false)
-        .expect("prepares");
+    let anthropic = Anthropic::new(config).expect("provider");
+    let mut request = native_tools_request();
+    request.tools[3] = ToolDefinition::Native(tools::computer_use(
+        ComputerUseVersion::V20251124,
+        1024,
+        768,
+        Some(1),
+    ));
+    let wire = anthropic.prepare(&request, false).expect("prepares");
     // The per-call header replaces the configured one, so it repeats it (once).
     assert_eq!(
         wire.headers
@@ -239,22 +238,25 @@ fn the_newer_computer_tool_and_configured_betas_are_combined() {
 }
 
 #[test]
-fn file_search_and_x_search_are_unsupported() {
+fn other_providers_tools_are_unsupported_by_id() {
     let anthropic = provider(AnthropicOptions::default());
     for (tool, feature) in [
         (
-            NativeTool::FileSearch {
-                vector_store_ids: vec!["vs_1".into()],
-                max_num_results: None,
-            },
-            "native tool file_search",
+            NativeTool::new("openai.file_search", json!({"vector_store_ids": ["vs_1"]})),
+            "native tool openai.file_search",
         ),
         (
-            NativeTool::XSearch {
-                allowed_x_handles: vec![],
-                excluded_x_handles: vec![],
-            },
-            "native tool x_search",
+            NativeTool::new("xai.x_search", Value::Null),
+            "native tool xai.x_search",
+        ),
+        (
+            agentloop::provider::openai::tools::web_search(Default::default()),
+            "native tool openai.web_search",
+        ),
+        // An Anthropic tool this version does not map (yet).
+        (
+            NativeTool::new("anthropic.web_fetch", json!({"max_uses": 1})),
+            "native tool anthropic.web_fetch",
         ),
     ] {
         let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("hi")]);

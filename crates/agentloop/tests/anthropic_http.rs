@@ -674,7 +674,7 @@ async fn native_tools_send_their_beta_header() {
     .await;
     let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("1+1?")]);
     request.tools = vec![agentloop::ToolDefinition::Native(
-        agentloop::NativeTool::CodeExecution,
+        agentloop::provider::anthropic::tools::code_execution(Default::default()),
     )];
     let response = provider(&url, RetryPolicy::none())
         .complete(&request)

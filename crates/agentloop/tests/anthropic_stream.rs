@@ -3,6 +3,7 @@
 
 mod anthropic_support;
 
+use agentloop::provider::replay::{self, Format};
 use agentloop::{ContentBlock, Error, StopReason, StreamEvent, Usage};
 use anthropic_support::{decode, event, response};
 use serde_json::json;
@@ -246,7 +247,8 @@ fn thinking_then_tool_call_keeps_the_signature_and_tags_the_provider() {
             },
         ]
     );
-    let response = response(&events);
+    // Assembled as the provider does it, which tags the reasoning with its maker.
+    let response = replay::assemble(Format::Anthropic, sse.as_bytes()).response;
     assert_eq!(
         response.content,
         [

@@ -11,10 +11,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use agentloop::provider::anthropic::Anthropic;
+use agentloop::provider::anthropic::{Anthropic, tools};
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::tool::{ToolContext, ToolError, ToolHandler, ToolOutput};
-use agentloop::{Agent, AgentBuilder, NativeTool, RunStopReason, Tool};
+use agentloop::{Agent, AgentBuilder, RunStopReason, Tool};
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
@@ -29,8 +29,8 @@ fn builder(server: &MockServer) -> AgentBuilder {
     Agent::builder(provider(server))
         .model("claude-sonnet-4-5")
         .max_tokens(1024)
-        .native_tool(NativeTool::TextEditor)
-        .native_tool(NativeTool::Bash)
+        .native_tool(tools::text_editor())
+        .native_tool(tools::bash())
 }
 
 /// The inputs a handler saw, in order.
@@ -150,7 +150,7 @@ async fn a_handler_bound_before_its_native_tool_still_runs() {
     let agent = Agent::builder(provider(&server))
         .model("claude-sonnet-4-5")
         .handler("bash", recording(&shell, "bash restarted"))
-        .native_tool(NativeTool::Bash)
+        .native_tool(tools::bash())
         .build();
     let result = agent.run("Restart the shell.").await.unwrap();
     assert_eq!(result.text(), "Restarted.");
@@ -192,7 +192,7 @@ async fn a_same_named_function_tool_is_not_sent_twice() {
     });
     let agent = Agent::builder(provider(&server))
         .model("claude-sonnet-4-5")
-        .native_tool(NativeTool::Bash)
+        .native_tool(tools::bash())
         .tool(bash)
         .build();
     let result = agent.run("List the files.").await.unwrap();
@@ -264,7 +264,7 @@ async fn tool_native_answers_a_streamed_run() {
     .unwrap();
     let editor: Seen = Default::default();
     let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("Start notes.")]);
-    request.tools = vec![ToolDefinition::Native(NativeTool::TextEditor)];
+    request.tools = vec![ToolDefinition::Native(tools::text_editor())];
     let tools = vec![Tool::native(
         "str_replace_based_edit_tool",
         recording(&editor, "File created successfully at: /tmp/notes.md"),
@@ -309,11 +309,12 @@ async fn tool_native_answers_a_streamed_run() {
 // --- Code execution and file search: mapped where the provider has them, refused elsewhere.
 
 mod provider_tools {
-    use agentloop::provider::anthropic::{Anthropic, AnthropicOptions, CodeExecutionVersion};
+    use agentloop::provider::anthropic::Anthropic;
+    use agentloop::provider::anthropic::tools::{self, CodeExecutionVersion};
     use agentloop::provider::http::{ApiKey, HttpConfig};
     use agentloop::provider::openai::{OpenAi, Preset};
     use agentloop::{Error, Message, NativeTool, Request, ToolDefinition};
-    use serde_json::Value;
+    use serde_json::{Value, json};
 
     fn request(tool: NativeTool) -> Request {
         let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("Compute 2^64.")]);
@@ -322,12 +323,8 @@ mod provider_tools {
         request
     }
 
-    fn anthropic(code_execution: CodeExecutionVersion) -> Anthropic {
-        let options = AnthropicOptions {
-            code_execution,
-            ..AnthropicOptions::default()
-        };
-        Anthropic::with_options(HttpConfig::new("http://127.0.0.1:9"), options).unwrap()
+    fn anthropic() -> Anthropic {
+        Anthropic::new(HttpConfig::new("http://127.0.0.1:9")).unwrap()
     }
 
     fn golden(name: &str) -> Value {
@@ -364,8 +361,8 @@ mod provider_tools {
                 None,
             ),
         ] {
-            let wire = anthropic(version)
-                .prepare(&request(NativeTool::CodeExecution), false)
+            let wire = anthropic()
+                .prepare(&request(tools::code_execution(version)), false)
                 .expect("prepares");
             let body: Value = serde_json::from_slice(&wire.body).unwrap();
             assert_eq!(body, golden(file), "{file}");
@@ -378,7 +375,7 @@ mod provider_tools {
             );
         }
         assert_eq!(
-            AnthropicOptions::default().code_execution,
+            CodeExecutionVersion::default(),
             CodeExecutionVersion::V20250825
         );
     }
@@ -404,23 +401,21 @@ mod provider_tools {
     }
 
     fn file_search() -> NativeTool {
-        NativeTool::FileSearch {
-            vector_store_ids: vec!["vs_docs".into()],
-            max_num_results: Some(5),
-        }
+        NativeTool::new(
+            "openai.file_search",
+            json!({"vector_store_ids": ["vs_docs"], "max_num_results": 5}),
+        )
     }
 
     /// The Messages API has no vector-store search (its server tools are web search, web
     /// fetch, code execution, tool search, memory): file search is refused with what to do.
     #[test]
     fn anthropic_refuses_file_search_and_says_what_to_do() {
-        let (provider, feature) = refusal(
-            anthropic(CodeExecutionVersion::default()).prepare(&request(file_search()), false),
-        );
+        let (provider, feature) = refusal(anthropic().prepare(&request(file_search()), false));
         assert_eq!(provider, "anthropic");
         assert_eq!(
             feature,
-            "native tool file_search (the Messages API has no vector-store search; \
+            "native tool openai.file_search (the Messages API has no vector-store search; \
              give the model a function tool that queries your store)"
         );
     }
@@ -431,19 +426,22 @@ mod provider_tools {
     #[test]
     fn openai_chat_completions_refuses_code_execution_and_file_search() {
         let openai = openai(Preset::OpenAi);
-        let (provider, feature) =
-            refusal(openai.request_body(&request(NativeTool::CodeExecution), false));
+        let code_interpreter = NativeTool::new(
+            "openai.code_interpreter",
+            json!({"container": {"type": "auto"}}),
+        );
+        let (provider, feature) = refusal(openai.request_body(&request(code_interpreter), false));
         assert_eq!(provider, "openai");
         assert_eq!(
             feature,
-            "native tool code_execution on Chat Completions \
-             (OpenAI offers its code interpreter only in the Responses API)"
+            "native tool openai.code_interpreter on Chat Completions \
+             (OpenAI offers it only in the Responses API)"
         );
         let (provider, feature) = refusal(openai.request_body(&request(file_search()), false));
         assert_eq!(provider, "openai");
         assert_eq!(
             feature,
-            "native tool file_search on Chat Completions \
+            "native tool openai.file_search on Chat Completions \
              (OpenAI offers it only in the Responses API)"
         );
     }
@@ -453,17 +451,140 @@ mod provider_tools {
     #[test]
     fn xai_chat_completions_refuses_code_execution_and_file_search() {
         let xai = openai(Preset::Xai);
-        for tool in [NativeTool::CodeExecution, file_search()] {
-            let name = tool.feature_name();
+        for id in ["xai.code_execution", "xai.collections_search"] {
+            let tool = NativeTool::new(id, Value::Null);
             let (provider, feature) = refusal(xai.request_body(&request(tool), false));
             assert_eq!(provider, "xai");
             assert_eq!(
                 feature,
                 format!(
-                    "{name} on Chat Completions (xAI offers code execution and collections \
-                     search only in its Responses API)"
+                    "native tool {id} on Chat Completions (xAI offers its server-side tools, \
+                     web and X search, code execution and collections search, only in its \
+                     Responses API; Live Search via `search_parameters` was retired)"
                 )
             );
+        }
+    }
+
+    /// Native tools are a provider-scoped id plus arguments, as in the Vercel AI SDK's
+    /// provider tools (vercel/ai, `LanguageModelV2ProviderDefinedTool`: `id` of the form
+    /// `<provider-name>.<unique-tool-name>`, `name`, `args`). A saved run serializes its
+    /// `Request`: the tools come back equal, and build the same body.
+    #[test]
+    fn a_request_with_native_tools_round_trips_through_json() {
+        let mut request = request(tools::bash());
+        request.tools.extend(
+            [
+                tools::text_editor(),
+                tools::code_execution(CodeExecutionVersion::V20260120),
+                tools::web_search(tools::WebSearch {
+                    max_uses: Some(2),
+                    ..Default::default()
+                }),
+                NativeTool::web_search(),
+                agentloop::provider::openai::tools::web_search(Default::default()),
+                NativeTool::new("acme.search", json!({"index": "docs"})).client_side("search"),
+            ]
+            .map(ToolDefinition::Native),
+        );
+        let saved = serde_json::to_value(&request).unwrap();
+        assert_eq!(
+            saved["tools"][0],
+            json!({"type": "native", "id": "anthropic.bash", "client_name": "bash",
+                   "args": {"type": "bash_20250124"}})
+        );
+        assert_eq!(
+            saved["tools"][4],
+            json!({"type": "native", "id": "web_search"})
+        );
+        let restored: Request = serde_json::from_value(saved).unwrap();
+        assert_eq!(restored, request);
+        let ToolDefinition::Native(custom) = &restored.tools[6] else {
+            panic!("a native tool")
+        };
+        assert_eq!(
+            (custom.id(), custom.client_name(), custom.args()),
+            ("acme.search", Some("search"), &json!({"index": "docs"}))
+        );
+        // The Anthropic tools alone build the same body from the restored request.
+        let anthropic_only = |mut request: Request| {
+            request
+                .tools
+                .retain(|t| matches!(t, ToolDefinition::Native(n) if !n.id().contains("search") || n.id() == "anthropic.web_search"));
+            let wire = anthropic().prepare(&request, false).unwrap();
+            serde_json::from_slice::<Value>(&wire.body).unwrap()
+        };
+        assert_eq!(anthropic_only(restored), anthropic_only(request));
+    }
+
+    /// The provider-neutral web search maps to each provider's defaults; its settings differ
+    /// between providers, so it takes none.
+    #[test]
+    fn the_neutral_web_search_maps_on_both_providers_and_takes_no_arguments() {
+        let wire = anthropic()
+            .prepare(&request(NativeTool::web_search()), false)
+            .unwrap();
+        let body: Value = serde_json::from_slice(&wire.body).unwrap();
+        assert_eq!(
+            body["tools"],
+            json!([{"type": "web_search_20250305", "name": "web_search"}])
+        );
+        let body: Value = serde_json::from_slice(
+            &openai(Preset::OpenAi)
+                .request_body(&request(NativeTool::web_search()), false)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(body["web_search_options"], json!({}));
+
+        let with_settings = NativeTool::new("web_search", json!({"max_uses": 2}));
+        for result in [
+            anthropic()
+                .prepare(&request(with_settings.clone()), false)
+                .map(drop),
+            openai(Preset::OpenAi)
+                .request_body(&request(with_settings), false)
+                .map(drop),
+        ] {
+            match result {
+                Err(Error::Config { message }) => assert!(
+                    message.contains("takes no arguments")
+                        && message.contains("provider::anthropic::tools::web_search"),
+                    "{message}"
+                ),
+                other => panic!("expected a configuration error, got {other:?}"),
+            }
+        }
+    }
+
+    /// A version this crate does not know yet is sent as given (without a beta header: the
+    /// caller configures it), so a new tool version needs no new release.
+    #[test]
+    fn an_anthropic_tool_version_the_crate_does_not_know_is_sent_as_given() {
+        let newer = NativeTool::new(
+            "anthropic.code_execution",
+            json!({"type": "code_execution_20990101"}),
+        );
+        let wire = anthropic().prepare(&request(newer), false).unwrap();
+        let body: Value = serde_json::from_slice(&wire.body).unwrap();
+        assert_eq!(
+            body["tools"],
+            json!([{"type": "code_execution_20990101", "name": "code_execution"}])
+        );
+        assert!(wire.headers.get("anthropic-beta").is_none());
+    }
+
+    /// Arguments are an object (or none): anything else is a configuration error naming the
+    /// tool, on every provider.
+    #[test]
+    fn arguments_that_are_not_an_object_are_a_configuration_error() {
+        let odd = NativeTool::new("anthropic.bash", json!(["bash_20250124"]));
+        match anthropic().prepare(&request(odd), false) {
+            Err(Error::Config { message }) => assert_eq!(
+                message,
+                "the arguments of native tool anthropic.bash must be a JSON object, not [\"bash_20250124\"]"
+            ),
+            other => panic!("expected a configuration error, got {other:?}"),
         }
     }
 
@@ -471,10 +592,16 @@ mod provider_tools {
     #[test]
     fn other_chat_completions_servers_refuse_them_by_name() {
         let groq = openai(Preset::Groq);
-        for tool in [NativeTool::CodeExecution, file_search()] {
-            let feature = tool.feature_name();
+        for tool in [
+            tools::code_execution(CodeExecutionVersion::default()),
+            file_search(),
+        ] {
+            let feature = format!("native tool {}", tool.id());
             let (provider, refused) = refusal(groq.request_body(&request(tool), false));
-            assert_eq!((provider.as_str(), refused.as_str()), ("groq", feature));
+            assert_eq!(
+                (provider.as_str(), refused.as_str()),
+                ("groq", feature.as_str())
+            );
         }
     }
 }

@@ -48,7 +48,7 @@ fn a_renamed_provider_reports_its_own_name_in_errors() {
     assert_eq!(provider.name(), "deepseek");
     let mut request = Request::new("m", vec![Message::user("hi")]);
     request.tools = vec![agentloop::ToolDefinition::Native(
-        agentloop::NativeTool::Bash,
+        agentloop::provider::anthropic::tools::bash(),
     )];
     assert!(matches!(
         provider.request_body(&request, false),

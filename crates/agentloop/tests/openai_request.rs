@@ -6,6 +6,7 @@ mod common;
 use std::sync::OnceLock;
 
 use agentloop::provider::http::{ApiKey, HttpConfig};
+use agentloop::provider::openai::tools::{self, WebSearch};
 use agentloop::provider::openai::{OpenAi, OpenAiOptions, Preset, SystemRole, TokenLimitField};
 use agentloop::{
     ContentBlock, Error, FunctionDefinition, Message, NativeTool, Request, Role, ToolChoice,
@@ -151,13 +152,10 @@ fn bodies_built_from_varied_requests_validate_against_the_spec() {
     request.top_p = Some(0.9);
     request
         .tools
-        .push(ToolDefinition::Native(NativeTool::WebSearch {
-            max_uses: None,
-            allowed_domains: vec![],
-            blocked_domains: vec![],
+        .push(ToolDefinition::Native(tools::web_search(WebSearch {
             user_location: Some(json!({"city": "Paris", "country": "FR"})),
             search_context_size: Some("low".into()),
-        }));
+        })));
     if let ToolDefinition::Function(f) = &mut request.tools[0] {
         std::sync::Arc::make_mut(f).strict = true;
     }
@@ -755,13 +753,10 @@ fn metadata_only_for_openai_and_generic_servers() {
 #[test]
 fn web_search_maps_to_web_search_options() {
     let mut request = Request::new("gpt-4o-search-preview", vec![Message::user("news?")]);
-    request.tools = vec![ToolDefinition::Native(NativeTool::WebSearch {
-        max_uses: None,
-        allowed_domains: vec![],
-        blocked_domains: vec![],
+    request.tools = vec![ToolDefinition::Native(tools::web_search(WebSearch {
         user_location: Some(json!({"city": "Paris", "country": "FR"})),
         search_context_size: Some("high".into()),
-    })];
+    }))];
     request.tool_choice = Some(ToolChoice::Auto);
     let body = body(&provider(Preset::OpenAi), &request, false);
     assert_eq!(
@@ -780,14 +775,10 @@ fn web_search_maps_to_web_search_options() {
 #[test]
 fn two_web_searches_are_an_error_not_the_last_one_winning() {
     let mut request = Request::new("gpt-4o-search-preview", vec![Message::user("news?")]);
-    let mut high = NativeTool::web_search();
-    if let NativeTool::WebSearch {
-        search_context_size,
-        ..
-    } = &mut high
-    {
-        *search_context_size = Some("high".into());
-    }
+    let high = tools::web_search(WebSearch {
+        search_context_size: Some("high".into()),
+        ..WebSearch::default()
+    });
     request.tools = vec![
         ToolDefinition::Native(NativeTool::web_search()),
         ToolDefinition::Native(high),
@@ -815,22 +806,16 @@ fn unsupported(preset: Preset, tool: NativeTool) -> String {
 
 #[test]
 fn other_native_tools_are_unsupported_with_a_clear_message() {
-    let file_search = NativeTool::FileSearch {
-        vector_store_ids: vec!["vs_1".into()],
-        max_num_results: None,
-    };
+    let file_search = NativeTool::new("openai.file_search", json!({"vector_store_ids": ["vs_1"]}));
     assert!(unsupported(Preset::OpenAi, file_search.clone()).contains("only in the Responses API"));
     assert_eq!(
         unsupported(Preset::Groq, file_search),
-        "native tool file_search"
+        "native tool openai.file_search"
     );
-    let x_search = NativeTool::XSearch {
-        allowed_x_handles: vec![],
-        excluded_x_handles: vec![],
-    };
+    let x_search = NativeTool::new("xai.x_search", Value::Null);
     let message = unsupported(Preset::Xai, x_search);
     assert!(
-        message.starts_with("native tool x_search") && message.contains("Responses API"),
+        message.starts_with("native tool xai.x_search") && message.contains("Responses API"),
         "{message}"
     );
     assert!(unsupported(Preset::Xai, NativeTool::web_search()).contains("Live Search"));
@@ -838,28 +823,23 @@ fn other_native_tools_are_unsupported_with_a_clear_message() {
         unsupported(Preset::Groq, NativeTool::web_search()),
         "native tool web_search"
     );
-    // Code execution's message names the Responses API (tests/native_tools.rs).
-    assert!(unsupported(Preset::OpenAi, NativeTool::CodeExecution).contains("Responses API"));
+    // OpenAI's own search on a server without `web_search_options`.
+    assert_eq!(
+        unsupported(Preset::Groq, tools::web_search(WebSearch::default())),
+        "native tool openai.web_search"
+    );
+    // Another provider's tools are refused by id, the client-side ones too.
+    use agentloop::provider::anthropic::tools as anthropic;
     for tool in [
-        NativeTool::Bash,
-        NativeTool::TextEditor,
-        NativeTool::ComputerUse {
-            display_width: 1024,
-            display_height: 768,
-            display_number: None,
-        },
+        anthropic::code_execution(Default::default()),
+        anthropic::bash(),
+        anthropic::text_editor(),
+        anthropic::computer_use(Default::default(), 1024, 768, None),
+        anthropic::web_search(Default::default()),
     ] {
-        let feature = tool.feature_name();
+        let feature = format!("native tool {}", tool.id());
         assert_eq!(unsupported(Preset::OpenAi, tool), feature);
     }
-    let mut filtered = NativeTool::web_search();
-    if let NativeTool::WebSearch {
-        allowed_domains, ..
-    } = &mut filtered
-    {
-        allowed_domains.push("example.com".into());
-    }
-    assert!(unsupported(Preset::OpenAi, filtered).contains("allowed_domains"));
 }
 
 #[test]

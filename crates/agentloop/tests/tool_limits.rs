@@ -165,13 +165,11 @@ fn grok_server_tools_are_unsupported_on_chat_completions() {
     let provider = OpenAi::from_preset(Preset::Xai, HttpConfig::new("http://127.0.0.1:9")).unwrap();
     for tool in [
         NativeTool::web_search(),
-        NativeTool::XSearch {
-            allowed_x_handles: vec![],
-            excluded_x_handles: vec![],
-        },
-        NativeTool::CodeExecution,
+        NativeTool::new("xai.web_search", json!({})),
+        NativeTool::new("xai.x_search", json!({"allowed_x_handles": ["rustlang"]})),
+        NativeTool::new("xai.code_execution", serde_json::Value::Null),
     ] {
-        let name = tool.feature_name().to_owned();
+        let name = format!("native tool {}", tool.id());
         let mut request = Request::new("grok-4", vec![Message::user("hi")]);
         request.tools = vec![ToolDefinition::Native(tool)];
         match provider.request_body(&request, false) {

@@ -206,6 +206,7 @@ impl MockServerBuilder {
     }
 
     /// Start a pre-rendered server (see [`MockServer::prerendered`]) with these options.
+    #[doc(hidden)] // Benchmark plumbing (the CLI's mock server, benches): not for tests.
     pub async fn start_prerendered(self) -> io::Result<PrerenderedServer> {
         let (running, server) = spawn_prerendered(self).await?;
         Ok(PrerenderedServer { running, server })
@@ -252,6 +253,7 @@ impl MockServer {
     /// request holding `k` assistant messages gets turn `k % turns.len()` — so a client can
     /// run the same conversation thousands of times. Nothing is recorded and nothing is
     /// rendered per request. Turns' errors, delays and faults are rendered in too.
+    #[doc(hidden)] // Benchmark plumbing (the CLI's mock server, benches): not for tests.
     pub async fn prerendered(
         wire: Wire,
         turns: impl IntoIterator<Item = Turn>,
@@ -327,6 +329,7 @@ impl MockServer {
 }
 
 /// A pre-rendered server, from [`MockServer::prerendered`]. Stops when dropped.
+#[doc(hidden)] // Benchmark plumbing (the CLI's mock server, benches): not for tests.
 pub struct PrerenderedServer {
     running: Running,
     server: Arc<Prerendered>,
@@ -371,6 +374,7 @@ impl PrerenderedServer {
 
 /// Serve `turns` pre-rendered (see [`MockServer::prerendered`]) on `addr` until the process
 /// ends; for a command-line mock server.
+#[doc(hidden)] // Benchmark plumbing (the CLI's mock server, benches): not for tests.
 pub async fn serve_prerendered(
     addr: SocketAddr,
     wire: Wire,
@@ -381,6 +385,7 @@ pub async fn serve_prerendered(
 
 /// [`serve_prerendered`] on a listener the caller bound (e.g. to port 0, to print the port it
 /// got before serving).
+#[doc(hidden)] // Benchmark plumbing (the CLI's mock server, benches): not for tests.
 pub async fn serve_prerendered_on(
     listener: TcpListener,
     wire: Wire,

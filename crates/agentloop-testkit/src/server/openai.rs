@@ -3,7 +3,7 @@
 //!
 //! Shapes follow OpenAI's OpenAPI spec v2.3.0 (`CreateChatCompletionStreamResponse`,
 //! `CreateChatCompletionResponse`, `ChatCompletionStreamOptions`, `Error`; in
-//! /work/shared/conformance/specs/) and the recordings
+//! `shared/conformance/specs/` beside the repository) and the recordings
 //! conformance/streams/openai/text-basic.sse (role chunk, one `content` per chunk, `finish_reason`
 //! chunk with an empty delta, usage chunk with `choices: []`, `data: [DONE]`) and
 //! parallel-tool-calls-2.sse (role-only first chunk, a start chunk per call with `id`, `type`,

@@ -689,7 +689,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
 }
 
 /// Parse `retry-after-ms` (milliseconds) or `retry-after` (seconds or an HTTP date).
-pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     if let Some(ms) = headers
         .get("retry-after-ms")
         .and_then(|v| v.to_str().ok())
@@ -711,7 +711,7 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// The error mapping both OpenAI- and Anthropic-style services fit: the body is
 /// `{"error": {"type"|"code", "message"}}` (Anthropic adds `"type": "error"` around it).
-pub fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Error {
+pub(crate) fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Error {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let error = parsed.as_ref().and_then(|v| v.get("error"));
     let error_type = error
@@ -764,7 +764,7 @@ pub fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) 
 }
 
 /// The start of a body, for error messages.
-pub fn excerpt(body: &[u8]) -> String {
+pub(crate) fn excerpt(body: &[u8]) -> String {
     const MAX: usize = 300;
     let text = String::from_utf8_lossy(body);
     let text = text.trim();

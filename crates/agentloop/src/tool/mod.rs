@@ -4,9 +4,11 @@
 //! from a Rust type with `schemars`; raw tools take a schema value that is checked against the
 //! JSON Schema meta-schema.
 //!
-//! A [`NativeTool`] is defined by the provider. Most run there; the client-side ones (text
-//! editor, bash, computer use) are run by you: [`Tool::native`] (or
-//! [`crate::AgentBuilder::handler`]) binds a handler to one by the name the model calls it.
+//! A [`NativeTool`] is defined by a provider: a provider-scoped id and arguments, built with
+//! the typed constructors of that provider's module (`provider::anthropic::tools::bash()`).
+//! Most run at the provider; the client-side ones (text editor, bash, computer use) are run by
+//! you: [`Tool::native`] (or [`crate::AgentBuilder::handler`]) binds a handler to one by the
+//! name the model calls it.
 
 mod handler;
 pub mod schema;
@@ -19,7 +21,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result, TimeoutKind};
 
@@ -41,106 +43,122 @@ pub struct FunctionDefinition {
     pub strict: bool,
 }
 
-/// A tool the provider runs itself.
+/// A tool the provider defines, the way the Vercel AI SDK's provider tools are: a
+/// provider-scoped id (`anthropic.bash`, `openai.web_search`) and arguments in that provider's
+/// shape. Build one with the typed constructors of a provider module
+/// ([`crate::provider::anthropic::tools`], [`crate::provider::openai::tools`]) or, for a tool
+/// they do not know yet, with [`Self::new`]. Each provider maps the ids it knows and refuses
+/// the others with [`Error::Unsupported`] naming itself and the id.
+///
+/// Most run at the provider; the client-side ones (Anthropic's text editor, bash, computer
+/// use) are run by you: they carry the name the model calls them by ([`Self::client_name`]),
+/// and [`Tool::native`] (or [`crate::AgentBuilder::handler`]) binds a handler to that name.
+///
+/// ```
+/// use agentloop::NativeTool;
+/// use agentloop::provider::anthropic::tools;
+/// let bash = tools::bash();
+/// assert_eq!(bash.id(), "anthropic.bash");
+/// assert_eq!(bash.client_name(), Some("bash"));
+/// // One no provider module has a constructor for yet:
+/// let fetch = NativeTool::new("anthropic.web_fetch", serde_json::json!({"max_uses": 2}));
+/// assert_eq!(fetch.args()["max_uses"], 2);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum NativeTool {
-    /// Web search run by the provider.
-    WebSearch {
-        /// Maximum searches per request (Anthropic `max_uses`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        max_uses: Option<u32>,
-        /// Only search these domains.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        allowed_domains: Vec<String>,
-        /// Never search these domains.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        blocked_domains: Vec<String>,
-        /// Approximate user location, in the provider's shape.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        user_location: Option<Value>,
-        /// OpenAI `search_context_size`: `low`, `medium` or `high`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        search_context_size: Option<String>,
-    },
-    /// Sandboxed code execution run by the provider: Anthropic's code execution tool (its
-    /// version is `AnthropicOptions::code_execution`); Chat Completions servers refuse it.
-    CodeExecution,
-    /// Computer use: the model drives a screen you provide.
-    ComputerUse {
-        /// Screen width in pixels.
-        display_width: u32,
-        /// Screen height in pixels.
-        display_height: u32,
-        /// X11 display number, if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        display_number: Option<u32>,
-    },
-    /// A file editor the model drives (you execute its commands).
-    TextEditor,
-    /// A shell the model drives (you execute its commands).
-    Bash,
-    /// File search over vector stores (OpenAI's `file_search`). Only OpenAI's Responses API
-    /// has it, so every provider here refuses it with [`Error::Unsupported`] saying so.
-    FileSearch {
-        /// The vector stores to search.
-        vector_store_ids: Vec<String>,
-        /// Maximum results.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        max_num_results: Option<u32>,
-    },
-    /// xAI search over X posts.
-    XSearch {
-        /// Only these handles.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        allowed_x_handles: Vec<String>,
-        /// Never these handles.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        excluded_x_handles: Vec<String>,
-    },
+pub struct NativeTool {
+    id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_name: Option<String>,
+    #[serde(default, skip_serializing_if = "no_args")]
+    args: Value,
+}
+
+/// `null` and `{}` both mean "no arguments": left out of a saved request.
+fn no_args(args: &Value) -> bool {
+    args.is_null() || args.as_object().is_some_and(Map::is_empty)
 }
 
 impl NativeTool {
-    /// A short name for error messages.
-    pub fn feature_name(&self) -> &'static str {
-        match self {
-            Self::WebSearch { .. } => "native tool web_search",
-            Self::CodeExecution => "native tool code_execution",
-            Self::ComputerUse { .. } => "native tool computer_use",
-            Self::TextEditor => "native tool text_editor",
-            Self::Bash => "native tool bash",
-            Self::FileSearch { .. } => "native tool file_search",
-            Self::XSearch { .. } => "native tool x_search",
+    /// A provider tool by its id (`<provider>.<tool>`) with its arguments (a JSON object, or
+    /// `null` for none) in the shape that provider documents.
+    pub fn new(id: impl Into<String>, args: Value) -> Self {
+        Self {
+            id: id.into(),
+            client_name: None,
+            // One spelling of "none", so a saved request reads back equal.
+            args: if no_args(&args) { Value::Null } else { args },
         }
+    }
+
+    /// Mark this as a tool you run, which the model calls `name`: bind its handler by that
+    /// name.
+    pub fn client_side(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Provider-neutral web search with the provider's defaults: Anthropic's web search
+    /// tool, OpenAI's `web_search_options`. Its settings differ between providers; set them
+    /// with [`crate::provider::anthropic::tools::web_search`] or
+    /// [`crate::provider::openai::tools::web_search`].
+    pub fn web_search() -> Self {
+        Self::new(WEB_SEARCH, Value::Null)
+    }
+
+    /// The provider-scoped id, e.g. `anthropic.code_execution` (`web_search` for
+    /// [`Self::web_search`], which every provider with a search maps).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The arguments, in the provider's shape (`null` for none).
+    pub fn args(&self) -> &Value {
+        &self.args
     }
 
     /// The name the model calls a client-side native tool by (Anthropic's names: the text
     /// editor is `str_replace_based_edit_tool`, bash `bash`, computer use `computer`); bind a
     /// handler to it with [`crate::AgentBuilder::handler`] or [`Tool::native`]. `None` for the
     /// tools the provider runs itself.
-    pub fn client_name(&self) -> Option<&'static str> {
-        match self {
-            Self::TextEditor => Some("str_replace_based_edit_tool"),
-            Self::Bash => Some("bash"),
-            Self::ComputerUse { .. } => Some("computer"),
-            Self::WebSearch { .. }
-            | Self::CodeExecution
-            | Self::FileSearch { .. }
-            | Self::XSearch { .. } => None,
+    pub fn client_name(&self) -> Option<&str> {
+        self.client_name.as_deref()
+    }
+
+    /// The arguments as an object (`None` for no arguments), or a configuration error saying
+    /// they must be one: providers merge them into their wire tool.
+    pub(crate) fn args_object(&self) -> Result<Option<&Map<String, Value>>> {
+        match &self.args {
+            Value::Null => Ok(None),
+            Value::Object(map) => Ok(Some(map)),
+            other => Err(Error::config(format!(
+                "the arguments of native tool {} must be a JSON object, not {other}",
+                self.id
+            ))),
         }
     }
 
-    /// Web search with the provider's defaults.
-    pub fn web_search() -> Self {
-        Self::WebSearch {
-            max_uses: None,
-            allowed_domains: Vec::new(),
-            blocked_domains: Vec::new(),
-            user_location: None,
-            search_context_size: None,
+    /// "native tool <id>", the feature an [`Error::Unsupported`] names.
+    pub(crate) fn feature(&self) -> String {
+        format!("native tool {}", self.id)
+    }
+
+    /// For the provider-neutral web search: an error when it carries arguments, which only a
+    /// provider's own web search tool knows how to read.
+    pub(crate) fn check_neutral(&self) -> Result<()> {
+        if no_args(&self.args) {
+            return Ok(());
         }
+        Err(Error::config(format!(
+            "the provider-neutral native tool {} takes no arguments; use a provider's own \
+             (e.g. provider::anthropic::tools::web_search or provider::openai::tools::web_search) \
+             for its settings",
+            self.id
+        )))
     }
 }
+
+/// The id of the provider-neutral web search ([`NativeTool::web_search`]).
+pub(crate) const WEB_SEARCH: &str = "web_search";
 
 /// What goes into a request's tool list.
 ///
@@ -151,7 +169,7 @@ impl NativeTool {
 pub enum ToolDefinition {
     /// A tool we run.
     Function(Arc<FunctionDefinition>),
-    /// A tool the provider runs.
+    /// A tool the provider defines (it runs it, or you do for client-side ones).
     Native(NativeTool),
 }
 
@@ -307,12 +325,13 @@ impl Tool {
     /// `{"command": "view", "path": "src/lib.rs"}`), and its output is the tool result.
     ///
     /// ```
-    /// use agentloop::{NativeTool, Tool, ToolContext, ToolError, ToolOutput};
+    /// use agentloop::provider::anthropic::tools;
+    /// use agentloop::{Tool, ToolContext, ToolError, ToolOutput};
     /// let bash = Tool::native("bash", |_ctx: ToolContext, input: serde_json::Value| async move {
     ///     Ok::<_, ToolError>(ToolOutput::text(format!("would run {}", input["command"])))
     /// });
     /// assert!(bash.is_native());
-    /// assert_eq!(NativeTool::Bash.client_name(), Some(bash.tool_name()));
+    /// assert_eq!(tools::bash().client_name(), Some(bash.tool_name()));
     /// ```
     pub fn native(name: impl Into<String>, handler: impl ToolHandler) -> Self {
         Self::native_slot(name).handler(handler)

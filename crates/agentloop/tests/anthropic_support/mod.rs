@@ -58,13 +58,13 @@ pub fn decode(sse: &str) -> (Vec<StreamEvent>, Option<Error>) {
     whole
 }
 
-/// The response the run loop would build from `events`.
+/// The response `events` assemble to (reasoning blocks untagged: the provider tags them, see
+/// `replay::assemble`).
 pub fn response(events: &[StreamEvent]) -> Response {
     let mut acc = Accumulator::new();
     for event in events {
         acc.push(event);
     }
-    acc.set_provider("anthropic");
     acc.finish()
 }
 

@@ -8,9 +8,9 @@
 //! The canonical model is already shaped like Anthropic's content blocks, so the mapping is
 //! mostly direct. What needs care: thinking blocks only go back to the provider that signed
 //! them, system messages inside the history fold into `system`, roles must alternate, and
-//! native tools need their versioned type strings and beta headers (the computer use and code
-//! execution versions are [`AnthropicOptions`]). File search and X search have no Messages API
-//! counterpart and are [`Error::Unsupported`].
+//! native tools need their versioned type strings and beta headers: [`tools`] builds them
+//! (`anthropic.*` ids, plus the provider-neutral web search); any other native tool is
+//! [`Error::Unsupported`].
 //!
 //! Prompt caching: [`Request::cache`] breakpoints become `cache_control` on the last tool, the
 //! last system block (the system prompt is then sent as text blocks), a message's block, or the
@@ -20,6 +20,7 @@
 mod request;
 mod response;
 mod stream;
+pub mod tools;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -59,53 +60,6 @@ pub enum ForeignThinking {
     AsText,
 }
 
-/// Which computer use tool version to send: each model generation expects its own
-/// (docs: "Always use the tool version that corresponds to your model version").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ComputerUseVersion {
-    /// `computer_20250124` with beta `computer-use-2025-01-24`: Claude 4 models and Sonnet 3.7.
-    #[default]
-    V20250124,
-    /// `computer_20251124` with beta `computer-use-2025-11-24`: Opus 4.5 and later models.
-    V20251124,
-}
-
-impl ComputerUseVersion {
-    /// The tool type string and the beta header value it needs.
-    pub fn wire(self) -> (&'static str, &'static str) {
-        match self {
-            Self::V20250124 => ("computer_20250124", "computer-use-2025-01-24"),
-            Self::V20251124 => ("computer_20251124", "computer-use-2025-11-24"),
-        }
-    }
-}
-
-/// Which code execution tool version to send (docs, "Code execution tool"); each needs models
-/// that know it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CodeExecutionVersion {
-    /// `code_execution_20250522` with beta `code-execution-2025-05-22`: Python only (legacy).
-    V20250522,
-    /// `code_execution_20250825` with beta `code-execution-2025-08-25`: bash commands and file
-    /// operations.
-    #[default]
-    V20250825,
-    /// `code_execution_20260120`, generally available (no beta): keeps the sandbox's state
-    /// (variables, imports) from one call to the next.
-    V20260120,
-}
-
-impl CodeExecutionVersion {
-    /// The tool type string and the beta header value it needs, if any.
-    pub fn wire(self) -> (&'static str, Option<&'static str>) {
-        match self {
-            Self::V20250522 => ("code_execution_20250522", Some("code-execution-2025-05-22")),
-            Self::V20250825 => ("code_execution_20250825", Some("code-execution-2025-08-25")),
-            Self::V20260120 => ("code_execution_20260120", None),
-        }
-    }
-}
-
 /// Anthropic-specific settings (the connection settings are in [`HttpConfig`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnthropicOptions {
@@ -114,10 +68,6 @@ pub struct AnthropicOptions {
     pub default_max_tokens: u32,
     /// What to do with reasoning blocks Anthropic cannot verify.
     pub foreign_thinking: ForeignThinking,
-    /// Which computer use tool version to send.
-    pub computer_use: ComputerUseVersion,
-    /// Which code execution tool version to send.
-    pub code_execution: CodeExecutionVersion,
 }
 
 impl Default for AnthropicOptions {
@@ -125,8 +75,6 @@ impl Default for AnthropicOptions {
         Self {
             default_max_tokens: 4096,
             foreign_thinking: ForeignThinking::Drop,
-            computer_use: ComputerUseVersion::V20250124,
-            code_execution: CodeExecutionVersion::V20250825,
         }
     }
 }

@@ -19,16 +19,7 @@ use crate::message::{
 use crate::provider::http::BodySize;
 use crate::provider::rendered::RenderedTools;
 use crate::tool::schema::inline_refs;
-use crate::tool::{NativeTool, ToolChoice, ToolDefinition};
-
-/// Native tool type strings (docs, 2025-2026): web search and text editor and bash are
-/// generally available; computer use and the code execution versions before
-/// `code_execution_20260120` need a beta header (see `ComputerUseVersion` and
-/// `CodeExecutionVersion`).
-const WEB_SEARCH: &str = "web_search_20250305";
-const TEXT_EDITOR: &str = "text_editor_20250728";
-const TEXT_EDITOR_NAME: &str = "str_replace_based_edit_tool";
-const BASH: &str = "bash_20250124";
+use crate::tool::{ToolChoice, ToolDefinition};
 
 /// A serialized body and the beta features it needs.
 pub(super) struct Built {
@@ -49,7 +40,7 @@ pub(super) fn build(
     let mut tools = request
         .tools
         .iter()
-        .map(|tool| wire_tool(tool, options, &mut betas, rendered))
+        .map(|tool| wire_tool(tool, &mut betas, rendered))
         .collect::<Result<Vec<_>>>()?;
     let tools_marked = mark_last_tool(&mut tools, marks.tools)?;
     check_breakpoints(marked + usize::from(tools_marked) + usize::from(marks.automatic.is_some()))?;
@@ -409,7 +400,6 @@ struct WireFunction<'a> {
 
 fn wire_tool(
     tool: &ToolDefinition,
-    options: &AnthropicOptions,
     betas: &mut Vec<&'static str>,
     rendered: &RenderedTools,
 ) -> Result<WireTool> {
@@ -424,7 +414,7 @@ fn wire_tool(
             })
             .map(WireTool::Function)
             .map_err(|e| Error::parse("Anthropic tool definition while serializing it", e)),
-        ToolDefinition::Native(native) => native_tool(native, options, betas).map(WireTool::Native),
+        ToolDefinition::Native(native) => super::tools::wire(native, betas).map(WireTool::Native),
     }
 }
 
@@ -452,94 +442,6 @@ fn has_ref(value: &Value) -> bool {
         Value::Array(items) => items.iter().any(has_ref),
         _ => false,
     }
-}
-
-fn native_tool(
-    tool: &NativeTool,
-    options: &AnthropicOptions,
-    betas: &mut Vec<&'static str>,
-) -> Result<Value> {
-    let mut need = |beta: &'static str| {
-        if !betas.contains(&beta) {
-            betas.push(beta);
-        }
-    };
-    Ok(match tool {
-        NativeTool::WebSearch {
-            max_uses,
-            allowed_domains,
-            blocked_domains,
-            user_location,
-            // OpenAI only; Anthropic has no such knob, and dropping it keeps a request
-            // portable between the two.
-            search_context_size: _,
-        } => {
-            let mut tool = Map::new();
-            tool.insert("type".into(), WEB_SEARCH.into());
-            tool.insert("name".into(), "web_search".into());
-            if let Some(max_uses) = max_uses {
-                tool.insert("max_uses".into(), (*max_uses).into());
-            }
-            if !allowed_domains.is_empty() {
-                tool.insert("allowed_domains".into(), json!(allowed_domains));
-            }
-            if !blocked_domains.is_empty() {
-                tool.insert("blocked_domains".into(), json!(blocked_domains));
-            }
-            if let Some(location) = user_location {
-                let mut location = location.clone();
-                // Anthropic's only location kind; callers often leave it out.
-                if let Value::Object(map) = &mut location {
-                    map.entry("type").or_insert_with(|| "approximate".into());
-                }
-                tool.insert("user_location".into(), location);
-            }
-            Value::Object(tool)
-        }
-        NativeTool::CodeExecution => {
-            let (kind, beta) = options.code_execution.wire();
-            if let Some(beta) = beta {
-                need(beta);
-            }
-            json!({"type": kind, "name": "code_execution"})
-        }
-        NativeTool::ComputerUse {
-            display_width,
-            display_height,
-            display_number,
-        } => {
-            let (kind, beta) = options.computer_use.wire();
-            need(beta);
-            let mut tool = json!({
-                "type": kind,
-                "name": "computer",
-                "display_width_px": display_width,
-                "display_height_px": display_height,
-            });
-            if let (Some(number), Value::Object(map)) = (display_number, &mut tool) {
-                map.insert("display_number".into(), (*number).into());
-            }
-            tool
-        }
-        NativeTool::TextEditor => json!({"type": TEXT_EDITOR, "name": TEXT_EDITOR_NAME}),
-        NativeTool::Bash => json!({"type": BASH, "name": "bash"}),
-        NativeTool::FileSearch { .. } => {
-            return Err(Error::Unsupported {
-                provider: PROVIDER_NAME.to_owned(),
-                feature: format!(
-                    "{} (the Messages API has no vector-store search; give the model a \
-                     function tool that queries your store)",
-                    tool.feature_name()
-                ),
-            });
-        }
-        NativeTool::XSearch { .. } => {
-            return Err(Error::Unsupported {
-                provider: PROVIDER_NAME.to_owned(),
-                feature: tool.feature_name().to_owned(),
-            });
-        }
-    })
 }
 
 #[derive(Serialize)]

@@ -25,9 +25,9 @@
 //!   text.
 //! - Reasoning blocks (from any provider) and other providers' native blocks are dropped;
 //!   [`OpenAiOptions::thinking_as_text`] sends reasoning as `<thinking>` text instead.
-//! - Native tools: web search maps to `web_search_options` (OpenAI search models); file search,
-//!   code execution (OpenAI's code interpreter) and xAI's search tools exist only in Responses
-//!   APIs, so they, and every other native tool, are [`Error::Unsupported`].
+//! - Native tools: web search ([`tools::web_search`] or the provider-neutral one) maps to
+//!   `web_search_options` (OpenAI search models); OpenAI's and xAI's other tools exist only in
+//!   Responses APIs, so they, and every other native tool, are [`Error::Unsupported`].
 //! - Parallel calls: `parallel_tool_calls`, which xAI takes too (the `parallel_function_calling`
 //!   name some clients send for Grok is not in xAI's API definition).
 //! - Tool counts past a service's documented limit ([`Preset::max_tools`]) fail before sending.
@@ -37,6 +37,7 @@
 mod request;
 mod response;
 mod stream;
+pub mod tools;
 mod wire;
 
 use bytes::Bytes;
@@ -315,7 +316,8 @@ pub struct OpenAiOptions {
     /// Send `metadata`. OpenAI accepts it only with `"store": true`, which we never turn on
     /// for you: put it in `extensions` if you want stored completions.
     pub metadata: bool,
-    /// Map the web search native tool to `web_search_options` (OpenAI search models).
+    /// Map web search native tools (`openai.web_search`, `web_search`) to
+    /// `web_search_options` (OpenAI search models).
     pub web_search: bool,
     /// Send reasoning blocks of the history as `<thinking>` text instead of dropping them.
     pub thinking_as_text: bool,

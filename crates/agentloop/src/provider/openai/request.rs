@@ -14,7 +14,8 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{OpenAiOptions, Preset};
+use super::OpenAiOptions;
+use super::tools::WebSearchOptions;
 use crate::error::{Error, Result};
 use crate::message::{
     ContentBlock, ImageSource, Message, Request, Role, ToolResult, ToolResultContent,
@@ -22,7 +23,7 @@ use crate::message::{
 use crate::provider::http::BodySize;
 use crate::provider::rendered::RenderedTools;
 use crate::tool::schema::{inline_refs, openai_strict};
-use crate::tool::{FunctionDefinition, NativeTool, ToolChoice, ToolDefinition};
+use crate::tool::{FunctionDefinition, ToolChoice, ToolDefinition};
 
 /// Serialize `request` for `POST /chat/completions`; function tools come from `rendered`.
 pub(crate) fn build(
@@ -46,7 +47,7 @@ pub(crate) fn build(
                     .map_err(unserializable)?,
             ),
             ToolDefinition::Native(native) => {
-                let options = native_tool(native, options)?;
+                let options = super::tools::web_search_options(native, options)?;
                 // Chat Completions has one `web_search_options`: a second search would replace
                 // the first's settings without a word.
                 if web_search.replace(options).is_some() {
@@ -68,73 +69,6 @@ pub(crate) fn build(
         web_search,
     };
     body_size.serialize(&body).map_err(unserializable)
-}
-
-/// Native tools: only OpenAI's web search exists in Chat Completions, as `web_search_options`
-/// (search models such as `gpt-4o-search-preview`). Everything else is a clear error rather
-/// than a tool silently left out.
-fn native_tool<'a>(tool: &'a NativeTool, options: &OpenAiOptions) -> Result<WebSearchOptions<'a>> {
-    let unsupported = |feature: String| Error::Unsupported {
-        provider: options.name.clone(),
-        feature,
-    };
-    match tool {
-        NativeTool::WebSearch {
-            max_uses,
-            allowed_domains,
-            blocked_domains,
-            user_location,
-            search_context_size,
-        } if options.web_search => {
-            let unmodelled = [
-                ("max_uses", max_uses.is_some()),
-                ("allowed_domains", !allowed_domains.is_empty()),
-                ("blocked_domains", !blocked_domains.is_empty()),
-            ];
-            if let Some((option, _)) = unmodelled.iter().find(|(_, set)| *set) {
-                return Err(unsupported(format!(
-                    "the web_search option `{option}` (Chat Completions `web_search_options` has no such setting)"
-                )));
-            }
-            Ok(WebSearchOptions {
-                search_context_size: search_context_size.as_deref(),
-                user_location: user_location.as_ref().map(UserLocation),
-            })
-        }
-        NativeTool::WebSearch { .. } | NativeTool::XSearch { .. }
-            if options.preset == Preset::Xai =>
-        {
-            Err(unsupported(format!(
-                "{} on Chat Completions (xAI offers its search tools only in its Responses API; \
-                 Live Search via `search_parameters` was retired)",
-                tool.feature_name()
-            )))
-        }
-        NativeTool::CodeExecution if options.preset == Preset::OpenAi => Err(unsupported(format!(
-            "{} on Chat Completions (OpenAI offers its code interpreter only in the \
-                 Responses API)",
-            tool.feature_name()
-        ))),
-        // xAI's docs ("Comparison with Chat Completions API"): its agentic tools (code
-        // execution, collections search) are Responses API tools; Chat Completions takes
-        // function calling only.
-        NativeTool::CodeExecution | NativeTool::FileSearch { .. }
-            if options.preset == Preset::Xai =>
-        {
-            Err(unsupported(format!(
-                "{} on Chat Completions (xAI offers code execution and collections search \
-                 only in its Responses API)",
-                tool.feature_name()
-            )))
-        }
-        NativeTool::FileSearch { .. } if options.preset == Preset::OpenAi => {
-            Err(unsupported(format!(
-                "{} on Chat Completions (OpenAI offers it only in the Responses API)",
-                tool.feature_name()
-            )))
-        }
-        other => Err(unsupported(other.feature_name().to_owned())),
-    }
 }
 
 struct Body<'a> {
@@ -349,30 +283,6 @@ fn has_ref(value: &Value) -> bool {
         Value::Object(map) => map.contains_key("$ref") || map.values().any(has_ref),
         Value::Array(items) => items.iter().any(has_ref),
         _ => false,
-    }
-}
-
-#[derive(Serialize)]
-struct WebSearchOptions<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    search_context_size: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    user_location: Option<UserLocation<'a>>,
-}
-
-/// OpenAI wants `{"type": "approximate", "approximate": {city, country, region, timezone}}`;
-/// a bare location object is wrapped, one that already has a `type` is sent as given.
-struct UserLocation<'a>(&'a Value);
-
-impl Serialize for UserLocation<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        if self.0.get("type").is_some() {
-            return self.0.serialize(serializer);
-        }
-        let mut map = serializer.serialize_map(Some(2))?;
-        map.serialize_entry("type", "approximate")?;
-        map.serialize_entry("approximate", self.0)?;
-        map.end()
     }
 }
 
