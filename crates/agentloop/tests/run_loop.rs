@@ -1063,6 +1063,18 @@ async fn calls_answered_without_running_are_ready_then_answered_in_the_stream() 
             with(once(r#"{"city":"Paris"}"#), "cancelled")
         )]
     );
+
+    // Manual tool mode: the calls are ready for the caller, who answers them.
+    let model = ScriptedModel::new([Turn::tool_call("get_weather", json!({"city": "Paris"}))]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .with_options(|o| o.limits.manual_tools = true)
+        .build();
+    let events: Vec<RunEvent> = agent.run_stream("Weather?").collect().await;
+    assert_eq!(
+        call_sequences(&events),
+        [("call_0_0".to_owned(), once(r#"{"city":"Paris"}"#))]
+    );
 }
 
 #[tokio::test(start_paused = true)]
