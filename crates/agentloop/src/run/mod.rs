@@ -10,8 +10,9 @@
 //! One vocabulary, extended layer by layer: a model call streams [`StreamEvent`]s; a streamed
 //! run ([`RunEvent`]) passes them on as they are, as [`RunEvent::Model`], and adds only what a
 //! run has; the server (`agentloop-server`) records the run's events and projects its two wire
-//! protocols from them. A name means one thing everywhere: `tool_call_start` is the model
-//! beginning a call, `tool_call_ready` the call complete.
+//! protocols from them. In the library a name means one thing: `tool_call_start` is the model
+//! beginning a call, `tool_call_ready` the call complete. (`/v1/chat` keeps its version-1 name
+//! `tool_call_start` for the complete call, which is all it shows of a call before its result.)
 //!
 //! | layer | emits |
 //! | --- | --- |
