@@ -12,7 +12,7 @@ use std::time::Instant;
 use agentloop::provider::anthropic::Anthropic;
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::run::{Hooks, PrepareStep, RunEvent};
-use agentloop::{Agent, Tool, ToolChoice};
+use agentloop::{Agent, StreamEvent, Tool, ToolChoice};
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
 use futures::StreamExt;
@@ -115,7 +115,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(event) = events.next().await {
         match event {
             RunEvent::StepStart { step } => println!("— step {step}"),
-            RunEvent::TextDelta { text } => {
+            RunEvent::Model(StreamEvent::TextDelta { text }) => {
                 print!("{text}");
                 mid_line = true;
             }

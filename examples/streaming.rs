@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use agentloop::run::RunEvent;
-use agentloop::{Agent, RunResult, Tool};
+use agentloop::{Agent, RunResult, StreamEvent, Tool};
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -39,13 +39,14 @@ impl Screen {
     /// different display.
     fn show(&mut self, event: RunEvent) -> Result<(), agentloop::Error> {
         match event {
-            RunEvent::TextDelta { text } => {
+            // The model call's own events come through as they are.
+            RunEvent::Model(StreamEvent::TextDelta { text }) => {
                 print!("{text}");
                 std::io::stdout().flush().ok();
                 self.text.push_str(&text);
                 self.mid_line = true;
             }
-            RunEvent::ToolCallStart { name, .. } => {
+            RunEvent::Model(StreamEvent::ToolCallStart { name, .. }) => {
                 self.end_line();
                 println!("  ⋯ {name} (the model is writing its arguments)");
                 self.tool_log.push(format!("start {name}"));

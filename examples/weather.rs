@@ -4,7 +4,7 @@
 //! provider (see the README) and nothing else changes.
 
 use agentloop::run::RunEvent;
-use agentloop::{Agent, Tool};
+use agentloop::{Agent, StreamEvent, Tool};
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -51,7 +51,7 @@ async fn main() -> Result<(), agentloop::Error> {
     let mut events = agent.run_stream("What's the weather in Paris?");
     while let Some(event) = events.next().await {
         match event {
-            RunEvent::TextDelta { text } => print!("{text}"),
+            RunEvent::Model(StreamEvent::TextDelta { text }) => print!("{text}"),
             RunEvent::ToolCallReady { call } => println!("\n→ {}({})", call.name, call.input),
             RunEvent::ToolCallResult { result, .. } => {
                 println!("← {}", result.content.to_text())

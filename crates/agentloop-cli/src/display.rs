@@ -6,6 +6,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
+use agentloop::StreamEvent;
 use agentloop::run::{RunEvent, RunResult, RunStopReason};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -122,13 +123,14 @@ impl Display {
                 let message = paint(self.colour, "2", "waiting for the model…");
                 self.spin(message);
             }
-            RunEvent::TextDelta { text } => {
+            RunEvent::Model(StreamEvent::TextDelta { text }) => {
                 self.stop_spinner();
                 print!("{text}");
                 let _ = std::io::stdout().flush();
                 self.line_open = !text.ends_with('\n');
             }
-            RunEvent::ThinkingDelta { .. } | RunEvent::ToolCallStart { .. } => self.stop_spinner(),
+            RunEvent::Model(StreamEvent::ThinkingDelta { .. })
+            | RunEvent::Model(StreamEvent::ToolCallStart { .. }) => self.stop_spinner(),
             RunEvent::ToolCallReady { call } => {
                 self.end_line();
                 let label = format!("{} {}", call.name, short(&call.input.to_string(), 80));

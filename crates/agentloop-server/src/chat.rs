@@ -1,17 +1,15 @@
-//! Running one chat answer: the agent's run in a task of its own, its events recorded as frames,
-//! and the history saved after every step.
+//! Running one chat answer: the agent's run in a task of its own, its events recorded as they
+//! came (see [`Frame`]), and the history saved after every step.
 
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 
 use agentloop::run::{PrepareStep, RunStopReason};
 use agentloop::{Message, RunEvent, history};
 use futures::StreamExt;
-use serde_json::Value;
 
 use crate::error::ServerError;
-use crate::events::{ChatEvent, Frame};
+use crate::events::Frame;
 use crate::runs::RunLog;
 use crate::state::AppState;
 use crate::store::Store;
@@ -63,10 +61,10 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
     let creating = start
         .create
         .map(|title| inner.store.create(start.conversation_id.clone(), title));
-    run.push(Frame::Chat(ChatEvent::MessageStart {
+    run.push(Frame::Start {
         conversation_id: start.conversation_id.clone(),
         message_id,
-    }));
+    });
     inner.tasks.spawn(drive(
         state.clone(),
         run.clone(),
@@ -118,13 +116,13 @@ struct Finisher {
 impl Drop for Finisher {
     fn drop(&mut self) {
         if !self.run.is_finished() {
-            self.run.push(Frame::Chat(ChatEvent::MessageEnd {
-                stop_reason: RunStopReason::Error.as_str().into(),
+            self.run.push(Frame::End {
+                stop_reason: RunStopReason::Error,
                 usage: Default::default(),
-            }));
-            self.run.push(Frame::Chat(ChatEvent::Error {
+            });
+            self.run.push(Frame::Failed {
                 message: "the chat stopped unexpectedly".into(),
-            }));
+            });
             self.run.finish();
         }
         let inner = &self.state.inner;
@@ -169,42 +167,6 @@ fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<Str
     })
 }
 
-/// Tool calls of the current step, to name their frames and to announce calls that get a
-/// result without having been run (those past a tool-call limit).
-#[derive(Default)]
-struct StepCalls {
-    by_index: HashMap<usize, String>,
-    raw: HashMap<String, (String, String)>,
-    announced: HashSet<String>,
-}
-
-impl StepCalls {
-    fn announce(&mut self, run: &RunLog, id: String, name: String, arguments: Value) {
-        self.announced.insert(id.clone());
-        run.push(Frame::Chat(ChatEvent::ToolCallStart {
-            id,
-            name,
-            arguments,
-        }));
-    }
-
-    fn announce_unrun(&mut self, run: &RunLog, id: &str, name: &str) {
-        if self.announced.contains(id) {
-            return;
-        }
-        let raw = self
-            .raw
-            .get(id)
-            .map(|(_, args)| args.clone())
-            .unwrap_or_default();
-        let arguments = match raw.trim() {
-            "" => Value::Object(Default::default()),
-            text => serde_json::from_str(text).unwrap_or(Value::String(raw)),
-        };
-        self.announce(run, id.to_owned(), name.to_owned(), arguments);
-    }
-}
-
 async fn drive(
     state: AppState,
     run: Arc<RunLog>,
@@ -222,13 +184,13 @@ async fn drive(
         && let Err(e) = creating.await
     {
         tracing::error!(conversation = %run.conversation_id, "could not create the conversation: {e}");
-        run.push(Frame::Chat(ChatEvent::MessageEnd {
-            stop_reason: RunStopReason::Error.as_str().into(),
+        run.push(Frame::End {
+            stop_reason: RunStopReason::Error,
             usage: Default::default(),
-        }));
-        run.push(Frame::Chat(ChatEvent::Error {
+        });
+        run.push(Frame::Failed {
             message: format!("the conversation could not be saved: {e}"),
-        }));
+        });
         run.finish();
         drop(finisher);
         return;
@@ -255,50 +217,10 @@ async fn drive(
     });
 
     let mut events = inner.agent.stream_with(history, options);
-    let mut calls = StepCalls::default();
     let mut failure: Option<String> = None;
     let mut ended = false;
     while let Some(event) = events.next().await {
         match event {
-            RunEvent::RunStart | RunEvent::ProviderEvent { .. } => {}
-            RunEvent::StepStart { .. } => {
-                calls = StepCalls::default();
-                run.push(Frame::StepStart);
-            }
-            RunEvent::TextDelta { text } => run.push(Frame::Chat(ChatEvent::TextDelta { text })),
-            RunEvent::ThinkingDelta { text } => {
-                run.push(Frame::Chat(ChatEvent::ThinkingDelta { text }))
-            }
-            RunEvent::ToolCallStart { index, id, name } => {
-                calls.by_index.insert(index, id.clone());
-                calls.raw.insert(id.clone(), (name.clone(), String::new()));
-                run.push(Frame::ToolInputStart { id, name });
-            }
-            RunEvent::ToolCallDelta { index, arguments } => {
-                if let Some(id) = calls.by_index.get(&index).cloned() {
-                    if let Some((_, raw)) = calls.raw.get_mut(&id) {
-                        raw.push_str(&arguments);
-                    }
-                    run.push(Frame::ToolInputDelta {
-                        id,
-                        delta: arguments,
-                    });
-                }
-            }
-            RunEvent::ToolCallReady { call } => {
-                calls.announce(&run, call.id, call.name, call.input);
-            }
-            RunEvent::ToolCallResult {
-                id, name, result, ..
-            } => {
-                calls.announce_unrun(&run, &id, &name);
-                run.push(Frame::Chat(ChatEvent::ToolCallResult {
-                    id,
-                    content: result.content,
-                    is_error: result.is_error,
-                }));
-            }
-            RunEvent::StepFinish { .. } => run.push(Frame::StepFinish),
             RunEvent::Error { error } => {
                 // Web users get the kind of failure; the details (provider URL, body) are logged.
                 tracing::error!(conversation = %run.conversation_id, message_id = %run.message_id, "the chat failed: {error}");
@@ -312,29 +234,30 @@ async fn drive(
                         "the answer could not be saved; the server log has the details".into()
                     });
                 }
-                let reason = result.stop_reason;
-                run.push(Frame::Chat(ChatEvent::MessageEnd {
-                    stop_reason: reason.as_str().into(),
+                let message = failure.take().or_else(|| {
+                    limit_message(&result.stop_reason, inner.config.max_tool_iterations)
+                });
+                run.push(Frame::End {
+                    stop_reason: result.stop_reason,
                     usage: result.usage,
-                }));
-                if let Some(message) = failure
-                    .take()
-                    .or_else(|| limit_message(&reason, inner.config.max_tool_iterations))
-                {
-                    run.push(Frame::Chat(ChatEvent::Error { message }));
+                });
+                if let Some(message) = message {
+                    run.push(Frame::Failed { message });
                 }
             }
+            // The rest is recorded as it came; each wire protocol shows what it has names for.
+            event => run.push(Frame::Run(event)),
         }
     }
     if !ended {
         // The run never started (the prompt hook refused the message).
-        run.push(Frame::Chat(ChatEvent::MessageEnd {
-            stop_reason: RunStopReason::Error.as_str().into(),
+        run.push(Frame::End {
+            stop_reason: RunStopReason::Error,
             usage: Default::default(),
-        }));
-        run.push(Frame::Chat(ChatEvent::Error {
+        });
+        run.push(Frame::Failed {
             message: failure.unwrap_or_else(|| "the run ended without a result".into()),
-        }));
+        });
         if created
             && saver.saved().await == 0
             && let Err(e) = inner.store.delete(run.conversation_id.clone()).await

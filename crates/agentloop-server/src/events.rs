@@ -1,6 +1,7 @@
 //! The chat event protocol (version [`PROTOCOL_VERSION`]) and the frames a running chat records.
 
-use agentloop::{ToolResultContent, Usage};
+use agentloop::run::RunStopReason;
+use agentloop::{RunEvent, StreamEvent, ToolResultContent, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -10,8 +11,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// The response header naming the protocol version.
 pub const PROTOCOL_HEADER: &str = "x-agentloop-protocol";
 
-/// One event of `POST /v1/chat`, sent as `event: <name>` with `data: <json fields>`. The names
-/// and fields are those of the library's [`agentloop::RunEvent`]s, in snake_case.
+/// One event of `POST /v1/chat`, sent as `event: <name>` with `data: <json fields>`: a
+/// projection of the library's [`agentloop::RunEvent`]s (the table of which layer emits what is
+/// in [`agentloop::run`]'s doc). `tool_call_start` is the run's `tool_call_ready`: the call is
+/// complete.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", content = "data", rename_all = "snake_case")]
 pub enum ChatEvent {
@@ -32,7 +35,8 @@ pub enum ChatEvent {
         /// The text.
         text: String,
     },
-    /// The model called a tool and it is about to run.
+    /// A complete tool call (the run's `tool_call_ready`): about to run, or to be answered
+    /// without running (refused by a hook, past a limit). Every call gets one, then its result.
     ToolCallStart {
         /// The call id.
         id: String,
@@ -93,15 +97,66 @@ impl ChatEvent {
     }
 }
 
-/// What a running chat records: the protocol's events plus the step structure and argument
-/// streaming that only the AI SDK stream shows.
-#[derive(Debug, Clone, PartialEq)]
+/// What a running chat records: the library's [`RunEvent`]s as they came, between the answer's
+/// start and end that only the server knows (its ids, and why it ended as the web user is
+/// told). Both wire protocols are projections of these frames: [`Frame::chat_event`] for
+/// `/v1/chat`, and the UI stream's translator.
+#[derive(Debug)]
 pub(crate) enum Frame {
-    Chat(ChatEvent),
-    StepStart,
-    StepFinish,
-    ToolInputStart { id: String, name: String },
-    ToolInputDelta { id: String, delta: String },
+    /// The answer began (`message_start`).
+    Start {
+        conversation_id: String,
+        message_id: String,
+    },
+    /// An event of the run.
+    Run(RunEvent),
+    /// The answer ended (`message_end`); always recorded.
+    End {
+        stop_reason: RunStopReason,
+        usage: Usage,
+    },
+    /// The answer did not complete (`error`), for people.
+    Failed { message: String },
+}
+
+impl Frame {
+    /// The `/v1/chat` event this frame shows as, if any: the run's text and reasoning deltas,
+    /// each call once complete (`tool_call_start`, the run's `tool_call_ready`) and its result.
+    pub(crate) fn chat_event(&self) -> Option<ChatEvent> {
+        Some(match self {
+            Self::Start {
+                conversation_id,
+                message_id,
+            } => ChatEvent::MessageStart {
+                conversation_id: conversation_id.clone(),
+                message_id: message_id.clone(),
+            },
+            Self::Run(RunEvent::Model(StreamEvent::TextDelta { text })) => {
+                ChatEvent::TextDelta { text: text.clone() }
+            }
+            Self::Run(RunEvent::Model(StreamEvent::ThinkingDelta { text })) => {
+                ChatEvent::ThinkingDelta { text: text.clone() }
+            }
+            Self::Run(RunEvent::ToolCallReady { call }) => ChatEvent::ToolCallStart {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.input.clone(),
+            },
+            Self::Run(RunEvent::ToolCallResult { id, result, .. }) => ChatEvent::ToolCallResult {
+                id: id.clone(),
+                content: result.content.clone(),
+                is_error: result.is_error,
+            },
+            Self::Run(_) => return None,
+            Self::End { stop_reason, usage } => ChatEvent::MessageEnd {
+                stop_reason: stop_reason.as_str().to_owned(),
+                usage: *usage,
+            },
+            Self::Failed { message } => ChatEvent::Error {
+                message: message.clone(),
+            },
+        })
+    }
 }
 
 #[cfg(test)]

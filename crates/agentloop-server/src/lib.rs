@@ -110,8 +110,11 @@
 //! `POST /v1/chat` takes `{"conversation_id"?: "...", "message": "..."}` (no id: a new
 //! conversation; an unknown id: 404) and answers `text/event-stream` with the header
 //! `x-agentloop-protocol: 1`, plus `x-agentloop-conversation-id` and `x-agentloop-message-id`.
-//! Every event is `id: <n>`, `event: <name>`, `data: <json>`; the names and fields are those of
-//! the library's run events, in snake_case (see [`ChatEvent`]):
+//! Every event is `id: <n>`, `event: <name>`, `data: <json>` (see [`ChatEvent`]). The server
+//! records the library's run events as they come and both this protocol and the UI stream are
+//! projections of them; the table of which layer emits what is in [`agentloop::run`]'s docs
+//! ("Events"). Every tool call, one refused by a hook or answered without running (past a
+//! limit) included, gets `tool_call_start` then `tool_call_result`:
 //!
 //! | event | data |
 //! | --- | --- |
@@ -153,7 +156,9 @@
 //! id. For a conversation the server knows, only the client's last user message is used (the
 //! stored history is the faithful one); `regenerate-message` answers the last prompt again. For
 //! an unknown id the client's messages (text and finished tool parts) become the history.
-//! Tool outputs that are JSON objects or arrays are sent parsed.
+//! Tool outputs that are JSON objects or arrays are sent parsed. Every tool call gets
+//! `tool-input-start`, its `tool-input-delta`s, `tool-input-available` and its output, like in
+//! the run's events it is projected from.
 
 #![warn(missing_docs)]
 

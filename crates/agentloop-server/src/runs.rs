@@ -236,10 +236,19 @@ mod tests {
     use futures::StreamExt;
 
     use super::*;
-    use crate::events::ChatEvent;
 
     fn text(t: &str) -> Frame {
-        Frame::Chat(ChatEvent::TextDelta { text: t.into() })
+        Frame::Failed { message: t.into() }
+    }
+
+    fn message(item: Option<(usize, Arc<Frame>)>) -> (usize, String) {
+        match item {
+            Some((index, frame)) => match &*frame {
+                Frame::Failed { message } => (index, message.clone()),
+                other => panic!("unexpected frame {other:?}"),
+            },
+            None => panic!("the log ended early"),
+        }
     }
 
     #[tokio::test]
@@ -260,9 +269,9 @@ mod tests {
         run.push(text("b"));
         run.finish();
         run.push(text("ignored after finish"));
-        assert_eq!(early.next().await.unwrap(), (1, Arc::new(text("b"))));
+        assert_eq!(message(early.next().await), (1, "b".into()));
         assert!(early.next().await.is_none());
-        assert_eq!(late.next().await.unwrap(), (1, Arc::new(text("b"))));
+        assert_eq!(message(late.next().await), (1, "b".into()));
         assert!(late.next().await.is_none());
     }
 

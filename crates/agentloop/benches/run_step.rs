@@ -118,7 +118,7 @@ async fn streamed(agent: &Agent) -> usize {
     let mut text = 0;
     while let Some(event) = events.next().await {
         match event {
-            RunEvent::TextDelta { text: delta } => text += delta.len(),
+            RunEvent::Model(StreamEvent::TextDelta { text: delta }) => text += delta.len(),
             RunEvent::Error { error } => panic!("the scripted run failed: {error}"),
             _ => {}
         }

@@ -28,7 +28,7 @@ use agentloop::provider::anthropic::Anthropic;
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::provider::openai::OpenAi;
 use agentloop::run::RunEvent;
-use agentloop::{Agent, Tool};
+use agentloop::{Agent, StreamEvent, Tool};
 use agentloop_testkit::{MockServer, Turn, Wire, WriteMode};
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -208,7 +208,7 @@ async fn one_run(agent: &Agent) -> Result<(), String> {
     while let Some(event) = events.next().await {
         match event {
             RunEvent::StepStart { .. } => text.clear(),
-            RunEvent::TextDelta { text: delta } => text.push_str(&delta),
+            RunEvent::Model(StreamEvent::TextDelta { text: delta }) => text.push_str(&delta),
             RunEvent::Error { error } => return Err(error.to_string()),
             RunEvent::RunFinish { result } => {
                 result.finished().map_err(|e| e.to_string())?;

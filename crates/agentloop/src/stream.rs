@@ -78,6 +78,25 @@ pub enum StreamEvent {
     },
 }
 
+impl StreamEvent {
+    /// The event's snake_case name: its `type` when serialized.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::MessageStart { .. } => "message_start",
+            Self::TextDelta { .. } => "text_delta",
+            Self::ThinkingDelta { .. } => "thinking_delta",
+            Self::ThinkingSignature { .. } => "thinking_signature",
+            Self::RedactedThinking { .. } => "redacted_thinking",
+            Self::ToolCallStart { .. } => "tool_call_start",
+            Self::ToolCallDelta { .. } => "tool_call_delta",
+            Self::ToolCallEnd { .. } => "tool_call_end",
+            Self::NativeBlock { .. } => "native_block",
+            Self::Usage { .. } => "usage",
+            Self::MessageStop { .. } => "message_stop",
+        }
+    }
+}
+
 /// Bytes a text block being assembled starts with room for.
 const TEXT_BLOCK_START: usize = 256;
 

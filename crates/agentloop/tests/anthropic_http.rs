@@ -374,8 +374,10 @@ async fn streamed_run_with_tool_calls_in_the_middle() {
     let mut result = None;
     while let Some(event) = stream.next().await {
         match event {
-            RunEvent::TextDelta { text } => deltas.push_str(&text),
-            RunEvent::ToolCallStart { index, id, name } => starts.push((index, id, name)),
+            RunEvent::Model(StreamEvent::TextDelta { text }) => deltas.push_str(&text),
+            RunEvent::Model(StreamEvent::ToolCallStart { index, id, name }) => {
+                starts.push((index, id, name))
+            }
             RunEvent::RunFinish { result: r } => result = Some(*r),
             _ => {}
         }

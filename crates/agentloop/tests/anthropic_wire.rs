@@ -6,7 +6,9 @@ use std::convert::Infallible;
 
 use agentloop::provider::anthropic::Anthropic;
 use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
-use agentloop::{Agent, Error, Message, Provider, Request, RunEvent, StopReason, Tool, Usage};
+use agentloop::{
+    Agent, Error, Message, Provider, Request, RunEvent, StopReason, StreamEvent, Tool, Usage,
+};
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{Fault, MockServer, Wire};
 use futures::StreamExt;
@@ -121,8 +123,8 @@ async fn streamed_run_with_a_tool_call_in_the_middle() {
     let (mut text, mut thinking, mut result) = (String::new(), String::new(), None);
     while let Some(event) = stream.next().await {
         match event {
-            RunEvent::TextDelta { text: t } => text.push_str(&t),
-            RunEvent::ThinkingDelta { text: t } => thinking.push_str(&t),
+            RunEvent::Model(StreamEvent::TextDelta { text: t }) => text.push_str(&t),
+            RunEvent::Model(StreamEvent::ThinkingDelta { text: t }) => thinking.push_str(&t),
             RunEvent::RunFinish { result: r } => result = Some(*r),
             _ => {}
         }

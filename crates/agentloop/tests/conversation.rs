@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agentloop::conversation::{Conversation, QueryOptions, ToolMode, query};
 use agentloop::run::{Hooks, PromptDecision, RunEvent, RunStopReason};
-use agentloop::{Agent, ContentBlock, Error, Role, Tool, ToolResult, history};
+use agentloop::{Agent, ContentBlock, Error, Role, StreamEvent, Tool, ToolResult, history};
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::StreamExt;
 use schemars::JsonSchema;
@@ -100,7 +100,7 @@ async fn automatic_mode_runs_chained_tool_rounds() {
     while let Some(event) = reply.next().await {
         match event {
             RunEvent::ToolCallResult { result, .. } => results.push(result.content.to_text()),
-            RunEvent::TextDelta { text: t } => text.push_str(&t),
+            RunEvent::Model(StreamEvent::TextDelta { text: t }) => text.push_str(&t),
             _ => {}
         }
     }

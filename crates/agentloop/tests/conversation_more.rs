@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agentloop::conversation::Conversation;
 use agentloop::run::{Hooks, PromptDecision, RunEvent, RunStopReason};
-use agentloop::{Agent, ContentBlock, Error, Message, Role, history};
+use agentloop::{Agent, ContentBlock, Error, Message, Role, StreamEvent, history};
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::StreamExt;
 use serde_json::json;
@@ -197,7 +197,7 @@ async fn interrupting_twice_stops_the_reply_once_and_the_next_send_works() {
     while let Some(event) = reply.next().await {
         kinds.push(event.kind());
         match event {
-            RunEvent::TextDelta { .. } => {
+            RunEvent::Model(StreamEvent::TextDelta { .. }) => {
                 handle.interrupt();
                 handle.interrupt();
             }
@@ -207,7 +207,13 @@ async fn interrupting_twice_stops_the_reply_once_and_the_next_send_works() {
     }
     assert_eq!(
         kinds,
-        ["run_start", "step_start", "text_delta", "run_finish"]
+        [
+            "run_start",
+            "step_start",
+            "message_start",
+            "text_delta",
+            "run_finish"
+        ]
     );
     let result = result.unwrap();
     assert_eq!(result.stop_reason, RunStopReason::Interrupted);

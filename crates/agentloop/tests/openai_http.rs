@@ -303,7 +303,9 @@ async fn streamed_run_with_a_tool_call_in_the_middle() {
     let mut result = None;
     while let Some(event) = stream.next().await {
         match event {
-            agentloop::RunEvent::TextDelta { text } => deltas.push_str(&text),
+            agentloop::RunEvent::Model(agentloop::StreamEvent::TextDelta { text }) => {
+                deltas.push_str(&text)
+            }
             agentloop::RunEvent::RunFinish { result: r } => result = Some(*r),
             _ => {}
         }

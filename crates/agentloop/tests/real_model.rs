@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use agentloop::conversation::{Conversation, ToolMode};
 use agentloop::provider::route::{self, RouteOptions};
 use agentloop::run::{RunEvent, RunStopReason};
-use agentloop::{Agent, StopReason, Tool, ToolResult};
+use agentloop::{Agent, StopReason, StreamEvent, Tool, ToolResult};
 use futures::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -101,8 +101,8 @@ async fn run_loop_streaming_with_a_typed_tool() {
     let mut result = None;
     while let Some(event) = stream.next().await {
         match event {
-            RunEvent::TextDelta { .. } => deltas += 1,
-            RunEvent::ToolCallDelta { .. } => argument_fragments += 1,
+            RunEvent::Model(StreamEvent::TextDelta { .. }) => deltas += 1,
+            RunEvent::Model(StreamEvent::ToolCallDelta { .. }) => argument_fragments += 1,
             RunEvent::RunFinish { result: r } => result = Some(r),
             _ => {}
         }

@@ -9,8 +9,8 @@ use agentloop::run::{
     ToolOutcome,
 };
 use agentloop::{
-    Agent, ContentBlock, Error, Message, Role, TimeoutKind, Tool, ToolChoice, ToolResultContent,
-    history,
+    Agent, ContentBlock, Error, Message, Role, StreamEvent, TimeoutKind, Tool, ToolChoice,
+    ToolResultContent, history,
 };
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::StreamExt;
@@ -39,13 +39,7 @@ fn weather_tool(calls: Arc<std::sync::Mutex<Vec<String>>>) -> Tool {
 /// The results of the tool-result message at `index` of a request's messages.
 /// The text of a streamed run's deltas, in order.
 fn text_deltas(events: &[RunEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|event| match event {
-            RunEvent::TextDelta { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    events.iter().filter_map(RunEvent::text_delta).collect()
 }
 
 fn results_in(message: &Message) -> Vec<(String, String, bool)> {
@@ -907,16 +901,24 @@ async fn run_stream_emits_the_exact_event_sequence() {
         .iter()
         .map(|e| match e {
             RunEvent::RunStart => "run_start".into(),
-            RunEvent::ProviderEvent { event } => format!("provider {event:?}"),
             RunEvent::StepStart { step } => format!("step_start {step}"),
-            RunEvent::TextDelta { text } => format!("text {text}"),
-            RunEvent::ThinkingDelta { text } => format!("thinking {text}"),
-            RunEvent::ToolCallStart { index, id, name } => {
+            RunEvent::Model(StreamEvent::TextDelta { text }) => format!("text {text}"),
+            RunEvent::Model(StreamEvent::ToolCallStart { index, id, name }) => {
                 format!("call_start {index} {id} {name}")
             }
-            RunEvent::ToolCallDelta { index, arguments } => {
+            RunEvent::Model(StreamEvent::ToolCallDelta { index, arguments }) => {
                 format!("call_delta {index} {arguments}")
             }
+            RunEvent::Model(StreamEvent::MessageStart { id, model }) => {
+                format!("message_start {id} {model}")
+            }
+            RunEvent::Model(StreamEvent::Usage { usage }) => {
+                format!("usage {}", usage.total_tokens())
+            }
+            RunEvent::Model(StreamEvent::MessageStop { stop_reason }) => {
+                format!("message_stop {stop_reason}")
+            }
+            RunEvent::Model(other) => other.kind().to_owned(),
             RunEvent::ToolCallReady { call } => format!("ready {} {}", call.id, call.input),
             RunEvent::ToolCallResult { id, result, .. } => {
                 format!("result {id} {}", result.content.to_text())
@@ -934,9 +936,11 @@ async fn run_stream_emits_the_exact_event_sequence() {
         })
         .collect();
     let args = json!({"city": "Paris"}).to_string();
+    // The model call's own events come as they are, between the run's step events.
     let mut expected = vec![
         "run_start".to_owned(),
         "step_start 0".into(),
+        "message_start msg_0 scripted".into(),
         "call_start 0 call_0_0 get_weather".into(),
     ];
     expected.extend(
@@ -945,10 +949,14 @@ async fn run_stream_emits_the_exact_event_sequence() {
             .map(|p| format!("call_delta 0 {p}")),
     );
     expected.extend([
-        r#"ready call_0_0 {"city":"Paris"}"#.to_owned(),
+        "tool_call_end".to_owned(),
+        "usage 12".into(),
+        "message_stop tool_use".into(),
+        r#"ready call_0_0 {"city":"Paris"}"#.into(),
         r#"result call_0_0 {"city":"Paris","temperature_c":18}"#.into(),
         "step_finish 0 tool_use 12".into(),
         "step_start 1".into(),
+        "message_start msg_1 scripted".into(),
     ]);
     expected.extend(
         agentloop_testkit::split_pieces("Sunny and mild", 3)
@@ -956,15 +964,118 @@ async fn run_stream_emits_the_exact_event_sequence() {
             .map(|p| format!("text {p}")),
     );
     expected.extend([
+        "usage 23".into(),
+        "message_stop end_turn".into(),
         "step_finish 1 end_turn 23".into(),
         "run_finish end_turn".into(),
     ]);
     assert_eq!(
         expected.len(),
-        16,
+        23,
         "four argument fragments and three text deltas"
     );
     assert_eq!(names, expected);
+}
+
+/// Each call's events by id: the model's start and fragments, ready, result.
+fn call_sequences(events: &[RunEvent]) -> Vec<(String, Vec<String>)> {
+    let mut by_id: Vec<(String, Vec<String>)> = Vec::new();
+    let mut ids_by_index: Vec<String> = Vec::new();
+    let mut push = |id: &str, line: String| match by_id.iter_mut().find(|(i, _)| i == id) {
+        Some((_, lines)) => lines.push(line),
+        None => by_id.push((id.to_owned(), vec![line])),
+    };
+    for event in events {
+        match event {
+            RunEvent::StepStart { .. } => ids_by_index.clear(),
+            RunEvent::Model(StreamEvent::ToolCallStart { id, .. }) => {
+                push(id, "start".into());
+                ids_by_index.push(id.clone());
+            }
+            RunEvent::Model(StreamEvent::ToolCallDelta { index, .. }) => {
+                push(&ids_by_index[*index], "delta".into())
+            }
+            RunEvent::ToolCallReady { call } => push(&call.id, format!("ready {}", call.input)),
+            RunEvent::ToolCallResult { id, outcome, .. } => {
+                push(id, format!("result {}", outcome.kind()))
+            }
+            _ => {}
+        }
+    }
+    by_id
+}
+
+/// Calls answered without running (the iteration limit reached, a stop condition checked
+/// before the tools) get the same events as calls that run: ready, then their result.
+#[tokio::test]
+async fn calls_answered_without_running_are_ready_then_answered_in_the_stream() {
+    let once = |input: &str| {
+        let mut lines = vec!["start".to_owned()];
+        lines.extend(std::iter::repeat_n("delta".to_owned(), 4));
+        lines.push(format!("ready {input}"));
+        lines
+    };
+    // max_tool_iterations(1): the second response's calls are answered as not run.
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::tool_calls([
+            ("get_weather", json!({"city": "Rome"})),
+            ("get_weather", json!({"city": "Oslo"})),
+        ]),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .max_tool_iterations(1)
+        .build();
+    let events: Vec<RunEvent> = agent.run_stream("Weather?").collect().await;
+    let with = |mut lines: Vec<String>, result: &str| {
+        lines.push(format!("result {result}"));
+        lines
+    };
+    assert_eq!(
+        call_sequences(&events),
+        [
+            (
+                "call_0_0".to_owned(),
+                with(once(r#"{"city":"Paris"}"#), "completed")
+            ),
+            (
+                "call_1_0".to_owned(),
+                with(once(r#"{"city":"Rome"}"#), "cancelled")
+            ),
+            (
+                "call_1_1".to_owned(),
+                with(once(r#"{"city":"Oslo"}"#), "cancelled")
+            ),
+        ]
+    );
+
+    // A stop condition checked before the tools: the call is answered, not run.
+    let model = ScriptedModel::new([Turn::tool_call("get_weather", json!({"city": "Paris"}))]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .stop_when(StopCondition::tool_called("get_weather").before_tools())
+        .build();
+    let events: Vec<RunEvent> = agent.run_stream("Weather?").collect().await;
+    assert_eq!(
+        call_sequences(&events),
+        [(
+            "call_0_0".to_owned(),
+            with(once(r#"{"city":"Paris"}"#), "cancelled")
+        )]
+    );
+
+    // Manual tool mode: the calls are ready for the caller, who answers them.
+    let model = ScriptedModel::new([Turn::tool_call("get_weather", json!({"city": "Paris"}))]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .with_options(|o| o.limits.manual_tools = true)
+        .build();
+    let events: Vec<RunEvent> = agent.run_stream("Weather?").collect().await;
+    assert_eq!(
+        call_sequences(&events),
+        [("call_0_0".to_owned(), once(r#"{"city":"Paris"}"#))]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1111,9 +1222,17 @@ async fn a_stop_mid_stream_ends_the_events_there_and_keeps_their_text() {
     };
     let streamed: String = middle
         .iter()
-        .map(|event| match event {
-            RunEvent::TextDelta { text } => text.as_str(),
-            other => panic!("only text deltas come between step start and the stop: {other:?}"),
+        .filter(|event| {
+            !matches!(
+                event,
+                RunEvent::Model(StreamEvent::MessageStart { .. } | StreamEvent::Usage { .. })
+            )
+        })
+        .map(|event| match event.text_delta() {
+            Some(text) => text,
+            None => {
+                panic!("only the model's text comes between step start and the stop: {event:?}")
+            }
         })
         .collect();
     assert!(
@@ -1239,7 +1358,7 @@ async fn a_run_streamed_inside_a_tool_keeps_its_events_apart_from_the_outer_run(
             let mut events = helper.run_stream(a.question);
             let mut text = String::new();
             while let Some(event) = events.next().await {
-                if let RunEvent::TextDelta { text: delta } = &event {
+                if let Some(delta) = event.text_delta() {
                     text.push_str(delta);
                 }
                 seen.lock().unwrap().push(event.kind());

@@ -268,7 +268,8 @@ fn events_json(events: &[agentloop::run::RunEvent]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The streamed run of a stopped batch: every call gets its result event, then the step's end.
+/// The streamed run of a stopped batch: every call is ready, then gets its result event, then
+/// the step's end.
 #[tokio::test]
 async fn a_streamed_stop_before_the_tools_reports_each_call_not_run() {
     use futures::StreamExt;
@@ -282,8 +283,11 @@ async fn a_streamed_stop_before_the_tools_reports_each_call_not_run() {
     let events: Vec<_> = agent.run_stream("go").collect().await;
     let kinds: Vec<String> = events
         .iter()
-        .filter(|e| !matches!(e.kind(), "tool_call_start" | "tool_call_delta"))
+        .filter(|e| e.as_model().is_none())
         .map(|e| match e {
+            agentloop::run::RunEvent::ToolCallReady { call } => {
+                format!("tool_call_ready {}", call.id)
+            }
             agentloop::run::RunEvent::ToolCallResult { id, outcome, .. } => {
                 format!("tool_call_result {id} {}", outcome.kind())
             }
@@ -295,6 +299,9 @@ async fn a_streamed_stop_before_the_tools_reports_each_call_not_run() {
         [
             "run_start",
             "step_start",
+            "tool_call_ready call_0_0",
+            "tool_call_ready call_0_1",
+            "tool_call_ready call_0_2",
             "tool_call_result call_0_0 cancelled",
             "tool_call_result call_0_1 cancelled",
             "tool_call_result call_0_2 cancelled",
@@ -351,47 +358,41 @@ async fn step_finish_carries_the_steps_whole_response() {
     );
 }
 
-/// With `provider_events`, every event of the provider's stream is forwarded as it came, each
-/// just before the delta made from it; without it, none is.
+/// A streamed run shows every event of the model call's stream as it came, under its own
+/// `type`, between the step's start and finish.
 #[tokio::test]
-async fn provider_events_forward_every_stream_event_when_asked() {
-    use agentloop::run::RunOptions;
+async fn the_model_calls_events_come_as_they_are() {
     use futures::StreamExt;
     let turn = || Turn::text("Sunny and mild").with_usage(20, 3);
-    let expected_provider = turn().events(0);
+    let expected_model = turn().events(0);
+    // message_start, three text pieces, usage and message_stop.
+    assert_eq!(expected_model.len(), 6);
 
     let model = ScriptedModel::new([turn()]);
     let agent = Agent::builder(model.clone()).build();
-    let events: Vec<_> = agent
-        .stream_with(
-            vec![Message::user("Weather?")],
-            RunOptions::new().provider_events(true),
-        )
-        .collect()
-        .await;
+    let events: Vec<_> = agent.run_stream("Weather?").collect().await;
     let mut expected = vec![
         json!({"type": "run_start"}),
         json!({"type": "step_start", "step": 0}),
     ];
-    for event in &expected_provider {
-        expected.push(json!({"type": "provider_event", "event": event}));
-        if let agentloop::StreamEvent::TextDelta { text } = event {
-            expected.push(json!({"type": "text_delta", "text": text}));
-        }
-    }
+    expected.extend(
+        expected_model
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap()),
+    );
     let json = events_json(&events);
     assert_eq!(json.len(), expected.len() + 2, "{json:#?}");
     assert_eq!(json[..expected.len()], expected[..]);
     assert_eq!(json[expected.len()]["type"], "step_finish");
     assert_eq!(json[expected.len() + 1]["type"], "run_finish");
-    // message_start, three text pieces, usage and message_stop.
-    assert_eq!(expected_provider.len(), 6);
-
-    let model = ScriptedModel::new([turn()]);
-    let agent = Agent::builder(model.clone()).build();
-    let events: Vec<_> = agent.run_stream("Weather?").collect().await;
-    assert!(events.iter().all(|e| e.kind() != "provider_event"));
-    assert_eq!(events.len(), 2 + 3 + 2);
+    let models: Vec<_> = events
+        .iter()
+        .filter_map(|e| e.as_model())
+        .cloned()
+        .collect();
+    assert_eq!(models, expected_model);
+    let text: String = events.iter().filter_map(|e| e.text_delta()).collect();
+    assert_eq!(text, "Sunny and mild");
 }
 
 /// Seed 001's hooks receive the conversation history: the prompt, response, tool and stop

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use agentloop::provider::openai::OpenAi;
 use agentloop::run::RunEvent;
-use agentloop::{Agent, Tool};
+use agentloop::{Agent, StreamEvent, Tool};
 use agentloop_peers::workload::{self, MODEL, PROMPT, TOOL_DESCRIPTION, TOOL_NAME};
 use agentloop_peers::{Options, Outcome, drive};
 use futures::StreamExt;
@@ -37,7 +37,7 @@ async fn one_run(agent: Arc<Agent>, stream: bool) -> Outcome {
     let mut text = String::new();
     while let Some(event) = events.next().await {
         match event {
-            RunEvent::TextDelta { text: delta } => text.push_str(&delta),
+            RunEvent::Model(StreamEvent::TextDelta { text: delta }) => text.push_str(&delta),
             // The answer is the text of the last step.
             RunEvent::StepStart { .. } => text.clear(),
             RunEvent::Error { error } => return Err(error.to_string()),

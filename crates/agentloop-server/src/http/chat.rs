@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::{ApiError, CONVERSATION_HEADER, MESSAGE_HEADER, check_conversation_id};
 use crate::chat::{self, ChatStart, new_id};
-use crate::events::{Frame, PROTOCOL_HEADER, PROTOCOL_VERSION};
+use crate::events::{PROTOCOL_HEADER, PROTOCOL_VERSION};
 use crate::runs::RunLog;
 use crate::state::AppState;
 use crate::store::title_from;
@@ -159,15 +159,13 @@ pub(crate) async fn cancel(
 fn event_stream(state: &AppState, run: Arc<RunLog>, from: usize) -> Response {
     let headers = stream_headers(&run);
     let events = run.follow(from).filter_map(|(index, frame)| async move {
-        match &*frame {
-            Frame::Chat(event) => Some(Ok::<_, Infallible>(
-                Event::default()
-                    .event(event.name())
-                    .id(index.to_string())
-                    .data(event.data().to_string()),
-            )),
-            _ => None,
-        }
+        let event = frame.chat_event()?;
+        Some(Ok::<_, Infallible>(
+            Event::default()
+                .event(event.name())
+                .id(index.to_string())
+                .data(event.data().to_string()),
+        ))
     });
     let keep_alive = KeepAlive::new()
         .interval(state.config().keep_alive)

@@ -12,7 +12,10 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use agentloop::{ContentBlock, Message, Role, ToolResult, ToolResultContent};
+use agentloop::run::RunStopReason;
+use agentloop::{
+    ContentBlock, Message, Role, RunEvent, StreamEvent, ToolResult, ToolResultContent,
+};
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -20,13 +23,13 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::chat::stream_headers;
 use super::{ApiError, check_conversation_id};
 use crate::chat::{self, ChatStart};
-use crate::events::{ChatEvent, Frame};
+use crate::events::Frame;
 use crate::runs::RunLog;
 use crate::state::AppState;
 use crate::store::title_from;
@@ -315,29 +318,95 @@ fn ui_event_stream(state: &AppState, run: Arc<RunLog>) -> Response {
     (headers, Sse::new(chunks).keep_alive(keep_alive)).into_response()
 }
 
-/// Turns frames into UI message chunks (as JSON text), tracking which text or reasoning part
-/// is open and whether a step is.
-#[derive(Debug, Default)]
-struct UiTranslator {
-    open_text: Option<String>,
-    open_reasoning: Option<String>,
-    step_open: bool,
-    parts: usize,
-    finish_reason: Option<&'static str>,
+/// One chunk of the UI message stream: the chunks of `uiMessageChunkSchema` the server sends,
+/// with the fields every version from 5 to 7 accepts.
+#[derive(Debug, Serialize)]
+#[serde(
+    tag = "type",
+    rename_all = "kebab-case",
+    rename_all_fields = "camelCase"
+)]
+enum UiChunk<'a> {
+    Start {
+        message_id: &'a str,
+    },
+    StartStep,
+    TextStart {
+        id: &'a str,
+    },
+    TextDelta {
+        id: &'a str,
+        delta: &'a str,
+    },
+    TextEnd {
+        id: &'a str,
+    },
+    ReasoningStart {
+        id: &'a str,
+    },
+    ReasoningDelta {
+        id: &'a str,
+        delta: &'a str,
+    },
+    ReasoningEnd {
+        id: &'a str,
+    },
+    ToolInputStart {
+        tool_call_id: &'a str,
+        tool_name: &'a str,
+    },
+    ToolInputDelta {
+        tool_call_id: &'a str,
+        input_text_delta: &'a str,
+    },
+    ToolInputAvailable {
+        tool_call_id: &'a str,
+        tool_name: &'a str,
+        input: &'a Value,
+    },
+    ToolOutputAvailable {
+        tool_call_id: &'a str,
+        output: Value,
+    },
+    ToolOutputError {
+        tool_call_id: &'a str,
+        error_text: String,
+    },
+    FinishStep,
+    Error {
+        error_text: &'a str,
+    },
+    Finish {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<FinishReason>,
+    },
 }
 
-/// The AI SDK's `finishReason` for a run's stop reason (values all versions accept).
-fn finish_reason(stop_reason: &str) -> &'static str {
-    match stop_reason {
-        "end_turn" | "custom" => "stop",
-        "max_tokens" => "length",
-        "max_tool_iterations"
-        | "max_turns"
-        | "max_tool_calls"
-        | "token_budget"
-        | "repeated_invalid_call" => "tool-calls",
-        "error" => "error",
-        _ => "other",
+/// The AI SDK's `finishReason` (the values all versions accept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    Error,
+    Other,
+}
+
+impl From<&RunStopReason> for FinishReason {
+    fn from(reason: &RunStopReason) -> Self {
+        match reason {
+            RunStopReason::EndTurn | RunStopReason::Custom(_) => Self::Stop,
+            RunStopReason::MaxTokens => Self::Length,
+            RunStopReason::MaxToolIterations
+            | RunStopReason::MaxToolCalls
+            | RunStopReason::TokenBudget
+            | RunStopReason::RepeatedInvalidCall(_) => Self::ToolCalls,
+            RunStopReason::Error => Self::Error,
+            RunStopReason::Timeout
+            | RunStopReason::Interrupted
+            | RunStopReason::AwaitingToolResults => Self::Other,
+        }
     }
 }
 
@@ -358,9 +427,25 @@ fn output_value(content: &ToolResultContent) -> Value {
     }
 }
 
+/// Turns the run's frames into UI message chunks (as JSON text), tracking which text or
+/// reasoning part is open, whether a step is, and the step's call ids by the model's index
+/// (its argument fragments name the call by index).
+#[derive(Debug, Default)]
+struct UiTranslator {
+    open_text: Option<String>,
+    open_reasoning: Option<String>,
+    step_open: bool,
+    parts: usize,
+    calls: Vec<String>,
+    finish_reason: Option<FinishReason>,
+}
+
 impl UiTranslator {
-    fn push(queue: &mut VecDeque<String>, chunk: Value) {
-        queue.push_back(chunk.to_string());
+    fn push(queue: &mut VecDeque<String>, chunk: &UiChunk<'_>) {
+        // A chunk of strings and JSON values always serializes.
+        if let Ok(text) = serde_json::to_string(chunk) {
+            queue.push_back(text);
+        }
     }
 
     fn next_id(&mut self, prefix: &str) -> String {
@@ -368,125 +453,149 @@ impl UiTranslator {
         format!("{prefix}_{}", self.parts)
     }
 
-    fn close_parts(&mut self, queue: &mut VecDeque<String>) {
+    fn close_text(&mut self, queue: &mut VecDeque<String>) {
         if let Some(id) = self.open_text.take() {
-            Self::push(queue, json!({"type": "text-end", "id": id}));
+            Self::push(queue, &UiChunk::TextEnd { id: &id });
         }
+    }
+
+    fn close_reasoning(&mut self, queue: &mut VecDeque<String>) {
         if let Some(id) = self.open_reasoning.take() {
-            Self::push(queue, json!({"type": "reasoning-end", "id": id}));
+            Self::push(queue, &UiChunk::ReasoningEnd { id: &id });
+        }
+    }
+
+    fn close_parts(&mut self, queue: &mut VecDeque<String>) {
+        self.close_text(queue);
+        self.close_reasoning(queue);
+    }
+
+    fn finish_step(&mut self, queue: &mut VecDeque<String>) {
+        self.close_parts(queue);
+        if self.step_open {
+            self.step_open = false;
+            Self::push(queue, &UiChunk::FinishStep);
         }
     }
 
     fn frame(&mut self, frame: &Frame, queue: &mut VecDeque<String>) {
         match frame {
-            Frame::Chat(ChatEvent::MessageStart { message_id, .. }) => {
-                Self::push(queue, json!({"type": "start", "messageId": message_id}));
+            Frame::Start { message_id, .. } => {
+                Self::push(queue, &UiChunk::Start { message_id });
             }
-            Frame::StepStart => {
+            Frame::Run(event) => self.run_event(event, queue),
+            Frame::End { stop_reason, .. } => {
+                self.finish_step(queue);
+                self.finish_reason = Some(stop_reason.into());
+            }
+            Frame::Failed { message } => {
                 self.close_parts(queue);
+                self.finish_reason = Some(FinishReason::Error);
+                Self::push(
+                    queue,
+                    &UiChunk::Error {
+                        error_text: message,
+                    },
+                );
+            }
+        }
+    }
+
+    fn run_event(&mut self, event: &RunEvent, queue: &mut VecDeque<String>) {
+        match event {
+            RunEvent::StepStart { .. } => {
+                self.close_parts(queue);
+                self.calls.clear();
                 self.step_open = true;
-                Self::push(queue, json!({"type": "start-step"}));
+                Self::push(queue, &UiChunk::StartStep);
             }
-            Frame::Chat(ChatEvent::TextDelta { text }) => {
-                if let Some(id) = self.open_reasoning.take() {
-                    Self::push(queue, json!({"type": "reasoning-end", "id": id}));
+            RunEvent::Model(StreamEvent::TextDelta { text }) => {
+                self.close_reasoning(queue);
+                if self.open_text.is_none() {
+                    let id = self.next_id("text");
+                    Self::push(queue, &UiChunk::TextStart { id: &id });
+                    self.open_text = Some(id);
                 }
-                let id = match &self.open_text {
-                    Some(id) => id.clone(),
-                    None => {
-                        let id = self.next_id("text");
-                        Self::push(queue, json!({"type": "text-start", "id": id}));
-                        self.open_text = Some(id.clone());
-                        id
-                    }
-                };
+                if let Some(id) = &self.open_text {
+                    Self::push(queue, &UiChunk::TextDelta { id, delta: text });
+                }
+            }
+            RunEvent::Model(StreamEvent::ThinkingDelta { text }) => {
+                self.close_text(queue);
+                if self.open_reasoning.is_none() {
+                    let id = self.next_id("reasoning");
+                    Self::push(queue, &UiChunk::ReasoningStart { id: &id });
+                    self.open_reasoning = Some(id);
+                }
+                if let Some(id) = &self.open_reasoning {
+                    Self::push(queue, &UiChunk::ReasoningDelta { id, delta: text });
+                }
+            }
+            RunEvent::Model(StreamEvent::ToolCallStart { index, id, name }) => {
+                self.close_parts(queue);
+                if self.calls.len() <= *index {
+                    self.calls.resize(*index + 1, String::new());
+                }
+                if let Some(slot) = self.calls.get_mut(*index) {
+                    slot.clone_from(id);
+                }
                 Self::push(
                     queue,
-                    json!({"type": "text-delta", "id": id, "delta": text}),
+                    &UiChunk::ToolInputStart {
+                        tool_call_id: id,
+                        tool_name: name,
+                    },
                 );
             }
-            Frame::Chat(ChatEvent::ThinkingDelta { text }) => {
-                if let Some(id) = self.open_text.take() {
-                    Self::push(queue, json!({"type": "text-end", "id": id}));
+            RunEvent::Model(StreamEvent::ToolCallDelta { index, arguments }) => {
+                if let Some(id) = self.calls.get(*index).filter(|id| !id.is_empty()) {
+                    Self::push(
+                        queue,
+                        &UiChunk::ToolInputDelta {
+                            tool_call_id: id,
+                            input_text_delta: arguments,
+                        },
+                    );
                 }
-                let id = match &self.open_reasoning {
-                    Some(id) => id.clone(),
-                    None => {
-                        let id = self.next_id("reasoning");
-                        Self::push(queue, json!({"type": "reasoning-start", "id": id}));
-                        self.open_reasoning = Some(id.clone());
-                        id
-                    }
-                };
-                Self::push(
-                    queue,
-                    json!({"type": "reasoning-delta", "id": id, "delta": text}),
-                );
             }
-            Frame::ToolInputStart { id, name } => {
+            RunEvent::ToolCallReady { call } => {
                 self.close_parts(queue);
                 Self::push(
                     queue,
-                    json!({"type": "tool-input-start", "toolCallId": id, "toolName": name}),
+                    &UiChunk::ToolInputAvailable {
+                        tool_call_id: &call.id,
+                        tool_name: &call.name,
+                        input: &call.input,
+                    },
                 );
             }
-            Frame::ToolInputDelta { id, delta } => Self::push(
-                queue,
-                json!({"type": "tool-input-delta", "toolCallId": id, "inputTextDelta": delta}),
-            ),
-            Frame::Chat(ChatEvent::ToolCallStart {
-                id,
-                name,
-                arguments,
-            }) => {
-                self.close_parts(queue);
-                Self::push(
-                    queue,
-                    json!({"type": "tool-input-available", "toolCallId": id, "toolName": name, "input": arguments}),
-                );
-            }
-            Frame::Chat(ChatEvent::ToolCallResult {
-                id,
-                content,
-                is_error,
-            }) => {
-                let chunk = if *is_error {
-                    json!({"type": "tool-output-error", "toolCallId": id, "errorText": content.to_text()})
+            RunEvent::ToolCallResult { id, result, .. } => {
+                let chunk = if result.is_error {
+                    UiChunk::ToolOutputError {
+                        tool_call_id: id,
+                        error_text: result.content.to_text(),
+                    }
                 } else {
-                    json!({"type": "tool-output-available", "toolCallId": id, "output": output_value(content)})
+                    UiChunk::ToolOutputAvailable {
+                        tool_call_id: id,
+                        output: output_value(&result.content),
+                    }
                 };
-                Self::push(queue, chunk);
+                Self::push(queue, &chunk);
             }
-            Frame::StepFinish => {
-                self.close_parts(queue);
-                if self.step_open {
-                    self.step_open = false;
-                    Self::push(queue, json!({"type": "finish-step"}));
-                }
-            }
-            Frame::Chat(ChatEvent::MessageEnd { stop_reason, .. }) => {
-                self.close_parts(queue);
-                if self.step_open {
-                    self.step_open = false;
-                    Self::push(queue, json!({"type": "finish-step"}));
-                }
-                self.finish_reason = Some(finish_reason(stop_reason));
-            }
-            Frame::Chat(ChatEvent::Error { message }) => {
-                self.close_parts(queue);
-                self.finish_reason = Some("error");
-                Self::push(queue, json!({"type": "error", "errorText": message}));
-            }
+            RunEvent::StepFinish { .. } => self.finish_step(queue),
+            _ => {}
         }
     }
 
     fn end(&mut self, queue: &mut VecDeque<String>) {
         self.close_parts(queue);
-        let chunk = match self.finish_reason {
-            Some(reason) => json!({"type": "finish", "finishReason": reason}),
-            None => json!({"type": "finish"}),
-        };
-        Self::push(queue, chunk);
+        Self::push(
+            queue,
+            &UiChunk::Finish {
+                finish_reason: self.finish_reason,
+            },
+        );
         queue.push_back("[DONE]".into());
     }
 }

@@ -331,6 +331,7 @@ impl Driver {
                         }
                         if let Some(response) = response {
                             machine.on_response(response, started.elapsed());
+                            self.calls_ready(machine, step);
                             if !machine.is_done() {
                                 self.check_stop(machine, StopMoment::BeforeTools);
                             }
@@ -352,6 +353,7 @@ impl Driver {
                         cancel: &self.cancel,
                         deadline: run_deadline,
                     };
+                    self.calls_ready(machine, step);
                     self.run_tool_step(machine, step, &stop).await;
                 }
             }
@@ -363,9 +365,6 @@ impl Driver {
         let Action::RunTools(calls) = machine.next_action() else {
             return;
         };
-        for call in &calls {
-            self.emit(|| RunEvent::ToolCallReady { call: call.clone() });
-        }
         // The tool hooks see the history; it is copied only for them.
         let hooks = &self.options.hooks;
         let history: Option<Arc<[Message]>> = (!hooks.before_tool.is_empty()
@@ -405,6 +404,21 @@ impl Driver {
         match moment {
             StopMoment::BeforeTools => machine.interrupt(reason, None),
             StopMoment::AfterStep => machine.stop(reason),
+        }
+    }
+
+    /// `tool_call_ready` for every call of `step`'s response, whether it will run or be
+    /// answered without running (past a limit, or stopped), so that every call gets the same
+    /// events: the model's `tool_call_start`/`tool_call_delta`s, then ready, then its result.
+    fn calls_ready(&self, machine: &Machine, step: usize) {
+        if !self.streamed {
+            return;
+        }
+        let Some(last) = machine.steps().get(step) else {
+            return;
+        };
+        for call in &last.tool_calls {
+            events::push(RunEvent::ToolCallReady { call: call.clone() });
         }
     }
 
@@ -522,7 +536,6 @@ impl Driver {
             stop.owned(),
             self.options.first_chunk_timeout,
             self.options.idle_timeout,
-            self.options.provider_events,
         ));
         let call = std::future::poll_fn(|_| match events::take_ended_call() {
             Some(call) => Poll::Ready(call),

@@ -22,6 +22,46 @@
 //! assert_eq!(run.await?.stop_reason, RunStopReason::Interrupted);
 //! # Ok::<(), agentloop::Error>(()) }).unwrap();
 //! ```
+//!
+//! # Events
+//!
+//! One vocabulary, extended layer by layer: a model call streams [`StreamEvent`]s; a streamed
+//! run ([`RunEvent`]) passes them on as they are, as [`RunEvent::Model`], and adds only what a
+//! run has; the server (`agentloop-server`) records the run's events and projects its two wire
+//! protocols from them. In the library a name means one thing: `tool_call_start` is the model
+//! beginning a call, `tool_call_ready` the call complete. (`/v1/chat` keeps its version-1 name
+//! `tool_call_start` for the complete call, which is all it shows of a call before its result.)
+//!
+//! | layer | emits |
+//! | --- | --- |
+//! | model call ([`StreamEvent`], [`crate::Provider::stream`]) | `message_start`, `text_delta`, `thinking_delta`, `thinking_signature`, `redacted_thinking`, `tool_call_start` / `tool_call_delta` / `tool_call_end` (the model writing a call's arguments), `native_block`, `usage`, `message_stop` |
+//! | run ([`RunEvent`], [`run_stream`], [`crate::Agent::run_stream`]) | `run_start`; per step `step_start`, the model call's events, `tool_call_ready` for every call of the response, `tool_call_result` for every call answered, `step_finish`; `error` when a model call fails; `run_finish` |
+//! | server, `/v1/chat` | `message_start`; the run's `text_delta`, `thinking_delta`; `tool_call_start` (the run's `tool_call_ready`) and `tool_call_result`; `message_end`, `error` |
+//! | server, AI SDK UI stream | `start`; `start-step` / `finish-step`; text and reasoning parts from the deltas; `tool-input-start` / `tool-input-delta` (the model's `tool_call_start` / `tool_call_delta`), `tool-input-available` (ready), `tool-output-available` / `tool-output-error`; `error`, `finish` |
+//!
+//! Every tool call gets the same sequence: the model's `tool_call_start` and `tool_call_delta`s,
+//! then `tool_call_ready` with the parsed input (the raw text as a JSON string when it was not
+//! valid JSON), then `tool_call_result`. That holds for calls refused by a hook, calls with
+//! invalid arguments, and calls answered without running (past
+//! [`Limits::max_tool_calls`], after [`Limits::max_tool_iterations`], or stopped by a
+//! [`StopCondition`] checked before the tools). In manual tool mode the calls are ready and the
+//! caller answers them. A call the model was still writing when the run was cancelled or timed
+//! out ends with the step: it is not in the history, and gets neither.
+//!
+//! ```no_run
+//! # async fn demo(agent: agentloop::Agent) {
+//! use agentloop::RunEvent;
+//! use futures::StreamExt;
+//! let mut events = agent.run_stream("Weather in Paris?");
+//! while let Some(event) = events.next().await {
+//!     if let Some(text) = event.text_delta() {
+//!         print!("{text}");
+//!     } else if let RunEvent::ToolCallReady { call } = &event {
+//!         println!("\n→ {}({})", call.name, call.input);
+//!     }
+//! }
+//! # }
+//! ```
 
 mod driver;
 mod events;
@@ -47,6 +87,9 @@ pub use machine::{Action, Machine};
 pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
+
+#[cfg(doc)]
+use crate::stream::StreamEvent;
 
 use crate::armed::Armed;
 use crate::error::{Error, Result};

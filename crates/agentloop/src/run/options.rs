@@ -182,9 +182,6 @@ pub struct RunOptions {
     pub cancel: Option<CancellationToken>,
     /// Shared state handed to tool handlers through [`crate::ToolContext::state`].
     pub state: Option<Arc<dyn Any + Send + Sync>>,
-    /// A streamed run also forwards every event of the provider's stream as
-    /// [`super::RunEvent::ProviderEvent`] (off by default).
-    pub provider_events: bool,
 }
 
 impl Default for RunOptions {
@@ -202,7 +199,6 @@ impl Default for RunOptions {
             hooks: Hooks::default(),
             cancel: None,
             state: None,
-            provider_events: false,
         }
     }
 }
@@ -301,13 +297,6 @@ impl RunOptions {
     /// Shared state for tool handlers.
     pub fn state<S: Any + Send + Sync>(mut self, state: S) -> Self {
         self.state = Some(Arc::new(state));
-        self
-    }
-
-    /// Forward every event of the provider's stream in a streamed run (see
-    /// [`super::RunEvent::ProviderEvent`]).
-    pub fn provider_events(mut self, on: bool) -> Self {
-        self.provider_events = on;
         self
     }
 }

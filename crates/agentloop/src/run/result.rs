@@ -132,11 +132,16 @@ impl RunResult {
     }
 }
 
-/// What a streamed run reports, in order: `run_start`, then per step `step_start`, deltas,
-/// `tool_call_ready` and `tool_call_result` per call, `step_finish`; finally `run_finish` (or
-/// `error` followed by `run_finish` when a model call failed). With
-/// [`super::RunOptions::provider_events`] on, every event of the provider's stream also comes
-/// as a `provider_event`, just before the delta made from it (if any).
+/// What a streamed run reports: the model calls' own [`StreamEvent`]s, as they came, inside
+/// the run-level events that only a run has. In order: `run_start`; per step `step_start`, the
+/// model call's events ([`RunEvent::Model`]: `message_start`, `text_delta`s, `tool_call_start`
+/// / `tool_call_delta` / `tool_call_end` per call, `usage`, `message_stop`, ...), then
+/// `tool_call_ready` for every call of the response, `tool_call_result` for every call answered,
+/// `step_finish`; finally `run_finish` (or `error` followed by `run_finish` when a model call
+/// failed). The table of which layer emits what is in the [`run`](super) module's doc.
+///
+/// Serialized, a run event is one JSON object whose `type` names it: a model call's event keeps
+/// its own `type` (`{"type": "text_delta", "text": "..."}`), so the names never mean two things.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RunEvent {
@@ -147,45 +152,16 @@ pub enum RunEvent {
         /// The step's index.
         step: usize,
     },
-    /// An event of the provider's stream as it came, when
-    /// [`super::RunOptions::provider_events`] asks for them: message start, usage, signatures,
-    /// native blocks, the stop, and the deltas too.
-    ProviderEvent {
-        /// The event. Boxed to keep every run event small.
-        event: Box<StreamEvent>,
-    },
-    /// A piece of answer text.
-    TextDelta {
-        /// The text.
-        text: String,
-    },
-    /// A piece of reasoning text.
-    ThinkingDelta {
-        /// The text.
-        text: String,
-    },
-    /// The model began a tool call.
-    ToolCallStart {
-        /// Position among this step's calls.
-        index: usize,
-        /// The call id.
-        id: String,
-        /// The tool name.
-        name: String,
-    },
-    /// A fragment of a tool call's arguments.
-    ToolCallDelta {
-        /// Position among this step's calls.
-        index: usize,
-        /// The fragment.
-        arguments: String,
-    },
-    /// A tool call is complete and about to run.
+    /// Every call of the step's response, complete with its parsed input, once the model call
+    /// ended: the calls that will run and those answered without running (past the tool-call
+    /// or iteration limit, stopped by a stop condition). In manual tool mode these are the
+    /// calls the caller must answer.
     ToolCallReady {
-        /// The call with parsed input.
+        /// The call as the model made it (`input` is the raw text as a JSON string when it was
+        /// not valid JSON).
         call: ToolCall,
     },
-    /// A tool call ended.
+    /// A tool call was answered: run, refused by a hook, invalid, or not run at all.
     ToolCallResult {
         /// The call id.
         id: String,
@@ -219,6 +195,10 @@ pub enum RunEvent {
         /// The result.
         result: Box<RunResult>,
     },
+    /// An event of the step's model call, as the provider's stream gave it (serialized as the
+    /// event itself, under its own `type`).
+    #[serde(untagged)]
+    Model(StreamEvent),
 }
 
 // Moves of up to 128 bytes compile to inline loads and stores; a larger event went through a
@@ -226,21 +206,42 @@ pub enum RunEvent {
 const _: () = assert!(std::mem::size_of::<RunEvent>() <= 128);
 
 impl RunEvent {
-    /// The event's snake_case name: its `type` when serialized.
+    /// The event's snake_case name: its `type` when serialized (a model call's event keeps
+    /// its own, see [`StreamEvent::kind`]).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::RunStart => "run_start",
             Self::StepStart { .. } => "step_start",
-            Self::ProviderEvent { .. } => "provider_event",
-            Self::TextDelta { .. } => "text_delta",
-            Self::ThinkingDelta { .. } => "thinking_delta",
-            Self::ToolCallStart { .. } => "tool_call_start",
-            Self::ToolCallDelta { .. } => "tool_call_delta",
             Self::ToolCallReady { .. } => "tool_call_ready",
             Self::ToolCallResult { .. } => "tool_call_result",
             Self::StepFinish { .. } => "step_finish",
             Self::Error { .. } => "error",
             Self::RunFinish { .. } => "run_finish",
+            Self::Model(event) => event.kind(),
+        }
+    }
+
+    /// The model call's event, when this is one.
+    pub fn as_model(&self) -> Option<&StreamEvent> {
+        match self {
+            Self::Model(event) => Some(event),
+            _ => None,
+        }
+    }
+
+    /// The piece of answer text, when this is a `text_delta`.
+    pub fn text_delta(&self) -> Option<&str> {
+        match self {
+            Self::Model(StreamEvent::TextDelta { text }) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The piece of reasoning text, when this is a `thinking_delta`.
+    pub fn thinking_delta(&self) -> Option<&str> {
+        match self {
+            Self::Model(StreamEvent::ThinkingDelta { text }) => Some(text),
+            _ => None,
         }
     }
 }

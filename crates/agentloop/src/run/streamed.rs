@@ -1,9 +1,9 @@
 //! A streamed run's model call, read by the run's stream itself.
 //!
 //! The driver starts the call and leaves it with the [`RunStream`](super::RunStream), which
-//! polls the provider's events directly and hands each one out as it converts it. An event
-//! thus passes no layer of the driver's nested futures, no queue and no thread-local: that
-//! per-event path was about 7 % of a streamed run's instructions. The call ends by its
+//! polls the provider's events directly and hands each one out as it is, in
+//! [`RunEvent::Model`]. An event thus passes no layer of the driver's nested futures, no queue
+//! and no thread-local, and no copy of its text. The call ends by its
 //! events, a first-chunk or idle timeout, or the run's stop (cancellation, deadlines); the
 //! driver then takes it back to finish the response.
 
@@ -21,7 +21,7 @@ use crate::deadline::{FAR, later};
 use crate::error::{Error, TimeoutKind};
 use crate::message::Response;
 use crate::provider::EventStream;
-use crate::stream::{Accumulator, StreamEvent};
+use crate::stream::Accumulator;
 
 /// How a model call ended.
 pub(crate) enum CallEnd {
@@ -43,10 +43,6 @@ pub(crate) struct StreamedCall {
     stop: Armed<BoxFuture<'static, RunStopReason>>,
     /// Set when the call ended; the driver then takes it back.
     end: Option<CallEnd>,
-    /// Forward each provider event as it came (see `RunOptions::provider_events`).
-    provider_events: bool,
-    /// The delta made from the provider event just handed out, handed out next.
-    queued: Option<RunEvent>,
 }
 
 impl StreamedCall {
@@ -55,7 +51,6 @@ impl StreamedCall {
         stop: BoxFuture<'static, RunStopReason>,
         first_chunk: Option<Duration>,
         idle: Option<Duration>,
-        provider_events: bool,
     ) -> Self {
         // Without either timeout there is no timer, and the clock is never read per event.
         let timeouts =
@@ -66,14 +61,12 @@ impl StreamedCall {
             timeouts,
             stop: Armed::new(stop),
             end: None,
-            provider_events,
-            queued: None,
         }
     }
 
     /// Whether the call ended.
     pub(crate) fn has_ended(&self) -> bool {
-        self.end.is_some() && self.queued.is_none()
+        self.end.is_some()
     }
 
     /// The response assembled, and how the call ended. Taken only once it ended (see
@@ -89,9 +82,6 @@ impl StreamedCall {
     /// built once in the slot it is returned in (1 % of a streamed run's instructions).
     #[inline(always)]
     pub(crate) fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
-        if let Some(event) = self.queued.take() {
-            return Poll::Ready(Some(event));
-        }
         while self.end.is_none() {
             // Between events the stop is polled only once it woke: one atomic load, even for a
             // task that `will_wake` cannot recognize. While the events are pending it is
@@ -108,15 +98,8 @@ impl StreamedCall {
                         timeouts.saw_event();
                     }
                     self.acc.push(&event);
-                    if self.provider_events {
-                        self.queued = run_event(event.clone());
-                        return Poll::Ready(Some(RunEvent::ProviderEvent {
-                            event: Box::new(event),
-                        }));
-                    }
-                    if let Some(event) = run_event(event) {
-                        return Poll::Ready(Some(event));
-                    }
+                    // The event itself, moved: a run shows its model call's events as they came.
+                    return Poll::Ready(Some(RunEvent::Model(event)));
                 }
                 Poll::Ready(Some(Err(error))) => self.end = Some(CallEnd::Failed(error)),
                 Poll::Ready(None) => self.end = Some(CallEnd::Finished),
@@ -134,21 +117,6 @@ impl StreamedCall {
         }
         Poll::Ready(None)
     }
-}
-
-/// The run event a stream event shows as, if any: the rest only feed the response.
-fn run_event(event: StreamEvent) -> Option<RunEvent> {
-    Some(match event {
-        StreamEvent::TextDelta { text } => RunEvent::TextDelta { text },
-        StreamEvent::ThinkingDelta { text } => RunEvent::ThinkingDelta { text },
-        StreamEvent::ToolCallStart { index, id, name } => {
-            RunEvent::ToolCallStart { index, id, name }
-        }
-        StreamEvent::ToolCallDelta { index, arguments } => {
-            RunEvent::ToolCallDelta { index, arguments }
-        }
-        _ => return None,
-    })
 }
 
 /// First-chunk and idle timeouts on one timer, re-armed when it fires (and once at the first
