@@ -101,6 +101,8 @@ pub mod stream;
 pub mod tool;
 
 pub use agent::{Agent, AgentBuilder};
+#[cfg(feature = "macros")]
+pub use agentloop_macros::tool;
 pub use error::{Error, Result, TimeoutKind};
 pub use message::{
     CacheBreakpoint, CacheControl, CacheTarget, CacheTtl, ContentBlock, ImageSource, Message,
@@ -115,6 +117,15 @@ pub use tool::{
     FunctionDefinition, NativeTool, Tool, ToolCall, ToolChoice, ToolContext, ToolDefinition,
     ToolError, ToolHandler, ToolOutput,
 };
+
+/// What `#[tool]`'s generated code names, so that a crate using it needs no serde or schemars
+/// of its own. Not API.
+#[cfg(feature = "macros")]
+#[doc(hidden)]
+pub mod __private {
+    pub use schemars;
+    pub use serde;
+}
 
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
