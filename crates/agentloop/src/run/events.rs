@@ -2,9 +2,8 @@
 //!
 //! The driver runs only inside its stream's `poll_next`, so events never cross threads between
 //! being made and being handed out. The stream lends its [`Lent`] to the thread for the length
-//! of one poll of the driver; the driver pushes to whatever the thread holds. That costs no
-//! lock per event (a shared `Mutex<VecDeque>` was ~4% of a streamed run's client CPU) and
-//! nests: a run streamed inside a tool of another lends its own and then gives the outer one
+//! of one poll of the driver; the driver pushes to whatever the thread holds. That takes no
+//! lock per event and nests: a run streamed inside a tool of another lends its own and then gives the outer one
 //! back.
 
 use std::cell::RefCell;
@@ -19,7 +18,7 @@ pub(crate) struct Lent {
     pub(crate) events: VecDeque<RunEvent>,
     /// The model call in flight, which the stream reads until it ends. Boxed: every poll of
     /// the driver lends this struct to the thread and takes it back, two swaps that would
-    /// otherwise copy the call's 464 bytes each time.
+    /// otherwise copy the whole call each time.
     pub(crate) call: Option<Box<StreamedCall>>,
 }
 

@@ -201,8 +201,8 @@ pub enum RunEvent {
     Model(StreamEvent),
 }
 
-// Moves of up to 128 bytes compile to inline loads and stores; a larger event went through a
-// call to `memcpy` at each of its four moves from the driver to the caller.
+// Small enough that moving an event is inline loads and stores, not a call to `memcpy`: an
+// event moves several times between the driver and the caller.
 const _: () = assert!(std::mem::size_of::<RunEvent>() <= 128);
 
 impl RunEvent {

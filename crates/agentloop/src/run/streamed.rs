@@ -79,7 +79,7 @@ impl StreamedCall {
 
     /// The next event for the run's stream. `Ready(None)` once the call ended: the driver
     /// must be polled to take it back. Inlined into the stream's `poll_next`, so an event is
-    /// built once in the slot it is returned in (1 % of a streamed run's instructions).
+    /// built once, in the slot it is returned in.
     #[inline(always)]
     pub(crate) fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         while self.end.is_none() {
