@@ -122,7 +122,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     assert_eq!(result.tool_calls, 3);
-    // All three ran side by side (set `.sequential_tools()` on the builder and this is 1).
+    // All three ran side by side (set `.max_concurrency(1)` on the builder and this is 1).
     assert_eq!(peak, 3);
     // Results come back in call order, whichever finished first.
     let names: Vec<&str> = result.steps[0]

@@ -363,9 +363,9 @@ impl AgentBuilder {
         self
     }
 
-    /// Run a turn's tools one after another.
-    pub fn sequential_tools(mut self) -> Self {
-        self.options.parallel_tools = false;
+    /// At most `n` of a turn's tool calls at once (default 8); 1 runs them one after another.
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.options.max_concurrency = n.max(1);
         self
     }
 

@@ -341,7 +341,7 @@ async fn several_tool_hooks_chain_their_rewrites_and_the_first_block_wins() {
         .tool(weather_tool(&log))
         .hooks(hooks)
         // One call after the other, so the log's order is fixed.
-        .sequential_tools()
+        .max_concurrency(1)
         .build();
     agent.run("go").await.unwrap();
     assert_eq!(

@@ -596,8 +596,9 @@ async fn the_largest_timeouts_mean_no_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn parallel_tools_overlap_and_sequential_tools_do_not() {
-    for (parallel, expected) in [(true, 300), (false, 900)] {
+async fn max_concurrency_one_runs_tools_one_after_another() {
+    // Three 300 ms tools: side by side by default, two at a time, then one at a time.
+    for (limit, expected) in [(None, 300), (Some(2), 600), (Some(1), 900)] {
         let model = ScriptedModel::new([
             Turn::tool_calls([("a", json!({})), ("b", json!({})), ("c", json!({}))]),
             Turn::text("ok"),
@@ -607,8 +608,8 @@ async fn parallel_tools_overlap_and_sequential_tools_do_not() {
             .tool(slow_tool("a", Duration::from_millis(300), log.clone()))
             .tool(slow_tool("b", Duration::from_millis(300), log.clone()))
             .tool(slow_tool("c", Duration::from_millis(300), log.clone()));
-        if !parallel {
-            builder = builder.sequential_tools();
+        if let Some(limit) = limit {
+            builder = builder.max_concurrency(limit);
         }
         let agent = builder.build();
         let started = Instant::now();
@@ -616,7 +617,7 @@ async fn parallel_tools_overlap_and_sequential_tools_do_not() {
         assert_eq!(
             started.elapsed(),
             Duration::from_millis(expected),
-            "parallel={parallel}"
+            "max_concurrency {limit:?}"
         );
         let texts: Vec<String> = result.steps[0]
             .tool_results

@@ -236,7 +236,7 @@ async fn a_stop_condition_after_the_step_runs_the_whole_batch_first() {
             .tool(weather_tool(ran.clone()))
             .tool(finish_tool(ran.clone()))
             .stop_when(condition)
-            .sequential_tools()
+            .max_concurrency(1)
             .build();
         let result = agent.run("go").await.unwrap();
         assert_eq!(

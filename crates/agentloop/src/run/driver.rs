@@ -569,11 +569,7 @@ impl Driver {
             };
             return vec![self.run_one(call, true, history).await];
         }
-        let concurrency = if self.options.parallel_tools {
-            self.options.max_concurrency.max(1)
-        } else {
-            1
-        };
+        let concurrency = self.options.max_concurrency.max(1);
         let first_poll_inline = concurrency == 1;
         stream::iter(calls)
             .map(|call| self.run_one(call, first_poll_inline, history))

@@ -166,9 +166,8 @@ pub struct RunOptions {
     pub idle_timeout: Option<Duration>,
     /// Default timeout for one tool call (a tool's own timeout wins).
     pub tool_timeout: Duration,
-    /// Run a turn's tool calls concurrently (results stay in call order).
-    pub parallel_tools: bool,
-    /// At most this many tool calls at once when parallel.
+    /// At most this many of a turn's tool calls run at once (results stay in call order);
+    /// 1 runs them one after another, and 0 counts as 1.
     pub max_concurrency: usize,
     /// Stop conditions, each checked at its [`StopMoment`].
     pub stop_when: Vec<StopCondition>,
@@ -193,7 +192,6 @@ impl Default for RunOptions {
             first_chunk_timeout: None,
             idle_timeout: None,
             tool_timeout: Duration::from_secs(30),
-            parallel_tools: true,
             max_concurrency: 8,
             stop_when: Vec::new(),
             hooks: Hooks::default(),
@@ -264,13 +262,7 @@ impl RunOptions {
         self
     }
 
-    /// Run tools one after another.
-    pub fn sequential_tools(mut self) -> Self {
-        self.parallel_tools = false;
-        self
-    }
-
-    /// Maximum concurrent tool calls.
+    /// At most `n` tool calls at once (default 8); 1 runs them one after another.
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.max_concurrency = n.max(1);
         self
