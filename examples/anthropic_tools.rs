@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use agentloop::provider::anthropic::Anthropic;
 use agentloop::provider::http::{ApiKey, HttpConfig};
-use agentloop::run::{Hooks, PrepareStep, RunEvent};
+use agentloop::run::{Hooks, RunEvent};
 use agentloop::{Agent, StreamEvent, Tool, ToolChoice};
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
@@ -98,11 +98,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         ))
         // Force the order lookup on the first step only; later steps let the model choose.
-        .hooks(Hooks::new().prepare_step(|info| async move {
-            PrepareStep {
-                tool_choice: (info.step == 0).then(|| ToolChoice::tool("lookup_order")),
-                ..PrepareStep::default()
+        .hooks(Hooks::new().prepare_step(|mut step| async move {
+            if step.step == 0 {
+                step.request.tool_choice = Some(ToolChoice::tool("lookup_order"));
             }
+            step.request
         }))
         .build();
 

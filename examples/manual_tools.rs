@@ -4,7 +4,7 @@
 //!
 //! Runs offline: `cargo run -p agentloop --example manual_tools`.
 
-use agentloop::conversation::{Conversation, ToolMode};
+use agentloop::conversation::{Conversation, ToolExecution};
 use agentloop::{Agent, RunStopReason, Tool, ToolCall, ToolResult};
 use agentloop_testkit::{ScriptedModel, Turn};
 use schemars::JsonSchema;
@@ -47,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let agent = Agent::builder(model)
         .tool(Tool::from_type::<StockLevel>())
         .build();
-    let mut chat = Conversation::new(&agent).with_mode(ToolMode::Manual);
+    let mut chat = Conversation::new(&agent).with_tool_execution(ToolExecution::Manual);
 
     let reply = chat
         .send("Are LAMP-01 and DESK-07 in stock?")

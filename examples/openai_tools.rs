@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::provider::openai::OpenAi;
-use agentloop::run::{Hooks, PrepareStep, RunEvent};
+use agentloop::run::{Hooks, RunEvent};
 use agentloop::{Agent, StreamEvent, Tool, ToolChoice};
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
@@ -100,11 +100,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ))
         .parallel_tool_calls(true)
         // Force the weather tool on the first step only; later steps let the model choose.
-        .hooks(Hooks::new().prepare_step(|info| async move {
-            PrepareStep {
-                tool_choice: (info.step == 0).then(|| ToolChoice::tool("get_weather")),
-                ..PrepareStep::default()
+        .hooks(Hooks::new().prepare_step(|mut step| async move {
+            if step.step == 0 {
+                step.request.tool_choice = Some(ToolChoice::tool("get_weather"));
             }
+            step.request
         }))
         .build();
 

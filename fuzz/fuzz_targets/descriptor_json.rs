@@ -2,11 +2,11 @@
 //! error (with a location), never panics.
 #![no_main]
 
-use agentloop::registry::{Format, parse_descriptors};
+use agentloop::registry::{Syntax, parse_descriptors};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
-    if let Err(error) = parse_descriptors(text, Format::Json, "fuzz.json") {
+    if let Err(error) = parse_descriptors(text, Syntax::Json, "fuzz.json") {
         let _ = error.to_string();
     }
 });

@@ -33,7 +33,7 @@ pub fn for_run(result: &RunResult) -> ExitCode {
         RunStopReason::EndTurn | RunStopReason::AwaitingToolResults => OK,
         RunStopReason::Error => ERROR,
         RunStopReason::Timeout => TIMEOUT,
-        RunStopReason::Interrupted => INTERRUPTED,
+        RunStopReason::Cancelled => INTERRUPTED,
         RunStopReason::MaxToolIterations
         | RunStopReason::MaxToolCalls
         | RunStopReason::MaxTokens

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use agentloop::run::{PrepareStep, RunStopReason};
+use agentloop::run::RunStopReason;
 use agentloop::{Message, RunEvent, history};
 use futures::StreamExt;
 
@@ -162,7 +162,7 @@ fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<Str
         RunStopReason::EndTurn
         | RunStopReason::MaxTokens
         | RunStopReason::Custom(_)
-        | RunStopReason::Interrupted
+        | RunStopReason::Cancelled
         | RunStopReason::Error => return None,
     })
 }
@@ -200,23 +200,24 @@ async fn drive(
         conversation_id: run.conversation_id.clone(),
         stored: Arc::new(tokio::sync::Mutex::new(stored)),
     };
-    let mut options = inner.agent.options();
-    options.limits.max_tool_iterations = inner.config.max_tool_iterations;
-    options.cancel = Some(run.cancel.clone());
     let step_saver = saver.clone();
-    options.hooks = std::mem::take(&mut options.hooks).prepare_step(move |step| {
-        let saver = step_saver.clone();
-        async move {
-            // Between steps the history is complete: save it, so a crash loses at most the
-            // step about to run.
-            if let Err(e) = saver.save(&step.messages).await {
-                tracing::warn!(conversation = %saver.conversation_id, "could not save a step: {e}");
+    let agent = inner.agent.with_options(|options| {
+        options.limits.max_tool_iterations = inner.config.max_tool_iterations;
+        options.cancel = Some(run.cancel.clone());
+        options.hooks = std::mem::take(&mut options.hooks).prepare_step(move |step| {
+            let saver = step_saver.clone();
+            async move {
+                // Between steps the history is complete: save it, so a crash loses at most the
+                // step about to run.
+                if let Err(e) = saver.save(&step.request.messages).await {
+                    tracing::warn!(conversation = %saver.conversation_id, "could not save a step: {e}");
+                }
+                step.request
             }
-            PrepareStep::default()
-        }
+        });
     });
 
-    let mut events = inner.agent.stream_with(history, options);
+    let mut events = agent.run_stream(history);
     let mut failure: Option<String> = None;
     let mut ended = false;
     while let Some(event) = events.next().await {

@@ -102,7 +102,7 @@ pub(crate) fn user_message(error: &agentloop::Error) -> String {
             _ => "the model provider did not answer in time".into(),
         },
         Error::Parse { .. } => "the model provider's answer could not be understood".into(),
-        Error::Interrupted { .. } => {
+        Error::IncompleteStream { .. } => {
             "the connection to the model provider broke off during the answer".into()
         }
         Error::Cancelled => "the answer was cancelled".into(),

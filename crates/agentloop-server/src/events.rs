@@ -149,7 +149,12 @@ impl Frame {
             },
             Self::Run(_) => return None,
             Self::End { stop_reason, usage } => ChatEvent::MessageEnd {
-                stop_reason: stop_reason.as_str().to_owned(),
+                // Version 1 of the protocol named a cancelled reply `interrupted`.
+                stop_reason: match stop_reason {
+                    RunStopReason::Cancelled => "interrupted",
+                    other => other.as_str(),
+                }
+                .to_owned(),
                 usage: *usage,
             },
             Self::Failed { message } => ChatEvent::Error {

@@ -60,10 +60,10 @@ impl Fixture {
         let tool = self
             .tools
             .iter()
-            .find(|t| t.tool_name() == tool)
+            .find(|t| t.name() == tool)
             .unwrap_or_else(|| panic!("tool {tool} exists"));
-        let ctx = ToolContext::new("call_1", tool.tool_name(), CancellationToken::new(), None);
-        match tool.get_handler().unwrap().call(ctx, input).await {
+        let ctx = ToolContext::new("call_1", tool.name(), CancellationToken::new(), None);
+        match tool.handler().unwrap().call(ctx, input).await {
             Ok(output) => match output.0 {
                 agentloop::ToolResultContent::Text(text) => Ok(text),
                 other => panic!("text output expected, got {other:?}"),
@@ -598,12 +598,9 @@ async fn writes_stop_at_the_sandbox_quota() {
     let sandbox = Arc::new(Sandbox::new(dir.path(), limits).unwrap());
     let tools = sandbox.clone().tools();
     let write = |path: &str, content: &str| {
-        let tool = tools
-            .iter()
-            .find(|t| t.tool_name() == "write_file")
-            .unwrap();
+        let tool = tools.iter().find(|t| t.name() == "write_file").unwrap();
         let ctx = ToolContext::new("call_1", "write_file", CancellationToken::new(), None);
-        tool.get_handler()
+        tool.handler()
             .unwrap()
             .call(ctx, json!({"path": path, "content": content}))
     };

@@ -311,7 +311,7 @@ async fn reference_server_everything_over_stdio() {
     let tool = registry.get("get-sum").unwrap();
     let ctx = ToolContext::new("call_1", "get-sum", CancellationToken::new(), None);
     let err = tool
-        .get_handler()
+        .handler()
         .unwrap()
         .call(ctx, json!({"a": "x", "b": 1}))
         .await

@@ -837,7 +837,7 @@ async fn scripted_errors_map_to_statuses_headers_and_events() {
         r#"{"error":{"message":"boom","type":"server_error","param":null,"code":null}}"#
     );
 
-    let interrupted = Error::Interrupted {
+    let interrupted = Error::IncompleteStream {
         message: "reset".into(),
     };
     let (status, _, received) = play(
@@ -850,7 +850,7 @@ async fn scripted_errors_map_to_statuses_headers_and_events() {
     assert!(received.cut, "the connection drops after the headers");
     assert!(received.bytes().is_empty());
 
-    let interrupted = Error::Interrupted {
+    let interrupted = Error::IncompleteStream {
         message: "reset".into(),
     };
     let full = play_text(

@@ -192,8 +192,8 @@ fn bench_run_layer(c: &mut Criterion, runtime: &tokio::runtime::Runtime) {
     let agent = agent(Arc::clone(&replay));
     let tool = ToolDefinition::from(
         &Tool::from_type::<GetWeather>()
-            .name(TOOL_NAME)
-            .description(TOOL_DESCRIPTION),
+            .with_name(TOOL_NAME)
+            .with_description(TOOL_DESCRIPTION),
     );
     assert_eq!(runtime.block_on(streamed(&agent)), answer().len());
     assert_eq!(runtime.block_on(hand_loop(&replay, &tool)), answer().len());

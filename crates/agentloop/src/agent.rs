@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::message::{Message, Request};
 use crate::provider::Provider;
-use crate::run::{self, Hooks, RunOptions, RunResult, RunStream, StopCondition, ToolSet};
+use crate::run::{self, Hooks, RunInput, RunOptions, RunResult, RunStream, StopCondition, ToolSet};
 use crate::tool::{NativeTool, Tool, ToolChoice, ToolDefinition, ToolHandler};
 
 /// A configured agent. Cheap to clone; runs share nothing but the configuration.
@@ -76,7 +76,7 @@ impl Agent {
         AgentBuilder::new(provider)
     }
 
-    /// The run options every run starts from (clone, edit, pass to [`Agent::run_with`]).
+    /// The run options every run starts from (see [`Self::with_options`]).
     pub fn options(&self) -> RunOptions {
         RunOptions::clone(&self.options)
     }
@@ -118,43 +118,35 @@ impl Agent {
         request
     }
 
-    /// Run one prompt to the end. The future owns what it needs, so it can be spawned.
+    /// Run to the end from a prompt or a whole history ([`RunInput`]). The future owns what it
+    /// needs, so it can be spawned. For options of this run only (a cancel token, a limit), run
+    /// a copy made with [`Self::with_options`].
+    ///
+    /// Not an `async fn`: each layer of those would keep its own copy of the run's state in the
+    /// future (see `run::driver::Driver::drive`).
     pub fn run(
         &self,
-        prompt: impl Into<String>,
+        input: impl Into<RunInput>,
     ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-        self.run_shared(vec![Message::user(prompt)], Arc::clone(&self.options))
+        self.run_shared(input.into().into_messages(), Arc::clone(&self.options))
     }
 
-    /// Run one prompt, streaming events. [`RunStream::cancel`] stops this run only.
-    pub fn run_stream(&self, prompt: impl Into<String>) -> RunStream {
-        self.stream_shared(vec![Message::user(prompt)], Arc::clone(&self.options))
+    /// Run from a prompt or a whole history, streaming [`crate::RunEvent`]s.
+    /// [`RunStream::cancel`] stops this run only.
+    pub fn run_stream(&self, input: impl Into<RunInput>) -> RunStream {
+        self.stream_shared(input.into().into_messages(), Arc::clone(&self.options))
     }
 
-    /// Run from a full history (ending with the new user message).
-    pub fn run_messages(
-        &self,
-        messages: Vec<Message>,
-    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-        self.run_shared(messages, Arc::clone(&self.options))
-    }
-
-    /// Run from a full history with options for this run. A blocking run is cancelled by the
-    /// token set here with [`RunOptions::cancel_token`]; that stops this run only.
-    ///
-    /// Like [`Self::run`], not an `async fn`: each layer of those would keep its own copy of
-    /// the run's state in the future (see `run::driver::Driver::drive`).
-    pub fn run_with(
-        &self,
-        messages: Vec<Message>,
-        options: RunOptions,
-    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-        self.run_shared(messages, Arc::new(options))
-    }
-
-    /// Stream a run from a full history with options for this run.
-    pub fn stream_with(&self, messages: Vec<Message>, options: RunOptions) -> RunStream {
-        self.stream_shared(messages, Arc::new(options))
+    /// A copy of the agent whose runs use options edited by `edit`: for one run
+    /// (`agent.with_options(|o| o.cancel = Some(token)).run(prompt)`) or many. The copy shares
+    /// the provider and tools.
+    pub fn with_options(&self, edit: impl FnOnce(&mut RunOptions)) -> Agent {
+        let mut options = self.options();
+        edit(&mut options);
+        Agent {
+            options: Arc::new(options),
+            ..self.clone()
+        }
     }
 
     fn run_shared(
@@ -215,7 +207,7 @@ impl AgentBuilder {
 
     /// Add a tool.
     pub fn tool(mut self, tool: Tool) -> Self {
-        self.tools.retain(|t| t.tool_name() != tool.tool_name());
+        self.tools.retain(|t| t.name() != tool.name());
         self.tools.push(tool);
         self
     }
@@ -254,8 +246,8 @@ impl AgentBuilder {
     fn bind(mut self, name: String, handler: Arc<dyn ToolHandler>) -> Self {
         let mut bound = false;
         for tool in &mut self.tools {
-            if tool.tool_name() == name {
-                *tool = tool.clone().handler_arc(handler.clone());
+            if tool.name() == name {
+                *tool = tool.clone().with_shared_handler(handler.clone());
                 bound = true;
             }
         }
@@ -271,12 +263,12 @@ impl AgentBuilder {
     fn bound_tools(mut self) -> (Self, Vec<Tool>) {
         let mut tools = std::mem::take(&mut self.tools);
         for (name, handler) in std::mem::take(&mut self.unbound) {
-            match tools.iter_mut().find(|tool| tool.tool_name() == name) {
-                Some(tool) if tool.get_handler().is_none() => {
-                    *tool = tool.clone().handler_arc(handler);
+            match tools.iter_mut().find(|tool| tool.name() == name) {
+                Some(tool) if tool.handler().is_none() => {
+                    *tool = tool.clone().with_shared_handler(handler);
                 }
                 Some(_) => {}
-                None => tools.push(Tool::native_slot(name).handler_arc(handler)),
+                None => tools.push(Tool::native_slot(name).with_shared_handler(handler)),
             }
         }
         (self, tools)

@@ -31,7 +31,7 @@ use crate::tool::{Tool, ToolCall};
 
 /// Who runs the tools the model asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolMode {
+pub enum ToolExecution {
     /// The run loop runs them (hooks, validation, parallelism, timeouts), up to this many
     /// rounds of tools per send, and then asks the model for its answer. If it still calls
     /// tools, the reply finishes with [`RunStopReason::MaxToolIterations`]; those last calls are
@@ -59,7 +59,7 @@ struct Shared {
 pub struct InterruptHandle(Arc<Mutex<CancellationToken>>);
 
 impl InterruptHandle {
-    /// Stop the current reply: it ends promptly with [`RunStopReason::Interrupted`], keeping
+    /// Stop the current reply: it ends promptly with [`RunStopReason::Cancelled`], keeping
     /// only complete content in the history.
     pub fn interrupt(&self) {
         lock(&self.0).cancel();
@@ -84,7 +84,7 @@ pub struct Conversation {
     /// Its own copy (cheap: the configuration is shared), so [`Self::set_model`] changes no
     /// other conversation.
     agent: Agent,
-    mode: ToolMode,
+    mode: ToolExecution,
     shared: Arc<Mutex<Shared>>,
     interrupt: InterruptHandle,
 }
@@ -106,7 +106,7 @@ impl Conversation {
     pub fn new(agent: &Agent) -> Self {
         Self {
             agent: agent.clone(),
-            mode: ToolMode::Automatic {
+            mode: ToolExecution::Automatic {
                 max_tool_iterations: agent.run_options().limits.max_tool_iterations,
             },
             shared: Arc::default(),
@@ -114,8 +114,8 @@ impl Conversation {
         }
     }
 
-    /// Set the tool mode.
-    pub fn with_mode(mut self, mode: ToolMode) -> Self {
+    /// Set who runs the tools the model asks for.
+    pub fn with_tool_execution(mut self, mode: ToolExecution) -> Self {
         self.mode = mode;
         self
     }
@@ -126,8 +126,8 @@ impl Conversation {
         self
     }
 
-    /// The tool mode.
-    pub fn mode(&self) -> ToolMode {
+    /// Who runs the tools the model asks for.
+    pub fn tool_execution(&self) -> ToolExecution {
         self.mode
     }
 
@@ -291,16 +291,20 @@ impl Conversation {
             }
             shared.busy = true;
         }
-        let mut options = self.agent.options();
-        // The prompt hook already ran in `send`.
-        options.hooks.on_prompt.clear();
-        match self.mode {
-            ToolMode::Automatic {
-                max_tool_iterations,
-            } => options.limits.max_tool_iterations = max_tool_iterations,
-            ToolMode::Manual => options.limits.manual_tools = true,
-        }
-        let stream = self.agent.stream_with(messages, options);
+        let mode = self.mode;
+        let stream = self
+            .agent
+            .with_options(|options| {
+                // The prompt hook already ran in `send`.
+                options.hooks.on_prompt.clear();
+                match mode {
+                    ToolExecution::Automatic {
+                        max_tool_iterations,
+                    } => options.limits.max_tool_iterations = max_tool_iterations,
+                    ToolExecution::Manual => options.limits.manual_tools = true,
+                }
+            })
+            .run_stream(messages);
         self.interrupt.follow(stream.cancel_handle());
         Ok(Reply {
             stream,

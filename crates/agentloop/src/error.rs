@@ -143,8 +143,9 @@ pub enum Error {
         message: String,
     },
     /// The stream ended (or the connection dropped) before the response was complete.
-    #[error("the stream was interrupted: {message}")]
-    Interrupted {
+    #[error("the stream ended before the response was complete: {message}")]
+    #[serde(alias = "interrupted")]
+    IncompleteStream {
         /// What happened.
         message: String,
     },
@@ -274,7 +275,7 @@ impl Error {
             Self::Stream { .. } => "stream",
             Self::Timeout { .. } => "timeout",
             Self::Parse { .. } => "parse",
-            Self::Interrupted { .. } => "interrupted",
+            Self::IncompleteStream { .. } => "incomplete_stream",
             Self::Cancelled => "cancelled",
             Self::ToolArgumentParse { .. } => "tool_argument_parse",
             Self::InvalidToolSchema { .. } => "invalid_tool_schema",

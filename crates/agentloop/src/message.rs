@@ -443,6 +443,15 @@ impl Request {
         self
     }
 
+    /// Offer only the function tools named in `names` (provider-native tools stay), e.g. in a
+    /// [`crate::run::Hooks::prepare_step`] hook that narrows one step's tools.
+    pub fn retain_tools(&mut self, names: &[impl AsRef<str>]) {
+        self.tools.retain(|t| match t.function_name() {
+            Some(name) => names.iter().any(|n| n.as_ref() == name),
+            None => true,
+        });
+    }
+
     /// Add a prompt-cache breakpoint (Anthropic; other providers ignore it).
     pub fn cache_at(mut self, target: CacheTarget, control: CacheControl) -> Self {
         self.cache.push(CacheBreakpoint::new(target, control));

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use agentloop::provider::replay::{self, Format};
+use agentloop::provider::replay::{self, WireFormat};
 use agentloop::{Accumulator, ContentBlock, Error, StreamEvent};
 use anthropic_support::assemble;
 use proptest::prelude::*;
@@ -224,7 +224,10 @@ fn redacted_thinking_and_signatures_are_kept_for_replay() {
     assert!(redacted[0].starts_with("EqkECkYIBxgCKkA8AZ4n"));
     assert!(redacted[1].starts_with("EtgBCkYIBxgCKkDQfGkw"));
 
-    let replayed = replay::assemble(Format::Anthropic, &recording("thinking-signature-padded"));
+    let replayed = replay::assemble(
+        WireFormat::Anthropic,
+        &recording("thinking-signature-padded"),
+    );
     assert!(replayed.error.is_none(), "{:?}", replayed.error);
     let response = replayed.response;
     match &response.content[0] {

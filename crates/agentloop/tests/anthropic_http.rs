@@ -609,7 +609,7 @@ async fn a_cut_connection_after_content_is_interrupted_and_not_retried() {
     let rest: Vec<_> = stream.collect().await;
     assert_eq!(rest.len(), 1, "{rest:?}");
     assert!(
-        matches!(&rest[0], Err(Error::Interrupted { .. })),
+        matches!(&rest[0], Err(Error::IncompleteStream { .. })),
         "{:?}",
         rest[0]
     );
@@ -632,7 +632,7 @@ async fn a_body_that_ends_without_a_stop_is_interrupted() {
         .collect()
         .await;
     assert!(
-        matches!(events.last(), Some(Err(Error::Interrupted { .. }))),
+        matches!(events.last(), Some(Err(Error::IncompleteStream { .. }))),
         "{events:?}"
     );
 }

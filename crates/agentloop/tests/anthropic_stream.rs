@@ -3,7 +3,7 @@
 
 mod anthropic_support;
 
-use agentloop::provider::replay::{self, Format};
+use agentloop::provider::replay::{self, WireFormat};
 use agentloop::{ContentBlock, Error, StopReason, StreamEvent, Usage};
 use anthropic_support::{decode, event, response};
 use serde_json::json;
@@ -248,7 +248,7 @@ fn thinking_then_tool_call_keeps_the_signature_and_tags_the_provider() {
         ]
     );
     // Assembled as the provider does it, which tags the reasoning with its maker.
-    let response = replay::assemble(Format::Anthropic, sse.as_bytes()).response;
+    let response = replay::assemble(WireFormat::Anthropic, sse.as_bytes()).response;
     assert_eq!(
         response.content,
         [
@@ -541,13 +541,13 @@ fn a_stream_cut_before_any_stop_is_interrupted() {
     let (events, error) = decode(&sse);
     assert_eq!(events.last(), Some(&text_delta("Hel")));
     assert!(
-        matches!(&error, Some(Error::Interrupted { message }) if message.contains("message_stop")),
+        matches!(&error, Some(Error::IncompleteStream { message }) if message.contains("message_stop")),
         "{error:?}"
     );
 
     let (events, error) = decode("");
     assert!(events.is_empty());
-    assert!(matches!(error, Some(Error::Interrupted { .. })));
+    assert!(matches!(error, Some(Error::IncompleteStream { .. })));
 }
 
 #[test]

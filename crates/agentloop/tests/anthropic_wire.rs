@@ -237,7 +237,7 @@ async fn a_dropped_connection_is_interrupted() {
     let request = Request::new("claude-sonnet-4-5", vec![Message::user("hi")]);
     let events: Vec<_> = provider(&server, 3).stream(&request).collect().await;
     assert!(
-        matches!(events.last(), Some(Err(Error::Interrupted { .. }))),
+        matches!(events.last(), Some(Err(Error::IncompleteStream { .. }))),
         "{events:?}"
     );
     assert_eq!(server.calls(), 1);

@@ -47,7 +47,7 @@ async fn finish(mut stream: RunStream) -> (RunResult, Instant) {
 }
 
 fn assert_interrupted(result: &RunResult, prompt: &str) {
-    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     history::validate(&result.messages).unwrap();
     // The history keeps what was said before the cancel.
     let said = result
@@ -93,10 +93,11 @@ async fn cancelling_one_streamed_run_leaves_a_concurrent_run_untouched() {
 async fn cancelling_one_blocking_run_leaves_a_concurrent_run_untouched() {
     let agent = Agent::builder(slow_model()).build();
     let token = CancellationToken::new();
-    let a = tokio::spawn(agent.run_with(
-        vec![Message::user("a")],
-        agent.options().cancel_token(token.clone()),
-    ));
+    let a = tokio::spawn(
+        agent
+            .with_options(|o| o.cancel = Some(token.clone()))
+            .run(vec![Message::user("a")]),
+    );
     let b = tokio::spawn(agent.run("b"));
     let started = Instant::now();
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -154,7 +155,7 @@ async fn the_handle_stops_a_run_from_another_task_mid_tool_with_a_valid_history(
     });
     let (result, ended) = finish(stream).await;
     canceller.await.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     assert!(ended - started <= Duration::from_millis(3100), "promptly");
     assert!(matches!(
         result.steps[0].outcomes[..],

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::conversation::{Conversation, QueryOptions, ToolMode, query};
+use agentloop::conversation::{Conversation, QueryOptions, ToolExecution, query};
 use agentloop::run::{Hooks, PromptDecision, RunEvent, RunStopReason};
 use agentloop::{Agent, ContentBlock, Error, Role, StreamEvent, Tool, ToolResult, history};
 use agentloop_testkit::{ScriptedModel, Turn};
@@ -39,7 +39,7 @@ async fn manual_mode_hands_tool_calls_to_the_caller() {
         ]),
         Turn::text("Paris 18, Rome 20."),
     ]);
-    let mut chat = Conversation::new(&agent(&model)).with_mode(ToolMode::Manual);
+    let mut chat = Conversation::new(&agent(&model)).with_tool_execution(ToolExecution::Manual);
     let result = chat.send("Weather?").await.unwrap().finish().await.unwrap();
     assert_eq!(result.stop_reason, RunStopReason::AwaitingToolResults);
     let pending = chat.pending_tool_calls();
@@ -116,9 +116,10 @@ async fn automatic_mode_iteration_limit() {
     let model = ScriptedModel::from_fn(|_, i| {
         Turn::tool_call("get_weather", json!({"city": format!("C{i}")}))
     });
-    let mut chat = Conversation::new(&agent(&model)).with_mode(ToolMode::Automatic {
-        max_tool_iterations: 3,
-    });
+    let mut chat =
+        Conversation::new(&agent(&model)).with_tool_execution(ToolExecution::Automatic {
+            max_tool_iterations: 3,
+        });
     let result = chat.send("loop").await.unwrap().finish().await.unwrap();
     assert_eq!(result.stop_reason, RunStopReason::MaxToolIterations);
     // Three rounds of tools, then the call that should have answered.
@@ -157,7 +158,7 @@ async fn interrupt_stops_a_long_stream_promptly_and_the_next_send_works() {
     }
     interrupter.await.unwrap();
     let result = finish.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     assert!(
         started.elapsed() <= Duration::from_millis(1600),
         "{:?}",
@@ -219,7 +220,7 @@ async fn a_send_refused_for_pending_calls_does_not_run_the_prompt_hook() {
             async { PromptDecision::Continue }
         }))
         .build();
-    let mut chat = Conversation::new(&agent).with_mode(ToolMode::Manual);
+    let mut chat = Conversation::new(&agent).with_tool_execution(ToolExecution::Manual);
     chat.send("Weather?").await.unwrap().finish().await.unwrap();
     assert_eq!(prompts.load(std::sync::atomic::Ordering::SeqCst), 1);
     let error = chat.send("hello?").await.unwrap_err();

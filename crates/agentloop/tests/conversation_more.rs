@@ -216,7 +216,7 @@ async fn interrupting_twice_stops_the_reply_once_and_the_next_send_works() {
         ]
     );
     let result = result.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     // The partial text is kept in the history (below), not as the run's last response.
     assert_eq!(result.text(), "");
     // Interrupting again with nothing in flight changes nothing.

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use agentloop::conversation::{Conversation, ToolMode};
+use agentloop::conversation::{Conversation, ToolExecution};
 use agentloop::provider::anthropic::Anthropic;
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::provider::openai::OpenAi;
@@ -69,7 +69,8 @@ async fn manual_mode_over_the_openai_wire_sends_tool_calls_and_tool_messages() {
     )
     .await
     .unwrap();
-    let mut chat = Conversation::new(&agent(openai(&server), "gpt-4o")).with_mode(ToolMode::Manual);
+    let mut chat = Conversation::new(&agent(openai(&server), "gpt-4o"))
+        .with_tool_execution(ToolExecution::Manual);
     let first = chat
         .send("Weather in Paris and Rome?")
         .await
@@ -124,8 +125,8 @@ async fn manual_mode_over_the_anthropic_wire_groups_results_in_one_user_message(
     )
     .await
     .unwrap();
-    let mut chat =
-        Conversation::new(&agent(anthropic(&server), "claude-test")).with_mode(ToolMode::Manual);
+    let mut chat = Conversation::new(&agent(anthropic(&server), "claude-test"))
+        .with_tool_execution(ToolExecution::Manual);
     chat.send("Weather?").await.unwrap().finish().await.unwrap();
     chat.add_tool_result(ToolResult::text("toolu_a", "18 °C"))
         .unwrap();

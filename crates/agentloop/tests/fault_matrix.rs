@@ -81,7 +81,7 @@ impl ErrorKind {
             ErrorKind::Auth => {
                 matches!(error, Error::Auth { message, .. } if message.contains("bad key"))
             }
-            ErrorKind::Interrupted => matches!(error, Error::Interrupted { .. }),
+            ErrorKind::Interrupted => matches!(error, Error::IncompleteStream { .. }),
             ErrorKind::Overloaded => matches!(error, Error::Overloaded { .. }),
             ErrorKind::Parse => matches!(error, Error::Parse { .. }),
             ErrorKind::Stream => matches!(error, Error::Stream { .. }),
@@ -138,7 +138,7 @@ fn echo_tool() -> Tool {
         json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
     )
     .unwrap()
-    .handler(
+    .with_handler(
         |_ctx: agentloop::ToolContext, input: serde_json::Value| async move {
             Ok(ToolOutput::text(input.to_string()))
         },

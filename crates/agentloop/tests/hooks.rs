@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use agentloop::run::{
-    Hooks, PrepareStep, PromptDecision, RunEvent, RunStopReason, StopCondition, ToolDecision,
-    ToolOutcome, WithHistory,
+    Hooks, PromptDecision, RunEvent, RunStopReason, StopCondition, ToolDecision, ToolOutcome,
+    WithHistory,
 };
 use agentloop::{Agent, ContentBlock, Error, Message, Tool, ToolResultContent};
 use agentloop_testkit::{ScriptedModel, Turn};
@@ -185,16 +185,14 @@ async fn on_stop_names_every_way_a_run_ends_and_after_response_skips_failed_call
         .hooks(observing_hooks(&log))
         .build();
     let result = agent
-        .run_with(
-            vec![Message::user("go")],
-            agent.options().cancel_token(cancel),
-        )
+        .with_options(|o| o.cancel = Some(cancel))
+        .run(vec![Message::user("go")])
         .await
         .unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     assert_eq!(
         entries(&log),
-        ["on_stop interrupted turns=0 tool_calls=0 tokens=0"]
+        ["on_stop cancelled turns=0 tool_calls=0 tokens=0"]
     );
 
     // A prompt blocked by its hook never starts the run: no stop hook either.
@@ -415,48 +413,37 @@ fn text_of(outcome: &ToolOutcome) -> String {
 async fn several_step_hooks_apply_in_order_and_later_ones_see_earlier_edits() {
     let log = new_log();
     let model = ScriptedModel::new([Turn::text("ok")]);
-    let (l1, l2, l3, l4) = (log.clone(), log.clone(), log.clone(), log.clone());
+    let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
     let hooks = Hooks::new()
-        .prepare_step(move |info| {
-            l1.lock()
-                .unwrap()
-                .push(format!("prepare 1 step {}", info.step));
-            async {
-                PrepareStep {
-                    model: Some("model-1".into()),
-                    system: Some("system 1".into()),
-                    ..PrepareStep::default()
-                }
-            }
-        })
-        .prepare_step(move |info| {
-            l2.lock()
-                .unwrap()
-                .push(format!("prepare 2 step {}", info.step));
-            async {
-                PrepareStep {
-                    system: Some("system 2".into()),
-                    ..PrepareStep::default()
-                }
-            }
-        })
-        .before_model_call(move |mut request| {
-            l3.lock().unwrap().push(format!(
-                "before_model_call 1 {} {:?}",
-                request.model, request.system
+        .prepare_step(move |mut step| {
+            l1.lock().unwrap().push(format!(
+                "prepare 1 step {} {} {:?}",
+                step.step, step.request.model, step.request.system
             ));
             async move {
-                request.temperature = Some(0.5);
-                request
+                step.request.model = "model-1".into();
+                step.request.system = Some("system 1".into());
+                step.request
             }
         })
-        .before_model_call(move |mut request| {
-            l4.lock()
-                .unwrap()
-                .push(format!("before_model_call 2 {:?}", request.temperature));
+        .prepare_step(move |mut step| {
+            l2.lock().unwrap().push(format!(
+                "prepare 2 {} {:?}",
+                step.request.model, step.request.system
+            ));
             async move {
-                request.max_tokens = Some(64);
-                request
+                step.request.system = Some("system 2".into());
+                step.request.temperature = Some(0.5);
+                step.request
+            }
+        })
+        .prepare_step(move |mut step| {
+            l3.lock()
+                .unwrap()
+                .push(format!("prepare 3 {:?}", step.request.temperature));
+            async move {
+                step.request.max_tokens = Some(64);
+                step.request
             }
         });
     let agent = Agent::builder(model.clone())
@@ -468,10 +455,9 @@ async fn several_step_hooks_apply_in_order_and_later_ones_see_earlier_edits() {
     assert_eq!(
         entries(&log),
         [
-            "prepare 1 step 0",
-            "prepare 2 step 0",
-            r#"before_model_call 1 model-1 Some("system 2")"#,
-            "before_model_call 2 Some(0.5)",
+            r#"prepare 1 step 0 base-model Some("base system")"#,
+            r#"prepare 2 model-1 Some("system 1")"#,
+            "prepare 3 Some(0.5)",
         ]
     );
     let sent = &model.requests()[0];

@@ -54,7 +54,7 @@ fn tools(slow_ms: u64) -> Vec<Tool> {
             tokio::time::sleep(Duration::from_millis(slow_ms)).await;
             Ok::<_, String>("slept")
         })
-        .timeout(TOOL_TIMEOUT),
+        .with_timeout(TOOL_TIMEOUT),
     ]
 }
 
@@ -163,7 +163,7 @@ fn turn(spec: &TurnSpec, delay_ms: u64, (input, output): (u64, u64)) -> Turn {
         }),
         TurnSpec::CutAfter(events) => Turn::text("a long answer that is cut").fail_after(
             *events,
-            Error::Interrupted {
+            Error::IncompleteStream {
                 message: "connection reset".into(),
             },
         ),

@@ -207,10 +207,10 @@ fn interrupting_while_tools_are_pending_closes_every_call() {
     });
     machine.on_response(response, Duration::ZERO);
     assert!(matches!(machine.next_action(), Action::RunTools(calls) if calls.len() == 2));
-    machine.interrupt(RunStopReason::Interrupted, None);
+    machine.interrupt(RunStopReason::Cancelled, None);
     assert_eq!(
         machine.next_action(),
-        Action::Stop(RunStopReason::Interrupted)
+        Action::Stop(RunStopReason::Cancelled)
     );
     let result = machine.into_result();
     history::validate(&result.messages).unwrap();
@@ -233,7 +233,7 @@ fn interrupting_mid_response_keeps_only_the_partial_text() {
         ],
         ..Response::default()
     };
-    machine.interrupt(RunStopReason::Interrupted, Some(partial));
+    machine.interrupt(RunStopReason::Cancelled, Some(partial));
     let result = machine.into_result();
     assert_eq!(result.messages.len(), 2);
     assert_eq!(

@@ -206,11 +206,11 @@ fn schemas_from_types_respect_docs_enums_options_nesting_and_serde() {
         })
     );
     let renamed = Tool::from_type::<SearchFlights>()
-        .name("flights")
-        .description("Find flights");
+        .with_name("flights")
+        .with_description("Find flights");
     assert_eq!(renamed.definition().name, "flights");
     assert_eq!(renamed.definition().description, "Find flights");
-    assert!(renamed.get_handler().is_none());
+    assert!(renamed.handler().is_none());
 }
 
 #[test]

@@ -187,7 +187,7 @@ async fn a_same_named_function_tool_is_not_sent_twice() {
         json!({"type": "object", "properties": {"command": {"type": "string"}}}),
     )
     .unwrap()
-    .handler(|_ctx: ToolContext, input: Value| async move {
+    .with_handler(|_ctx: ToolContext, input: Value| async move {
         Ok::<_, ToolError>(ToolOutput::text(format!("ran {}", input["command"])))
     });
     let agent = Agent::builder(provider(&server))

@@ -573,7 +573,7 @@ async fn a_stream_cut_after_the_first_delta_is_an_error_and_not_retried() {
     let rest: Vec<_> = stream.collect().await;
     assert_eq!(rest.len(), 1, "{rest:?}");
     assert!(
-        matches!(&rest[0], Err(Error::Interrupted { .. })),
+        matches!(&rest[0], Err(Error::IncompleteStream { .. })),
         "{:?}",
         rest[0]
     );

@@ -655,7 +655,7 @@ fn empty_or_null_finish_reason_is_not_a_finish() {
     let error = decoded
         .error
         .expect("no finish and no [DONE] is an interruption");
-    assert!(error.starts_with("Interrupted"), "{error}");
+    assert!(error.starts_with("IncompleteStream"), "{error}");
 }
 
 #[test]
@@ -924,7 +924,7 @@ fn ending_without_finish_or_done_is_interrupted() {
         vec![start(), call_start(0, "c", "f"), args(0, "{\"a\"")]
     );
     assert!(
-        matches!(error, Some(Error::Interrupted { .. })),
+        matches!(error, Some(Error::IncompleteStream { .. })),
         "{error:?}"
     );
 }

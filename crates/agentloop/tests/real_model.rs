@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::conversation::{Conversation, ToolMode};
+use agentloop::conversation::{Conversation, ToolExecution};
 use agentloop::provider::route::{self, RouteOptions};
 use agentloop::run::{RunEvent, RunStopReason};
 use agentloop::{Agent, StopReason, StreamEvent, Tool, ToolResult};
@@ -120,7 +120,8 @@ async fn run_loop_streaming_with_a_typed_tool() {
 async fn conversation_in_manual_mode() {
     let Some(url) = server_url() else { return };
     let calls = Arc::new(Mutex::new(Vec::new()));
-    let mut chat = Conversation::new(&agent(&url, calls.clone())).with_mode(ToolMode::Manual);
+    let mut chat =
+        Conversation::new(&agent(&url, calls.clone())).with_tool_execution(ToolExecution::Manual);
     let first = chat.send(PROMPT).await.unwrap().finish().await.unwrap();
     assert_eq!(first.stop_reason, RunStopReason::AwaitingToolResults);
     let pending = chat.pending_tool_calls();

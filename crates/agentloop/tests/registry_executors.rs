@@ -33,7 +33,7 @@ fn json_of(output: &ToolOutput) -> Value {
 async fn run(registry: &Registry, name: &str, input: Value) -> Result<ToolOutput, ToolError> {
     let tool = registry.get(name).expect("the tool exists");
     let ctx = ToolContext::new("call_1", name, CancellationToken::new(), None);
-    tool.get_handler()
+    tool.handler()
         .expect("it has an executor")
         .call(ctx, input)
         .await
@@ -455,7 +455,7 @@ async fn a_slow_endpoint_times_out() {
         ))
         .unwrap();
     assert_eq!(
-        registry.get("slow").unwrap().get_timeout(),
+        registry.get("slow").unwrap().timeout(),
         Some(Duration::from_millis(200))
     );
     assert_eq!(

@@ -85,7 +85,7 @@ fn a_directory_of_json_yaml_and_manifests_gives_exactly_its_descriptors() {
 
     // The tools the run loop gets carry the same definitions and timeouts.
     let tools = registry.tools();
-    let names: Vec<&str> = tools.iter().map(|t| t.tool_name()).collect();
+    let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
     assert_eq!(
         names,
         [
@@ -99,12 +99,12 @@ fn a_directory_of_json_yaml_and_manifests_gives_exactly_its_descriptors() {
     let weather_tool = registry.get("get_weather").unwrap();
     assert_eq!(weather_tool.definition().input_schema, weather.input_schema);
     assert_eq!(
-        weather_tool.get_timeout(),
+        weather_tool.timeout(),
         Some(std::time::Duration::from_millis(2000))
     );
-    assert!(weather_tool.get_handler().is_some());
+    assert!(weather_tool.handler().is_some());
     // A function descriptor from a file is definition-only until a handler is bound.
-    assert!(registry.get("local_calc").unwrap().get_handler().is_none());
+    assert!(registry.get("local_calc").unwrap().handler().is_none());
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use agentloop::ToolResultContent;
 use agentloop::registry::{
-    Format, HttpSpec, MockSpec, Registry, ToolDescriptor, ToolMode, ToolSource, parse_descriptors,
+    HttpSpec, MockSpec, Registry, Syntax, ToolDescriptor, ToolMode, ToolSource, parse_descriptors,
 };
 use agentloop::tool::ToolOutput;
 use axum::Json;
@@ -139,7 +139,7 @@ async fn a_live_endpoint_tool_posts_its_arguments_to_the_endpoint() {
     let addr = start_echo().await;
     let text = fixture_text("descriptors/lookup_order.json", &addr);
     let mut registry = Registry::new();
-    for descriptor in parse_descriptors(&text, Format::Json, "lookup_order.json").unwrap() {
+    for descriptor in parse_descriptors(&text, Syntax::Json, "lookup_order.json").unwrap() {
         registry.add_descriptor(descriptor).unwrap();
     }
     let output = registry
@@ -191,7 +191,7 @@ fn a_pack_file_applies_its_defaults_and_each_tool_overrides_them() {
     let same = Registry::from_file(&path).unwrap();
     assert_eq!(same.descriptors(), registry.descriptors());
     assert_eq!(
-        registry.get("cancel_order").unwrap().get_timeout(),
+        registry.get("cancel_order").unwrap().timeout(),
         Some(Duration::from_millis(9000))
     );
 }
@@ -201,7 +201,7 @@ async fn a_pack_tool_calls_its_endpoint_under_the_pack_base_url_with_its_headers
     let addr = start_echo().await;
     let text = fixture_text("pack.yaml", &addr);
     let mut registry = Registry::new();
-    for descriptor in parse_descriptors(&text, Format::Yaml, "pack.yaml").unwrap() {
+    for descriptor in parse_descriptors(&text, Syntax::Yaml, "pack.yaml").unwrap() {
         registry.add_descriptor(descriptor).unwrap();
     }
     let output = registry

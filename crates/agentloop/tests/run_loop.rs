@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentloop::run::{
-    Hooks, PrepareStep, PromptDecision, RunEvent, RunStopReason, StopCondition, ToolDecision,
-    ToolOutcome,
+    Hooks, PromptDecision, RunEvent, RunStopReason, StopCondition, ToolDecision, ToolOutcome,
 };
 use agentloop::{
     Agent, ContentBlock, Error, Message, Role, StreamEvent, TimeoutKind, Tool, ToolChoice,
@@ -178,6 +177,31 @@ async fn a_model_that_never_stops_hits_max_tool_iterations() {
 }
 
 #[tokio::test]
+async fn with_options_changes_one_copy_and_run_takes_a_prompt_or_a_history() {
+    let model = ScriptedModel::from_fn(|_, i| {
+        Turn::tool_call("get_weather", json!({"city": format!("C{i}")}))
+    });
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .max_tool_iterations(3)
+        .build();
+    let short = agent.with_options(|o| o.limits.max_tool_iterations = 1);
+    let history = vec![
+        Message::user("Weather?"),
+        Message::assistant("Which city?"),
+        Message::user("Any"),
+    ];
+    let result = short.run(history.clone()).await.unwrap();
+    assert_eq!(result.turns, 2);
+    assert_eq!(result.messages[..3], history[..]);
+    // The agent it was copied from keeps its own limit.
+    assert_eq!(agent.options().limits.max_tool_iterations, 3);
+    let result = agent.run(String::from("Weather?")).await.unwrap();
+    assert_eq!(result.turns, 4);
+    assert_eq!(result.stop_reason, RunStopReason::MaxToolIterations);
+}
+
+#[tokio::test]
 async fn max_tool_calls_answers_the_extra_calls_and_stops() {
     let model = ScriptedModel::new([
         Turn::tool_call("get_weather", json!({"city": "A"})),
@@ -226,7 +250,7 @@ fn slow_tool(name: &str, delay: Duration, log: Arc<std::sync::Mutex<Vec<String>>
     let label = name.to_owned();
     Tool::from_schema(name, "slow", json!({"type": "object", "properties": {}}))
         .unwrap()
-        .handler(
+        .with_handler(
             move |_ctx: agentloop::ToolContext, _input: serde_json::Value| {
                 let log = log.clone();
                 let label = label.clone();
@@ -359,7 +383,7 @@ async fn custom_stop_condition() {
             |_: serde_json::Map<String, serde_json::Value>| async { Ok::<_, String>("ok") },
         ))
         .stop_when(StopCondition::tool_called("finish"))
-        .stop_when(StopCondition::step_count(5))
+        .stop_when(StopCondition::new("never", |_| false))
         .build();
     let result = agent.run("go").await.unwrap();
     assert_eq!(
@@ -385,11 +409,12 @@ async fn cancellation_mid_tool_keeps_history_valid() {
         cancel.cancel();
     });
     let result = agent
-        .run_with(vec![Message::user("go")], options)
+        .with_options(|o| *o = options)
+        .run(vec![Message::user("go")])
         .await
         .unwrap();
     trigger.await.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     assert_eq!(*log.lock().unwrap(), ["fast"]);
     let step = &result.steps[0];
     assert_eq!(step.outcomes.len(), 2);
@@ -432,7 +457,7 @@ async fn failing_tools_become_error_results_and_the_run_goes_on() {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 Ok::<_, String>("late")
             })
-            .timeout(Duration::from_secs(2)),
+            .with_timeout(Duration::from_secs(2)),
         )
         .tool(weather_tool(Default::default()))
         .build();
@@ -523,7 +548,7 @@ async fn a_lone_tool_call_runs_on_the_runs_task_and_keeps_every_failure_mode() {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 Ok::<_, String>("late")
             })
-            .timeout(Duration::from_secs(2)),
+            .with_timeout(Duration::from_secs(2)),
         )
         .max_tool_iterations(10)
         .build();
@@ -697,19 +722,15 @@ async fn prepare_step_forces_a_choice_then_restricts_tools() {
         Turn::tool_call("get_weather", json!({"city": "Paris"})),
         Turn::text("done"),
     ]);
-    let hooks = Hooks::new().prepare_step(|info| async move {
-        match info.step {
-            0 => PrepareStep {
-                tool_choice: Some(ToolChoice::tool("get_weather")),
-                ..PrepareStep::default()
-            },
-            _ => PrepareStep {
-                active_tools: Some(vec!["finish".into()]),
-                system: Some("Now summarize.".into()),
-                model: Some("small-model".into()),
-                ..PrepareStep::default()
-            },
+    let hooks = Hooks::new().prepare_step(|mut step| async move {
+        if step.step == 0 {
+            step.request.tool_choice = Some(ToolChoice::tool("get_weather"));
+        } else {
+            step.request.retain_tools(&["finish"]);
+            step.request.system = Some("Now summarize.".into());
+            step.request.model = "small-model".into();
         }
+        step.request
     });
     let agent = Agent::builder(model.clone())
         .model("big-model")
@@ -835,9 +856,9 @@ async fn tool_hooks_rewrite_block_and_replace() {
                 }
             }
         })
-        .before_model_call(|mut request| async move {
-            request.temperature = Some(0.0);
-            request
+        .prepare_step(|mut step| async move {
+            step.request.temperature = Some(0.0);
+            step.request
         });
     let agent = Agent::builder(model.clone())
         .tool(weather_tool(seen.clone()))
@@ -1323,7 +1344,7 @@ async fn interrupted_streams_keep_partial_text_only() {
         .then_tool_call("get_weather", json!({"city": "A"}))
         .fail_after(
             3,
-            Error::Interrupted {
+            Error::IncompleteStream {
                 message: "connection reset".into(),
             },
         )]);
@@ -1332,7 +1353,7 @@ async fn interrupted_streams_keep_partial_text_only() {
         .build();
     let result = agent.run_stream("go").into_result().await.unwrap();
     assert_eq!(result.stop_reason, RunStopReason::Error);
-    assert!(matches!(result.error, Some(Error::Interrupted { .. })));
+    assert!(matches!(result.error, Some(Error::IncompleteStream { .. })));
     history::validate(&result.messages).unwrap();
 }
 

@@ -453,7 +453,7 @@ async fn hooks_see_the_history_at_their_point() {
     ];
     let mut messages = earlier.clone();
     messages.push(Message::user("Weather?"));
-    let result = agent.run_messages(messages.clone()).await.unwrap();
+    let result = agent.run(messages.clone()).await.unwrap();
 
     let call = Message::new(
         Role::Assistant,
@@ -530,7 +530,7 @@ async fn a_tool_executes_directly_with_its_schema_checked_and_typed_errors() {
             Ok::<_, String>("late")
         },
     )
-    .timeout(Duration::from_millis(50));
+    .with_timeout(Duration::from_millis(50));
     let error = slow.execute(json!(null)).await.unwrap_err();
     assert!(matches!(
         error,

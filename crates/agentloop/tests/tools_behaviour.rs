@@ -59,7 +59,7 @@ async fn agent_builder_handler_makes_a_definition_only_tool_callable() {
             )))
         })
         .build();
-    assert!(agent.tool("get_weather").unwrap().get_handler().is_some());
+    assert!(agent.tool("get_weather").unwrap().handler().is_some());
     let result = agent.run("Weather?").await.unwrap();
     assert_eq!(result.stop_reason, RunStopReason::EndTurn);
     assert_eq!(
@@ -165,7 +165,8 @@ async fn function_with_context_reads_the_state_of_the_run_options_or_the_agent()
     let options = agent.options().state(inventory());
     let state = options.state.clone().unwrap();
     agent
-        .run_with(vec![Message::user("stock?")], options)
+        .with_options(|o| *o = options)
+        .run(vec![Message::user("stock?")])
         .await
         .unwrap();
     assert_eq!(
@@ -239,7 +240,7 @@ async fn the_tool_context_token_fires_when_the_tool_times_out() {
     let fired = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
     let agent = Agent::builder(model)
-        .tool(watching_tool(fired.clone(), started).timeout(Duration::from_secs(2)))
+        .tool(watching_tool(fired.clone(), started).with_timeout(Duration::from_secs(2)))
         .build();
     let result = agent.run("go").await.unwrap();
     assert_eq!(
@@ -267,13 +268,11 @@ async fn the_tool_context_token_fires_when_the_run_is_cancelled() {
         canceller.cancel();
     });
     let result = agent
-        .run_with(
-            vec![Message::user("go")],
-            agent.options().cancel_token(cancel),
-        )
+        .with_options(|o| o.cancel = Some(cancel))
+        .run(vec![Message::user("go")])
         .await
         .unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::Interrupted);
+    assert_eq!(result.stop_reason, RunStopReason::Cancelled);
     tokio::task::yield_now().await;
     assert_eq!(*fired.lock().unwrap(), [Duration::from_secs(5)]);
     assert_eq!(model.calls(), 1);
@@ -308,7 +307,8 @@ async fn max_concurrency_bounds_how_many_tools_run_at_once() {
             options = options.max_concurrency(limit);
         }
         let result = agent
-            .run_with(vec![Message::user("go")], options)
+            .with_options(|o| *o = options)
+            .run(vec![Message::user("go")])
             .await
             .unwrap();
         assert_eq!(result.tool_calls, 6);
@@ -469,7 +469,7 @@ async fn a_strict_tool_goes_out_strict_with_the_strict_schema_and_others_do_not(
             Tool::function("book_table", "Book a table", |_: BookTable| async {
                 Ok::<_, String>("booked")
             })
-            .strict(true),
+            .with_strict(true),
         )
         .tool(Tool::function(
             "get_weather",
@@ -531,7 +531,7 @@ async fn run_messages_runs_from_a_whole_history() {
         Message::assistant("18 °C."),
         Message::user("And is Rome warmer?"),
     ];
-    let result = agent.run_messages(history.clone()).await.unwrap();
+    let result = agent.run(history.clone()).await.unwrap();
     assert_eq!(result.text(), "Rome is warmer.");
     let sent = &model.requests()[0];
     assert_eq!(sent.messages, history);

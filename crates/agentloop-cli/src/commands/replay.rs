@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-use agentloop::provider::replay::{self, Format};
+use agentloop::provider::replay::{self, WireFormat};
 use agentloop::sse::SseParser;
 use agentloop::{ContentBlock, Error, Response};
 use serde_json::{Value, json};
@@ -61,7 +61,7 @@ const ANTHROPIC_EVENTS: [&str; 7] = [
 
 /// The format a recorded stream is in, judged by its first event that only one format has:
 /// OpenAI's `chat.completion.chunk` objects (`choices`, `[DONE]`) or Anthropic's typed events.
-pub fn detect(body: &[u8]) -> Option<Format> {
+pub fn detect(body: &[u8]) -> Option<WireFormat> {
     let mut found = None;
     let mut parser = SseParser::new();
     let mut look = |event: agentloop::sse::SseEvent<'_>| {
@@ -74,12 +74,12 @@ pub fn detect(body: &[u8]) -> Option<Format> {
     found
 }
 
-fn classify(event: &str, data: &str) -> Option<Format> {
+fn classify(event: &str, data: &str) -> Option<WireFormat> {
     if ANTHROPIC_EVENTS.contains(&event) {
-        return Some(Format::Anthropic);
+        return Some(WireFormat::Anthropic);
     }
     if data.trim() == "[DONE]" {
-        return Some(Format::OpenAi);
+        return Some(WireFormat::OpenAi);
     }
     let value: Value = serde_json::from_str(data).ok()?;
     let object = value.as_object()?;
@@ -88,28 +88,28 @@ fn classify(event: &str, data: &str) -> Option<Format> {
         .and_then(Value::as_str)
         .is_some_and(|o| o.starts_with("chat.completion"));
     if chunk || object.contains_key("choices") {
-        return Some(Format::OpenAi);
+        return Some(WireFormat::OpenAi);
     }
     object
         .get("type")
         .and_then(Value::as_str)
         .filter(|t| ANTHROPIC_EVENTS.contains(t))
-        .map(|_| Format::Anthropic)
+        .map(|_| WireFormat::Anthropic)
 }
 
-fn describe(format: Format) -> (&'static str, &'static str) {
+fn describe(format: WireFormat) -> (&'static str, &'static str) {
     match format {
-        Format::OpenAi => ("an OpenAI stream", "openai"),
-        Format::Anthropic => ("an Anthropic stream", "anthropic"),
+        WireFormat::OpenAi => ("an OpenAI stream", "openai"),
+        WireFormat::Anthropic => ("an Anthropic stream", "anthropic"),
     }
 }
 
 /// The format to replay with: the one given, if the stream does not plainly say otherwise,
 /// or the one the stream is in.
-fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<Format, String> {
+fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String> {
     let given = given.map(|format| match format {
-        cli::Format::Openai => Format::OpenAi,
-        cli::Format::Anthropic => Format::Anthropic,
+        cli::Format::Openai => WireFormat::OpenAi,
+        cli::Format::Anthropic => WireFormat::Anthropic,
     });
     match (given, detect(body)) {
         (Some(given), Some(detected)) if given != detected => {

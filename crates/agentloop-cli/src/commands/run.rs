@@ -3,7 +3,6 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-use agentloop::Message;
 use agentloop::run::RunEvent;
 use futures::StreamExt;
 
@@ -37,14 +36,13 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
             "agentloop: no model given (--model or AGENTLOOP_MODEL): using the built-in mock model"
         );
     }
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let options = agent.options().cancel_token(cancel.clone());
+    let mut events = agent.run_stream(prompt);
+    let cancel = events.cancel_handle();
     let ctrl_c = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             cancel.cancel();
         }
     });
-    let mut events = agent.stream_with(vec![Message::user(prompt)], options);
     let mut display = (!args.json).then(|| Display::new(args.model.timeout));
     let mut finished = None;
     while let Some(event) = events.next().await {

@@ -404,7 +404,7 @@ impl From<&RunStopReason> for FinishReason {
             | RunStopReason::RepeatedInvalidCall(_) => Self::ToolCalls,
             RunStopReason::Error => Self::Error,
             RunStopReason::Timeout
-            | RunStopReason::Interrupted
+            | RunStopReason::Cancelled
             | RunStopReason::AwaitingToolResults => Self::Other,
         }
     }

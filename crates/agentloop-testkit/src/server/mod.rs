@@ -37,7 +37,7 @@
 //! - [`Turn::delay`] waits before the status line, [`Turn::chunk_delay`] between writes (tokio
 //!   time, so tests with paused time run instantly).
 //! - [`Turn::error`]: a transport error ([`Error::Http`](agentloop::Error::Http),
-//!   [`Error::Interrupted`](agentloop::Error::Interrupted)) drops the connection after the
+//!   [`Error::IncompleteStream`](agentloop::Error::IncompleteStream)) drops the connection after the
 //!   headers; [`Error::Stream`](agentloop::Error::Stream) is a 200 stream that starts with the
 //!   provider's error event; every other error is an error status with the provider's body
 //!   (rate limited → 429 with `retry-after` and `retry-after-ms`, overloaded → 529 on Anthropic

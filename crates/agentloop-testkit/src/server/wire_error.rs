@@ -115,7 +115,7 @@ pub(crate) fn play(error: &Error) -> Played {
         Played::Reject(WireError::new(kind, message).with_status(status))
     };
     match error {
-        Error::Http { .. } | Error::Interrupted { .. } => Played::Disconnect,
+        Error::Http { .. } | Error::IncompleteStream { .. } => Played::Disconnect,
         Error::Stream {
             error_type,
             message,

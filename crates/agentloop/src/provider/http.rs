@@ -648,7 +648,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
                     continue;
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    return Poll::Ready(Err(Error::Interrupted {
+                    return Poll::Ready(Err(Error::IncompleteStream {
                         message: format!("the connection failed mid-stream: {}", error_chain(&e)),
                     }));
                 }

@@ -3,9 +3,9 @@
 //! `agentloop replay`.
 //!
 //! ```
-//! use agentloop::provider::replay::{Format, assemble};
+//! use agentloop::provider::replay::{WireFormat, assemble};
 //! let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
-//! let replayed = assemble(Format::OpenAi, body);
+//! let replayed = assemble(WireFormat::OpenAi, body);
 //! assert_eq!(replayed.response.text(), "Hi");
 //! assert!(replayed.error.is_none());
 //! ```
@@ -22,7 +22,7 @@ use crate::stream::{Accumulator, StreamEvent};
 
 /// A wire format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub enum WireFormat {
     /// OpenAI Chat Completions chunks (and every compatible server).
     OpenAi,
     /// Anthropic Messages events.
@@ -39,10 +39,10 @@ pub struct Replayed {
 }
 
 /// Assemble `body`, a whole recorded stream.
-pub fn assemble(format: Format, body: &[u8]) -> Replayed {
+pub fn assemble(format: WireFormat, body: &[u8]) -> Replayed {
     match format {
-        Format::OpenAi => run(ChunkDecoder::new("openai"), "openai", body),
-        Format::Anthropic => run(AnthropicDecoder::new(), "anthropic", body),
+        WireFormat::OpenAi => run(ChunkDecoder::new("openai"), "openai", body),
+        WireFormat::Anthropic => run(AnthropicDecoder::new(), "anthropic", body),
     }
 }
 

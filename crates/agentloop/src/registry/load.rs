@@ -34,17 +34,17 @@ const MANIFEST_KEYS: [&str; 4] = ["apiVersion", "kind", "metadata", "spec"];
 
 /// The syntax of a descriptor text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub enum Syntax {
     /// One tool per file.
     Json,
     /// One tool per document (documents separated by `---`).
     Yaml,
 }
 
-fn format_of(path: &Path) -> Option<Format> {
+fn format_of(path: &Path) -> Option<Syntax> {
     match path.extension()?.to_str()? {
-        "json" => Some(Format::Json),
-        "yaml" | "yml" => Some(Format::Yaml),
+        "json" => Some(Syntax::Json),
+        "yaml" | "yml" => Some(Syntax::Yaml),
         _ => None,
     }
 }
@@ -142,7 +142,7 @@ fn read_with(path: &Path, defaults: &PackDefaults) -> Result<Vec<ToolDescriptor>
     parse_with(&text, format, &path.display().to_string(), defaults)
 }
 
-fn read_text(path: &Path) -> Result<(Format, String)> {
+fn read_text(path: &Path) -> Result<(Syntax, String)> {
     let origin = path.display().to_string();
     let format = format_of(path).ok_or_else(|| {
         load_error(
@@ -158,14 +158,14 @@ fn read_text(path: &Path) -> Result<(Format, String)> {
 
 /// Parse descriptors from text (for files, see [`read_descriptors`]); `origin` names the
 /// text in errors.
-pub fn parse_descriptors(text: &str, format: Format, origin: &str) -> Result<Vec<ToolDescriptor>> {
+pub fn parse_descriptors(text: &str, format: Syntax, origin: &str) -> Result<Vec<ToolDescriptor>> {
     parse_with(text, format, origin, &PackDefaults::default())
 }
 
 /// Parse with the defaults of the pack directory the text belongs to.
 fn parse_with(
     text: &str,
-    format: Format,
+    format: Syntax,
     origin: &str,
     defaults: &PackDefaults,
 ) -> Result<Vec<ToolDescriptor>> {
@@ -180,17 +180,17 @@ fn parse_with(
 /// Call `f` with every non-empty document of the text.
 fn for_each_document(
     text: &str,
-    format: Format,
+    format: Syntax,
     origin: &str,
     mut f: impl FnMut(&Value, &Document<'_>) -> Result<()>,
 ) -> Result<()> {
     match format {
-        Format::Json => {
+        Syntax::Json => {
             let value: Value = serde_json::from_str(text)
                 .map_err(|e| Located::json(&e).into_error(origin, None))?;
             f(&value, &Document::Json(text))
         }
-        Format::Yaml => {
+        Syntax::Yaml => {
             for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
                 let value = Value::deserialize(doc)
                     .map_err(|e| Located::yaml(&e).into_error(origin, None))?;
@@ -435,7 +435,7 @@ mod tests {
     use super::*;
 
     fn yaml(text: &str) -> Result<Vec<ToolDescriptor>> {
-        parse_descriptors(text, Format::Yaml, "t.yaml")
+        parse_descriptors(text, Syntax::Yaml, "t.yaml")
     }
 
     #[test]

@@ -69,7 +69,7 @@
 //! Loading one of them and calling it:
 //!
 //! ```
-//! use agentloop::registry::{Format, Registry, parse_descriptors};
+//! use agentloop::registry::{Syntax, Registry, parse_descriptors};
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let yaml = r#"
 //! name: get_weather
@@ -81,7 +81,7 @@
 //!   template: '{"city": {{ city | tojson }}, "temp_c": 18}'
 //! "#;
 //! let mut registry = Registry::new();
-//! for descriptor in parse_descriptors(yaml, Format::Yaml, "weather.yaml")? {
+//! for descriptor in parse_descriptors(yaml, Syntax::Yaml, "weather.yaml")? {
 //!     registry.add_descriptor(descriptor)?;
 //! }
 //! let output = registry.call("get_weather", serde_json::json!({"city": "Paris"})).await;
@@ -147,7 +147,7 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolHandler, ToolOutput};
 pub use descriptor::{
     HttpSpec, McpSource, MockSpec, OnExhausted, ToolDescriptor, ToolMode, empty_object_schema,
 };
-pub use load::{Format, pack_file, parse_descriptors, read_descriptors, read_pack, tool_files};
+pub use load::{Syntax, pack_file, parse_descriptors, read_descriptors, read_pack, tool_files};
 
 pub(crate) use load::load_error;
 
@@ -296,7 +296,7 @@ impl Registry {
 
     /// Register an in-code tool (typed function tools from [`Tool::function`] included).
     pub fn register(&mut self, tool: Tool) -> Result<()> {
-        let name = tool.tool_name().to_owned();
+        let name = tool.name().to_owned();
         self.check_free(&name, &ToolSource::Code)?;
         let definition = tool.definition();
         let descriptor = ToolDescriptor {
@@ -309,7 +309,7 @@ impl Registry {
             http: None,
             mcp: None,
             timeout_ms: tool
-                .get_timeout()
+                .timeout()
                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         };
         self.entries.push(Entry {
@@ -413,7 +413,7 @@ impl Registry {
             input
         };
         tool.validate(&input).map_err(ToolError::InvalidArguments)?;
-        let handler = tool.get_handler().ok_or_else(|| {
+        let handler = tool.handler().ok_or_else(|| {
             ToolError::Failed(format!(
                 "tool `{name}` has no handler; register one for it to be callable"
             ))
@@ -421,7 +421,7 @@ impl Registry {
         let cancel = CancellationToken::new();
         let ctx = ToolContext::new(format!("direct_{name}"), name, cancel.clone(), None);
         let _cancel_on_exit = cancel.drop_guard();
-        let timeout = tool.get_timeout().unwrap_or(DEFAULT_CALL_TIMEOUT);
+        let timeout = tool.timeout().unwrap_or(DEFAULT_CALL_TIMEOUT);
         tokio::time::timeout(timeout, handler.call(ctx, input))
             .await
             .unwrap_or_else(|_| {
@@ -580,10 +580,10 @@ fn finish(
     descriptor: &ToolDescriptor,
 ) -> Tool {
     if let Some(executor) = executor {
-        tool = tool.handler_arc(executor);
+        tool = tool.with_shared_handler(executor);
     }
     if let Some(timeout) = descriptor.timeout() {
-        tool = tool.timeout(timeout);
+        tool = tool.with_timeout(timeout);
     }
     tool
 }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::events;
-use super::hooks::{StepInfo, StopInfo, ToolDecision, WithHistory};
+use super::hooks::{StepRequest, StopInfo, ToolDecision, WithHistory};
 use super::machine::{Action, Machine};
 use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
@@ -41,15 +41,14 @@ impl ToolSet {
     pub(crate) fn new(tools: impl IntoIterator<Item = Tool>) -> Self {
         let mut set = Tools::default();
         for tool in tools {
-            match set.by_name.get(tool.tool_name()) {
+            match set.by_name.get(tool.name()) {
                 Some(&at) => {
                     if let Some(slot) = set.list.get_mut(at) {
                         *slot = tool;
                     }
                 }
                 None => {
-                    set.by_name
-                        .insert(tool.tool_name().to_owned(), set.list.len());
+                    set.by_name.insert(tool.name().to_owned(), set.list.len());
                     set.list.push(tool);
                 }
             }
@@ -68,11 +67,7 @@ impl ToolSet {
     }
 
     fn names(&self) -> Vec<String> {
-        self.0
-            .list
-            .iter()
-            .map(|t| t.tool_name().to_owned())
-            .collect()
+        self.0.list.iter().map(|t| t.name().to_owned()).collect()
     }
 
     /// The function definitions to send. A native tool's handler has none: the request's
@@ -160,7 +155,7 @@ impl StopSignal<'_> {
         };
         tokio::select! {
             biased;
-            _ = self.cancel.cancelled() => RunStopReason::Interrupted,
+            _ = self.cancel.cancelled() => RunStopReason::Cancelled,
             _ = timeout => RunStopReason::Timeout,
         }
     }
@@ -451,64 +446,42 @@ impl Driver {
         });
     }
 
-    /// The step's model call, with the request the step hooks prepared when there are any.
+    /// The step's model call, with the request the prepare-step hooks returned when there are
+    /// any (they get a copy: the machine's request stays the run's own).
     async fn call_step(
         &self,
         machine: &Machine,
         step: usize,
         stop: &StopSignal<'_>,
     ) -> Result<Response, ModelFailure> {
-        let hooks = &self.options.hooks;
-        if hooks.prepare_step.is_empty() && hooks.before_model_call.is_empty() {
+        if self.options.hooks.prepare_step.is_empty() {
             return self.call_model(machine.request(), stop).await;
         }
-        let prepared = self.prepare(machine.request().clone(), machine, step).await;
+        let prepared = self.prepare(machine, step).await;
         self.call_model(&prepared, stop).await
     }
 
-    /// Apply the prepare-step and before-model-call hooks. Not an `async fn`, which would hold
-    /// the request twice (see [`Self::drive`]).
+    /// Apply the prepare-step hooks. Not an `async fn`, which would hold the request twice
+    /// (see [`Self::drive`]).
     #[expect(
         clippy::manual_async_fn,
         reason = "an async fn doubles the future's arguments"
     )]
     fn prepare<'a>(
         &'a self,
-        mut request: Request,
         machine: &'a Machine,
         step: usize,
     ) -> impl Future<Output = Request> + 'a {
         async move {
-            let hooks = &self.options.hooks;
-            for hook in &hooks.prepare_step {
-                let changes = hook(StepInfo {
+            let mut request = machine.request().clone();
+            for hook in &self.options.hooks.prepare_step {
+                request = hook(StepRequest {
                     step,
                     tool_calls: machine.tool_calls(),
                     usage: machine.usage(),
-                    messages: machine.messages().to_vec(),
+                    request,
                 })
                 .await;
-                if let Some(model) = changes.model {
-                    request.model = model;
-                }
-                if let Some(choice) = changes.tool_choice {
-                    request.tool_choice = Some(choice);
-                }
-                if let Some(active) = changes.active_tools {
-                    request.tools.retain(|t| match t.function_name() {
-                        Some(name) => active.iter().any(|a| a == name),
-                        None => true,
-                    });
-                }
-                if let Some(system) = changes.system {
-                    request.system = Some(system);
-                }
-                if let Some(messages) = changes.messages {
-                    request.messages = messages;
-                }
-            }
-            for hook in &hooks.before_model_call {
-                request = hook(request).await;
             }
             request
         }
@@ -653,7 +626,7 @@ impl Driver {
         if let Err(violations) = tool.validate(&input) {
             return ToolOutcome::InvalidArguments { violations };
         }
-        let Some(handler) = tool.get_handler() else {
+        let Some(handler) = tool.handler() else {
             return ToolOutcome::Failed {
                 message: format!(
                     "tool `{}` has no handler; register one for it to be callable",
@@ -661,7 +634,7 @@ impl Driver {
                 ),
             };
         };
-        let timeout = tool.get_timeout().unwrap_or(self.options.tool_timeout);
+        let timeout = tool.timeout().unwrap_or(self.options.tool_timeout);
         let cancel = self.cancel.child_token();
         let ctx = ToolContext::new(
             call.id.clone(),

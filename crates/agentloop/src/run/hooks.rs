@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::outcome::ToolOutcome;
 use super::result::RunStopReason;
 use crate::message::{Message, Request, Response, Usage};
-use crate::tool::{ToolCall, ToolChoice};
+use crate::tool::ToolCall;
 
 /// What the prompt hook decides.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,32 +34,21 @@ pub enum ToolDecision {
     Block(String),
 }
 
-/// Per-step changes from the prepare-step hook. `None` leaves a field as it is.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PrepareStep {
-    /// Use this model for the step.
-    pub model: Option<String>,
-    /// Use this tool choice for the step.
-    pub tool_choice: Option<ToolChoice>,
-    /// Offer only these tools (by name) in the step.
-    pub active_tools: Option<Vec<String>>,
-    /// Use this system prompt for the step.
-    pub system: Option<String>,
-    /// Send these messages instead of the history for the step (the history is unchanged).
-    pub messages: Option<Vec<Message>>,
-}
-
-/// What the prepare-step hook sees.
+/// What the prepare-step hook gets: the request the step is about to send and where the run
+/// stands. The hook returns the request to send, edited or not (model, tool choice, offered
+/// tools with [`Request::retain_tools`], system prompt, sampling, or the messages). The edits
+/// hold for this step only: the run's history and its next steps are unchanged.
 #[derive(Debug, Clone)]
-pub struct StepInfo {
+pub struct StepRequest {
     /// The step about to start (0-based).
     pub step: usize,
     /// Tool calls answered so far.
     pub tool_calls: u32,
     /// Usage so far.
     pub usage: Usage,
-    /// The history so far.
-    pub messages: Vec<Message>,
+    /// The request the step sends unless the hook returns another; its `messages` are the
+    /// history so far.
+    pub request: Request,
 }
 
 /// What the stop hook sees.
@@ -138,8 +127,7 @@ where
 #[derive(Clone, Default)]
 pub struct Hooks {
     pub(crate) on_prompt: Vec<Hook<WithHistory<Message>, PromptDecision>>,
-    pub(crate) prepare_step: Vec<Hook<StepInfo, PrepareStep>>,
-    pub(crate) before_model_call: Vec<Hook<Request, Request>>,
+    pub(crate) prepare_step: Vec<Hook<StepRequest, Request>>,
     pub(crate) after_response: Vec<Hook<WithHistory<Response>, ()>>,
     pub(crate) before_tool: Vec<Hook<WithHistory<ToolCall>, ToolDecision>>,
     pub(crate) after_tool: Vec<Hook<(WithHistory<ToolCall>, ToolOutcome), ToolOutcome>>,
@@ -151,7 +139,6 @@ impl std::fmt::Debug for Hooks {
         f.debug_struct("Hooks")
             .field("on_prompt", &self.on_prompt.len())
             .field("prepare_step", &self.prepare_step.len())
-            .field("before_model_call", &self.before_model_call.len())
             .field("after_response", &self.after_response.len())
             .field("before_tool", &self.before_tool.len())
             .field("after_tool", &self.after_tool.len())
@@ -176,24 +163,28 @@ impl Hooks {
         self
     }
 
-    /// Before each step: change the model, tool choice, active tools, system prompt or
-    /// messages for that step.
+    /// Before each model call: return the request the step sends, edited or not (see
+    /// [`StepRequest`]). Several hooks chain, each getting the request the one before returned.
+    ///
+    /// ```
+    /// use agentloop::run::Hooks;
+    /// use agentloop::ToolChoice;
+    /// // Make the first step call `search`, then offer only `answer`.
+    /// let hooks = Hooks::new().prepare_step(|mut step| async move {
+    ///     if step.step == 0 {
+    ///         step.request.tool_choice = Some(ToolChoice::tool("search"));
+    ///     } else {
+    ///         step.request.retain_tools(&["answer"]);
+    ///     }
+    ///     step.request
+    /// });
+    /// ```
     pub fn prepare_step<F, Fut>(mut self, f: F) -> Self
     where
-        F: Fn(StepInfo) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = PrepareStep> + Send + 'static,
-    {
-        self.prepare_step.push(boxed(f));
-        self
-    }
-
-    /// Before each model call: return the request to send (edited or not).
-    pub fn before_model_call<F, Fut>(mut self, f: F) -> Self
-    where
-        F: Fn(Request) -> Fut + Send + Sync + 'static,
+        F: Fn(StepRequest) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Request> + Send + 'static,
     {
-        self.before_model_call.push(boxed(f));
+        self.prepare_step.push(boxed(f));
         self
     }
 

@@ -379,7 +379,7 @@ impl Machine {
         if let Some((run, skipped)) = self.take_pending_tools() {
             let why = match &reason {
                 RunStopReason::Timeout => "the run timed out".to_owned(),
-                RunStopReason::Interrupted => "the run was cancelled".to_owned(),
+                RunStopReason::Cancelled => "the run was cancelled".to_owned(),
                 RunStopReason::Custom(name) => {
                     format!("the run stopped (stop condition `{name}`)")
                 }
@@ -442,11 +442,11 @@ impl Machine {
         self.tool_calls
     }
 
-    /// The run's result (call when done; before that the stop reason is `interrupted`).
+    /// The run's result (call when done; before that the stop reason is `cancelled`).
     pub fn into_result(self) -> RunResult {
         let stop_reason = match self.phase {
             Phase::Done { reason } => reason,
-            _ => RunStopReason::Interrupted,
+            _ => RunStopReason::Cancelled,
         };
         let response = self
             .steps

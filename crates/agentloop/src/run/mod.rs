@@ -8,18 +8,18 @@
 //! Cancellation belongs to a run: every run has its own token, a child of
 //! [`RunOptions::cancel`] when that is set. [`RunStream::cancel`] (or a
 //! [`RunStream::cancel_handle`] moved to another task) stops a streamed run, the token passed
-//! in its options a blocking one; either ends it promptly with [`RunStopReason::Interrupted`]
+//! in its options a blocking one; either ends it promptly with [`RunStopReason::Cancelled`]
 //! and a valid history, and no other run of the same agent or options notices.
 //!
 //! ```
-//! # use agentloop::{Agent, Message, run::RunStopReason};
+//! # use agentloop::{Agent, run::RunStopReason};
 //! # use agentloop_testkit::{ScriptedModel, Turn};
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let agent = Agent::builder(ScriptedModel::new([Turn::text("Hello!")])).build();
 //! let token = tokio_util::sync::CancellationToken::new();
-//! let run = agent.run_with(vec![Message::user("Hi")], agent.options().cancel_token(token.clone()));
+//! let run = agent.with_options(|o| o.cancel = Some(token.clone())).run("Hi");
 //! token.cancel(); // from any task
-//! assert_eq!(run.await?.stop_reason, RunStopReason::Interrupted);
+//! assert_eq!(run.await?.stop_reason, RunStopReason::Cancelled);
 //! # Ok::<(), agentloop::Error>(()) }).unwrap();
 //! ```
 //!
@@ -66,6 +66,7 @@
 mod driver;
 mod events;
 mod hooks;
+mod input;
 mod machine;
 mod options;
 mod outcome;
@@ -80,9 +81,8 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use tokio_util::sync::CancellationToken;
 
-pub use hooks::{
-    Hooks, PrepareStep, PromptDecision, StepInfo, StopInfo, ToolDecision, WithHistory,
-};
+pub use hooks::{Hooks, PromptDecision, StepRequest, StopInfo, ToolDecision, WithHistory};
+pub use input::RunInput;
 pub use machine::{Action, Machine};
 pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
@@ -209,7 +209,7 @@ impl std::fmt::Debug for RunStream {
 }
 
 impl RunStream {
-    /// Stop this run: it ends promptly with `run_finish` and [`RunStopReason::Interrupted`],
+    /// Stop this run: it ends promptly with `run_finish` and [`RunStopReason::Cancelled`],
     /// keeping only complete content, and a valid history. Other runs are not touched.
     pub fn cancel(&self) {
         self.cancel.cancel();

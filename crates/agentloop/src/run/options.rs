@@ -61,7 +61,9 @@ pub enum StopMoment {
 /// A named predicate over the run's state; any that returns true stops the run with
 /// [`super::RunStopReason::Custom`] carrying its name. It is checked after every complete step
 /// unless made to act earlier, after the response and before its tools, with
-/// [`StopCondition::before_tools`] (see [`StopMoment`]).
+/// [`StopCondition::before_tools`] (see [`StopMoment`]). Limits with a stop reason of their
+/// own are [`Limits`] fields instead: steps ([`Limits::max_tool_iterations`]), tool calls and
+/// tokens.
 ///
 /// ```
 /// use agentloop::run::{StopCondition, StopMoment};
@@ -69,7 +71,7 @@ pub enum StopMoment {
 /// // response are answered as not run.
 /// let finish = StopCondition::tool_called("finish").before_tools();
 /// assert_eq!(finish.moment(), StopMoment::BeforeTools);
-/// assert_eq!(StopCondition::step_count(3).moment(), StopMoment::AfterStep);
+/// assert_eq!(StopCondition::tool_called("report").moment(), StopMoment::AfterStep);
 /// ```
 #[derive(Clone)]
 pub struct StopCondition {
@@ -117,11 +119,6 @@ impl StopCondition {
         self.moment
     }
 
-    /// Stop after `n` steps.
-    pub fn step_count(n: usize) -> Self {
-        Self::new(format!("step_count({n})"), move |m| m.steps().len() >= n)
-    }
-
     /// Stop once a step called the tool `name` (with [`Self::before_tools`], before that call
     /// and the others of its response run).
     pub fn tool_called(name: impl Into<String>) -> Self {
@@ -130,13 +127,6 @@ impl StopCondition {
             m.steps()
                 .last()
                 .is_some_and(|s| s.tool_calls.iter().any(|c| c.name == name))
-        })
-    }
-
-    /// Stop once the run used at least `tokens` input+output tokens.
-    pub fn token_budget(tokens: u64) -> Self {
-        Self::new(format!("token_budget({tokens})"), move |m| {
-            m.usage().total_tokens() >= tokens
         })
     }
 
@@ -176,7 +166,7 @@ pub struct RunOptions {
     /// A token that cancels every run started with these options, from any task (none by
     /// default). Each run gets its own child of it, so a run's own handle
     /// ([`super::RunStream::cancel_handle`]) stops that run only. Set it per run (with
-    /// [`crate::Agent::run_with`]) to cancel a blocking run; set on an agent, cancelling it
+    /// [`crate::Agent::with_options`]) to cancel a blocking run; set on an agent, cancelling it
     /// stops every run of the agent, later ones included.
     pub cancel: Option<CancellationToken>,
     /// Shared state handed to tool handlers through [`crate::ToolContext::state`].

@@ -31,8 +31,10 @@ pub enum RunStopReason {
     Timeout,
     /// A `stop_when` condition fired; holds its name.
     Custom(String),
-    /// The run was cancelled.
-    Interrupted,
+    /// The run was cancelled (its token, [`super::RunStream::cancel`], or a conversation's
+    /// interrupt). (`interrupted` in runs saved before the rename.)
+    #[serde(alias = "interrupted")]
+    Cancelled,
     /// The model repeated the same invalid tool call; holds the tool's name.
     RepeatedInvalidCall(String),
     /// A model call failed; [`RunResult::error`] holds the error.
@@ -53,7 +55,7 @@ impl RunStopReason {
             Self::TokenBudget => "token_budget",
             Self::Timeout => "timeout",
             Self::Custom(_) => "custom",
-            Self::Interrupted => "interrupted",
+            Self::Cancelled => "cancelled",
             Self::RepeatedInvalidCall(_) => "repeated_invalid_call",
             Self::Error => "error",
             Self::AwaitingToolResults => "awaiting_tool_results",

@@ -246,7 +246,8 @@ impl ToolCall {
     }
 }
 
-/// A tool: its definition, and optionally the handler that runs it.
+/// A tool: its definition, and optionally the handler that runs it. Settings are `with_*`
+/// methods that return the tool; getters take the plain name (`name()`, `timeout()`).
 ///
 /// ```
 /// use agentloop::Tool;
@@ -263,7 +264,9 @@ impl ToolCall {
 /// let tool = Tool::function("get_weather", "Current weather for a city", |args: GetWeather| async move {
 ///     Ok::<_, std::convert::Infallible>(format!("18 °C in {}", args.city))
 /// });
-/// assert_eq!(tool.tool_name(), "get_weather");
+/// let tool = tool.with_timeout(std::time::Duration::from_secs(5));
+/// assert_eq!(tool.name(), "get_weather");
+/// assert_eq!(tool.timeout(), Some(std::time::Duration::from_secs(5)));
 /// ```
 #[derive(Clone)]
 pub struct Tool {
@@ -331,10 +334,10 @@ impl Tool {
     ///     Ok::<_, ToolError>(ToolOutput::text(format!("would run {}", input["command"])))
     /// });
     /// assert!(bash.is_native());
-    /// assert_eq!(tools::bash().client_name(), Some(bash.tool_name()));
+    /// assert_eq!(tools::bash().client_name(), Some(bash.name()));
     /// ```
     pub fn native(name: impl Into<String>, handler: impl ToolHandler) -> Self {
-        Self::native_slot(name).handler(handler)
+        Self::native_slot(name).with_handler(handler)
     }
 
     /// [`Self::native`] before its handler is attached.
@@ -418,56 +421,61 @@ impl Tool {
         Fut: std::future::Future<Output = std::result::Result<R, E>> + Send + 'static,
     {
         let description = description.into();
-        let mut tool = Self::from_type::<T>().name(name);
+        let mut tool = Self::from_type::<T>().with_name(name);
         if !cfg!(feature = "validation") || schema::serde_enforces(&tool.definition.input_schema) {
             tool.accepts = Some(deserializes_into::<T>);
         }
         if !description.is_empty() {
-            tool = tool.description(description);
+            tool = tool.with_description(description);
         }
-        tool.handler(handler::TypedHandler::new(handler))
+        tool.with_handler(handler::TypedHandler::new(handler))
     }
 
     /// Set the name.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
         Arc::make_mut(&mut self.definition).name = name.into();
         self
     }
 
     /// Set the description.
-    pub fn description(mut self, description: impl Into<String>) -> Self {
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
         Arc::make_mut(&mut self.definition).description = description.into();
         self
     }
 
     /// Ask for strict schema adherence where the provider supports it (OpenAI).
-    pub fn strict(mut self, strict: bool) -> Self {
+    pub fn with_strict(mut self, strict: bool) -> Self {
         Arc::make_mut(&mut self.definition).strict = strict;
         self
     }
 
     /// Attach or replace the handler.
-    pub fn handler(mut self, handler: impl ToolHandler) -> Self {
+    pub fn with_handler(mut self, handler: impl ToolHandler) -> Self {
         self.handler = Some(Arc::new(handler));
         self
     }
 
     /// Attach a shared handler.
-    pub fn handler_arc(mut self, handler: Arc<dyn ToolHandler>) -> Self {
+    pub fn with_shared_handler(mut self, handler: Arc<dyn ToolHandler>) -> Self {
         self.handler = Some(handler);
         self
     }
 
     /// Per-tool timeout (the run's default applies otherwise). Like any async timeout it takes
     /// effect where the tool awaits: run blocking work with `tokio::task::spawn_blocking`.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
 
     /// The tool's name.
-    pub fn tool_name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.definition.name
+    }
+
+    /// The tool's description.
+    pub fn description(&self) -> &str {
+        &self.definition.description
     }
 
     /// The definition sent to the model.
@@ -476,12 +484,12 @@ impl Tool {
     }
 
     /// The handler, if one is attached.
-    pub fn get_handler(&self) -> Option<&Arc<dyn ToolHandler>> {
+    pub fn handler(&self) -> Option<&Arc<dyn ToolHandler>> {
         self.handler.as_ref()
     }
 
     /// The per-tool timeout, if set.
-    pub fn get_timeout(&self) -> Option<Duration> {
+    pub fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
 
@@ -562,7 +570,7 @@ impl Tool {
     pub async fn execute(&self, input: Value) -> Result<ToolOutput> {
         use futures::FutureExt;
 
-        let tool = self.tool_name();
+        let tool = self.name();
         let bad_arguments = |message: String| Error::ToolArgumentParse {
             tool: tool.to_owned(),
             message,
@@ -585,7 +593,7 @@ impl Tool {
             bad_arguments(each.join("; "))
         };
         self.validate(&input).map_err(explain)?;
-        let handler = self.get_handler().ok_or_else(|| {
+        let handler = self.handler().ok_or_else(|| {
             failed("it has no handler; attach one with `Tool::handler` to run it".to_owned())
         })?;
         let cancel = tokio_util::sync::CancellationToken::new();

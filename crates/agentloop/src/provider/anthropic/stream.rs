@@ -482,7 +482,7 @@ impl SseDecoder for AnthropicDecoder {
             self.on_message_stop(out);
             return Ok(());
         }
-        Err(Error::Interrupted {
+        Err(Error::IncompleteStream {
             message: "the Anthropic stream ended before the message was complete (no stop reason, no message_stop); the answer may be cut short, so send the request again".to_owned(),
         })
     }

@@ -98,7 +98,7 @@ struct Call {
 /// tool-call events as they arrive, `ToolCallEnd` for every call when the finish reason
 /// arrives, and `Usage` plus `MessageStop` when the stream ends (`data: [DONE]`, or the body
 /// ending after a finish reason). A body that ends with neither is
-/// [`Error::Interrupted`]; an error object in a chunk or an `event: error` is
+/// [`Error::IncompleteStream`]; an error object in a chunk or an `event: error` is
 /// [`Error::Stream`], after whatever the same chunk carried.
 #[derive(Debug)]
 pub struct ChunkDecoder {
@@ -456,7 +456,7 @@ impl SseDecoder for ChunkDecoder {
             self.complete(out);
             return Ok(());
         }
-        Err(Error::Interrupted {
+        Err(Error::IncompleteStream {
             message: format!(
                 "the {} stream ended before the response was complete (no finish_reason and no [DONE])",
                 self.provider
