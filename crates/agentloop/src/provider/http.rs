@@ -126,9 +126,13 @@ pub struct HttpConfig {
     pub connect_timeout: Duration,
     /// Whole-request timeout for non-streamed calls (default 10 min).
     pub request_timeout: Duration,
-    /// Longest silence allowed between two chunks of a stream, and before the first (default
-    /// 5 min; reasoning models can think for a long time before the first token).
+    /// Longest silence allowed between two chunks of a stream, and before the first unless
+    /// [`Self::first_chunk_timeout`] is set (default 5 min; reasoning models can think for a
+    /// long time before the first token).
     pub idle_timeout: Duration,
+    /// Longest wait for a stream's first chunk once the response started; `None` (the
+    /// default) waits as long as [`Self::idle_timeout`].
+    pub first_chunk_timeout: Option<Duration>,
     /// Retries.
     pub retry: RetryPolicy,
 }
@@ -143,6 +147,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("first_chunk_timeout", &self.first_chunk_timeout)
             .field("retry", &self.retry)
             .finish()
     }
@@ -158,6 +163,7 @@ impl HttpConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(600),
             idle_timeout: Duration::from_secs(300),
+            first_chunk_timeout: None,
             retry: RetryPolicy::default(),
         }
     }
@@ -452,13 +458,17 @@ impl Transport {
     ) -> EventStream {
         let transport = self.clone();
         let path = path.to_owned();
-        let idle = self.inner.config.idle_timeout;
+        let config = &self.inner.config;
+        let silence = Silence {
+            first_chunk: config.first_chunk_timeout.unwrap_or(config.idle_timeout),
+            idle: config.idle_timeout,
+        };
         let connect = Box::pin(async move { transport.send(&path, &body, &extra, None).await });
         Box::pin(SseStream {
             state: SseState::Connecting {
                 connect,
                 decoder: Some(decoder),
-                idle,
+                silence,
                 // A function rather than a boxed stream: the body's own type stays known, so
                 // reading a chunk is no call through a `dyn Stream`.
                 body: reqwest::Response::bytes_stream,
@@ -502,11 +512,18 @@ enum SseState<D, B, F> {
     Connecting {
         connect: Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>,
         decoder: Option<D>,
-        idle: Duration,
+        silence: Silence,
         body: F,
     },
     Reading(Reading<D, B>),
     Done,
+}
+
+/// The longest silences a stream may keep: before its first chunk and between two.
+#[derive(Debug, Clone, Copy)]
+struct Silence {
+    first_chunk: Duration,
+    idle: Duration,
 }
 
 struct Reading<D, B> {
@@ -517,8 +534,8 @@ struct Reading<D, B> {
     decoder: D,
     /// The events decoded from one SSE event (usually one), not handed out yet.
     pending: VecDeque<StreamEvent>,
-    idle: Duration,
-    /// Armed for `idle` after the last chunk known when it was last set; see
+    silence: Silence,
+    /// Armed for the allowed silence after the last chunk known when it was last set; see
     /// [`Reading::poll_read`].
     timer: Armed<Pin<Box<tokio::time::Sleep>>>,
     last_chunk: Instant,
@@ -545,7 +562,7 @@ where
                 SseState::Connecting {
                     connect,
                     decoder,
-                    idle,
+                    silence,
                     body,
                 } => {
                     let response = match ready!(connect.as_mut().poll(cx)) {
@@ -559,7 +576,7 @@ where
                         this.state = SseState::Done;
                         return Poll::Ready(None);
                     };
-                    let reading = Reading::new(body(response), decoder, *idle);
+                    let reading = Reading::new(body(response), decoder, *silence);
                     this.state = SseState::Reading(reading);
                 }
                 SseState::Reading(reading) => {
@@ -586,15 +603,15 @@ where
 }
 
 impl<D, B> Reading<D, B> {
-    fn new(body: B, decoder: D, idle: Duration) -> Self {
+    fn new(body: B, decoder: D, silence: Silence) -> Self {
         Self {
             body,
             chunk: Bytes::new(),
             parser: SseParser::new(),
             decoder,
             pending: VecDeque::new(),
-            idle,
-            timer: Armed::new(Box::pin(tokio::time::sleep(idle))),
+            silence,
+            timer: Armed::new(Box::pin(tokio::time::sleep(silence.first_chunk))),
             last_chunk: Instant::now(),
             got_first: false,
             ended: false,
@@ -670,17 +687,14 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
                 Poll::Pending => {}
             }
             ready!(self.timer.poll(cx));
-            let deadline = later(self.last_chunk, self.idle);
+            let (kind, after) = if self.got_first {
+                (TimeoutKind::Idle, self.silence.idle)
+            } else {
+                (TimeoutKind::FirstChunk, self.silence.first_chunk)
+            };
+            let deadline = later(self.last_chunk, after);
             if deadline <= Instant::now() {
-                let kind = if self.got_first {
-                    TimeoutKind::Idle
-                } else {
-                    TimeoutKind::FirstChunk
-                };
-                return Poll::Ready(Err(Error::Timeout {
-                    kind,
-                    after: self.idle,
-                }));
+                return Poll::Ready(Err(Error::Timeout { kind, after }));
             }
             self.timer.get_mut().as_mut().reset(deadline);
         }
@@ -824,8 +838,41 @@ mod tests {
 
     fn decoded_by<D>(decoder: D, body: Body) -> SseStream<D, Body, fn(reqwest::Response) -> Body> {
         SseStream {
-            state: SseState::Reading(Reading::new(body, decoder, Duration::from_secs(1))),
+            state: SseState::Reading(Reading::new(body, decoder, ONE_SECOND)),
         }
+    }
+
+    const ONE_SECOND: Silence = Silence {
+        first_chunk: Duration::from_secs(1),
+        idle: Duration::from_secs(1),
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_chunk_timeout_of_its_own_waits_longer_only_for_the_first() {
+        let silence = Silence {
+            first_chunk: Duration::from_secs(3),
+            idle: Duration::from_secs(1),
+        };
+        let reading = |body| SseStream::<_, Body, fn(reqwest::Response) -> Body> {
+            state: SseState::Reading(Reading::new(body, Texts, silence)),
+        };
+        // The first chunk at 2.5 s is in time; then 1 s of silence is too much.
+        let started = Instant::now();
+        let items: Vec<_> = reading(body(&[2500, 3000], true)).collect().await;
+        assert_eq!(started.elapsed(), Duration::from_millis(4000));
+        assert_eq!(items.len(), 3, "{items:?}");
+        assert!(
+            matches!(&items[2], Err(Error::Timeout { kind: TimeoutKind::Idle, after }) if *after == Duration::from_secs(1)),
+            "{items:?}"
+        );
+        // No first chunk within 3 s.
+        let started = Instant::now();
+        let items: Vec<_> = reading(body(&[], true)).collect().await;
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+        assert!(
+            matches!(&items[..], [Err(Error::Timeout { kind: TimeoutKind::FirstChunk, after })] if *after == Duration::from_secs(3)),
+            "{items:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
