@@ -179,8 +179,12 @@ impl Display {
     }
 
     fn summary(&self, result: &RunResult) -> String {
+        let cost = result
+            .cost
+            .map(|c| format!(", ${}", c.total.round_dp(6).normalize()))
+            .unwrap_or_default();
         format!(
-            "[{} step(s), {} tool call(s), {} tokens in / {} out, {:.1}s, stop: {}]",
+            "[{} step(s), {} tool call(s), {} tokens in / {} out{cost}, {:.1}s, stop: {}]",
             result.steps.len(),
             result.tool_calls,
             result.usage.input_tokens,

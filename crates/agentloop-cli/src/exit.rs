@@ -38,6 +38,7 @@ pub fn for_run(result: &RunResult) -> ExitCode {
         | RunStopReason::MaxToolCalls
         | RunStopReason::MaxTokens
         | RunStopReason::TokenBudget
+        | RunStopReason::CostBudget
         | RunStopReason::Custom(_)
         | RunStopReason::RepeatedInvalidCall(_) => LIMIT,
     })

@@ -3,6 +3,37 @@
 use agentloop::run::RunResult;
 use serde_json::{Value, json};
 
+/// The run's cost in USD, or why there is none: a missing price is not a zero.
+fn cost_json(result: &RunResult) -> Value {
+    match &result.cost {
+        Some(cost) => json!({
+            "total": cost.total,
+            "currency": agentloop::cost::Cost::CURRENCY,
+            "input": cost.input,
+            "output": cost.output,
+            "cache_read": cost.cache_read,
+            "cache_write": cost.cache_write,
+        }),
+        None => {
+            let unpriced: Vec<&str> = result
+                .steps
+                .iter()
+                .filter(|s| s.cost.is_none())
+                .map(|s| s.response.model.as_str())
+                .collect();
+            json!({
+                "total": null,
+                "currency": agentloop::cost::Cost::CURRENCY,
+                "unknown": if unpriced.is_empty() {
+                    "no model call was made".to_owned()
+                } else {
+                    format!("no price for model {}", unpriced.join(", "))
+                },
+            })
+        }
+    }
+}
+
 /// One JSON document describing a finished run.
 pub fn run_json(result: &RunResult) -> Value {
     let steps: Vec<Value> = result
@@ -33,6 +64,7 @@ pub fn run_json(result: &RunResult) -> Value {
                 "stop_reason": step.response.stop_reason,
                 "tool_calls": calls,
                 "usage": step.response.usage,
+                "cost": step.cost.map(|c| c.total),
                 "duration_ms": step.duration.as_millis() as u64,
             })
         })
@@ -43,6 +75,7 @@ pub fn run_json(result: &RunResult) -> Value {
         "turns": result.turns,
         "tool_calls": result.tool_calls,
         "usage": result.usage,
+        "cost": cost_json(result),
         "steps": steps,
     });
     if let Some(error) = &result.error {

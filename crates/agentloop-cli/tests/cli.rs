@@ -68,7 +68,7 @@ fn without_durations(mut doc: Value) -> Value {
     doc
 }
 
-async fn run_json_against(wire: Wire, model: &str) {
+async fn run_json_against(wire: Wire, model: &str, cost: Value, step_costs: [Value; 2]) {
     let server = MockServer::start(
         wire,
         [
@@ -114,6 +114,7 @@ async fn run_json_against(wire: Wire, model: &str) {
             "turns": 2,
             "tool_calls": 1,
             "usage": {"input_tokens": 80, "output_tokens": 17, "cache_read_tokens": 0, "cache_write_tokens": 0},
+            "cost": cost,
             "steps": [
                 {
                     "index": 0,
@@ -126,14 +127,16 @@ async fn run_json_against(wire: Wire, model: &str) {
                         "outcome": "completed",
                         "result": {"content": "{\"city\":\"Lyon\",\"temperature_c\":21}", "is_error": false}
                     }],
-                    "usage": {"input_tokens": 30, "output_tokens": 9, "cache_read_tokens": 0, "cache_write_tokens": 0}
+                    "usage": {"input_tokens": 30, "output_tokens": 9, "cache_read_tokens": 0, "cache_write_tokens": 0},
+                    "cost": step_costs[0]
                 },
                 {
                     "index": 1,
                     "text": "It is 21 °C in Lyon.",
                     "stop_reason": "end_turn",
                     "tool_calls": [],
-                    "usage": {"input_tokens": 50, "output_tokens": 8, "cache_read_tokens": 0, "cache_write_tokens": 0}
+                    "usage": {"input_tokens": 50, "output_tokens": 8, "cache_read_tokens": 0, "cache_write_tokens": 0},
+                    "cost": step_costs[1]
                 }
             ]
         })
@@ -143,12 +146,40 @@ async fn run_json_against(wire: Wire, model: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn run_json_over_the_openai_wire_with_a_descriptor_tool() {
-    run_json_against(Wire::OpenAi, "openai-compatible/test-model").await;
+    // No price table knows a local model: the cost says so instead of claiming zero.
+    let unknown = json!({
+        "total": null,
+        "currency": "USD",
+        "unknown": "no price for model test-model, test-model",
+    });
+    run_json_against(
+        Wire::OpenAi,
+        "openai-compatible/test-model",
+        unknown,
+        [Value::Null, Value::Null],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn run_json_over_the_anthropic_wire_with_a_descriptor_tool() {
-    run_json_against(Wire::Anthropic, "anthropic/claude-test").await;
+    // The built-in table (genai-prices): Claude Sonnet 4.5 at 3 USD per million tokens in and
+    // 15 out, so 30 × 3 + 9 × 15 and 50 × 3 + 8 × 15 per million.
+    let cost = json!({
+        "total": "0.000495",
+        "currency": "USD",
+        "input": "0.00024",
+        "output": "0.000255",
+        "cache_read": "0",
+        "cache_write": "0",
+    });
+    run_json_against(
+        Wire::Anthropic,
+        "anthropic/claude-sonnet-4-5",
+        cost,
+        [json!("0.000225"), json!("0.00027")],
+    )
+    .await;
 }
 
 #[test]

@@ -152,6 +152,7 @@ fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<Str
         RunStopReason::TokenBudget => {
             "the token budget (max_total_tokens) of the agent was used up".into()
         }
+        RunStopReason::CostBudget => "the cost budget (max_cost) of the agent was used up".into(),
         RunStopReason::Timeout => "the answer took longer than the agent's timeout".into(),
         RunStopReason::RepeatedInvalidCall(tool) => {
             format!("the model repeated the same invalid call to `{tool}`")

@@ -361,6 +361,18 @@ impl AgentBuilder {
         self
     }
 
+    /// Price steps with `prices` instead of the built-in table (see [`crate::cost`]).
+    pub fn prices(mut self, prices: crate::cost::Prices) -> Self {
+        self.options.prices = Some(Arc::new(prices));
+        self
+    }
+
+    /// A cost budget in USD (see [`RunOptions::max_cost`]).
+    pub fn max_cost(mut self, usd: crate::cost::Decimal) -> Self {
+        self.options.max_cost = Some(usd);
+        self
+    }
+
     /// Add a stop condition.
     pub fn stop_when(mut self, condition: StopCondition) -> Self {
         self.options.stop_when.push(condition);

@@ -86,6 +86,7 @@
 mod agent;
 mod armed;
 pub mod conversation;
+pub mod cost;
 mod deadline;
 pub mod error;
 #[cfg(feature = "registry")]

@@ -401,6 +401,7 @@ impl From<&RunStopReason> for FinishReason {
             RunStopReason::MaxToolIterations
             | RunStopReason::MaxToolCalls
             | RunStopReason::TokenBudget
+            | RunStopReason::CostBudget
             | RunStopReason::RepeatedInvalidCall(_) => Self::ToolCalls,
             RunStopReason::Error => Self::Error,
             RunStopReason::Timeout

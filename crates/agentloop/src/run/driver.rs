@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{StreamExt, stream};
+use rust_decimal::Decimal;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -20,6 +21,7 @@ use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
 use super::streamed::{CallEnd, StreamedCall};
+use crate::cost::{Cost, Prices};
 use crate::deadline::later;
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
@@ -324,7 +326,9 @@ impl Driver {
                             }
                         }
                         if let Some(response) = response {
+                            let cost = self.price(machine, &response);
                             machine.on_response(response, started.elapsed());
+                            machine.price_last_step(cost);
                             self.calls_ready(machine, step);
                             if !machine.is_done() {
                                 self.check_stop(machine, StopMoment::BeforeTools);
@@ -379,6 +383,59 @@ impl Driver {
         self.step_finished(machine, step);
         if !machine.is_done() {
             self.check_stop(machine, StopMoment::AfterStep);
+        }
+        if !machine.is_done() {
+            self.check_budget(machine);
+        }
+    }
+
+    /// What `response` cost, from the run's price table.
+    fn price(&self, machine: &Machine, response: &Response) -> Option<Cost> {
+        let model = if response.model.is_empty() {
+            &machine.request().model
+        } else {
+            &response.model
+        };
+        let prices = self.options.prices.clone().unwrap_or_else(Prices::builtin);
+        prices.cost(self.provider.name(), model, &response.usage)
+    }
+
+    /// Stop before the next model call when what the run spent plus that call's projected
+    /// input would pass [`RunOptions::max_cost`]. The projection is the last call's input and
+    /// output plus the tool results since (four characters a token), at the input rate: the
+    /// next request holds all of them.
+    fn check_budget(&self, machine: &mut Machine) {
+        let (Some(budget), Some(spent), Some(last)) = (
+            self.options.max_cost,
+            machine.cost(),
+            machine.steps().last(),
+        ) else {
+            return;
+        };
+        let prices = self.options.prices.clone().unwrap_or_else(Prices::builtin);
+        let model = if last.response.model.is_empty() {
+            &machine.request().model
+        } else {
+            &last.response.model
+        };
+        let Some(found) = prices.find(self.provider.name(), model) else {
+            return;
+        };
+        let usage = last.response.usage;
+        let results: usize = last
+            .tool_results
+            .iter()
+            .map(|r| r.content.to_text().len())
+            .sum();
+        let next_input = usage.input_tokens
+            + usage.cache_read_tokens
+            + usage.cache_write_tokens
+            + usage.output_tokens
+            + (results as u64).div_ceil(4);
+        let projected = found.sheet.input.at(next_input) * Decimal::from(next_input)
+            / Decimal::from(1_000_000u32);
+        if spent.total + projected > budget {
+            machine.stop(RunStopReason::CostBudget);
         }
     }
 

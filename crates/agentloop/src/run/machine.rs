@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::options::Limits;
 use super::outcome::{ToolOutcome, invalid_arguments_text};
 use super::result::{RunResult, RunStopReason, Step};
+use crate::cost::Cost;
 use crate::error::Error;
 use crate::message::{
     ContentBlock, Message, Request, Response, Role, StopReason, ToolResult, Usage,
@@ -162,6 +163,7 @@ impl Machine {
             outcomes: Vec::new(),
             tool_results: Vec::new(),
             duration,
+            cost: None,
         });
 
         let budget_spent = self
@@ -407,6 +409,18 @@ impl Machine {
         }
     }
 
+    /// Record what the last step's model call cost (the driver prices it).
+    pub(crate) fn price_last_step(&mut self, cost: Option<Cost>) {
+        if let Some(step) = self.steps.last_mut() {
+            step.cost = cost;
+        }
+    }
+
+    /// What the run's model calls cost so far: `None` when one of them had no price.
+    pub fn cost(&self) -> Option<Cost> {
+        total_cost(&self.steps)
+    }
+
     /// Whether the run is over.
     pub fn is_done(&self) -> bool {
         matches!(self.phase, Phase::Done { .. })
@@ -455,6 +469,7 @@ impl Machine {
             .unwrap_or_default();
         RunResult {
             response,
+            cost: total_cost(&self.steps),
             steps: self.steps,
             tool_calls: self.tool_calls,
             turns: self.turns,
@@ -464,4 +479,15 @@ impl Machine {
             error: self.error,
         }
     }
+}
+
+/// The sum of the steps' costs; `None` when a step had no price (or there was no step).
+fn total_cost(steps: &[Step]) -> Option<Cost> {
+    steps
+        .iter()
+        .map(|s| s.cost)
+        .try_fold(None, |sum: Option<Cost>, cost| {
+            Some(Some(sum.unwrap_or_default() + cost?))
+        })
+        .flatten()
 }

@@ -4,11 +4,13 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::hooks::Hooks;
 use super::machine::Machine;
+use crate::cost::Prices;
 
 /// The limits the state machine enforces (serializable with it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,6 +173,13 @@ pub struct RunOptions {
     pub cancel: Option<CancellationToken>,
     /// Shared state handed to tool handlers through [`crate::ToolContext::state`].
     pub state: Option<Arc<dyn Any + Send + Sync>>,
+    /// The price table steps are priced with; the built-in one when `None` (see
+    /// [`crate::cost`]).
+    pub prices: Option<Arc<Prices>>,
+    /// A cost budget in USD: the run stops with [`super::RunStopReason::CostBudget`] before a
+    /// model call when what it spent plus that call's projected input would exceed it. A run
+    /// whose model has no price is not stopped by it.
+    pub max_cost: Option<Decimal>,
 }
 
 impl Default for RunOptions {
@@ -187,6 +196,8 @@ impl Default for RunOptions {
             hooks: Hooks::default(),
             cancel: None,
             state: None,
+            prices: None,
+            max_cost: None,
         }
     }
 }
@@ -273,6 +284,18 @@ impl RunOptions {
     /// Cancel the runs started with these options with `token` (see [`Self::cancel`]).
     pub fn cancel_token(mut self, token: CancellationToken) -> Self {
         self.cancel = Some(token);
+        self
+    }
+
+    /// Price steps with `prices` instead of the built-in table.
+    pub fn prices(mut self, prices: Prices) -> Self {
+        self.prices = Some(Arc::new(prices));
+        self
+    }
+
+    /// Stop before a model call that would take the run's cost over `usd`.
+    pub fn max_cost(mut self, usd: Decimal) -> Self {
+        self.max_cost = Some(usd);
         self
     }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::outcome::ToolOutcome;
+use crate::cost::Cost;
 use crate::error::{Error, Result};
 use crate::message::{Message, Response, StopReason, ToolResult, Usage};
 use crate::stream::StreamEvent;
@@ -27,6 +28,9 @@ pub enum RunStopReason {
     MaxTokens,
     /// The run's total token budget was used up.
     TokenBudget,
+    /// The next model call would have taken the run over its cost budget
+    /// ([`super::RunOptions::max_cost`]).
+    CostBudget,
     /// The run (or one step) took longer than allowed.
     Timeout,
     /// A `stop_when` condition fired; holds its name.
@@ -53,6 +57,7 @@ impl RunStopReason {
             Self::MaxToolCalls => "max_tool_calls",
             Self::MaxTokens => "max_tokens",
             Self::TokenBudget => "token_budget",
+            Self::CostBudget => "cost_budget",
             Self::Timeout => "timeout",
             Self::Custom(_) => "custom",
             Self::Cancelled => "cancelled",
@@ -90,6 +95,10 @@ pub struct Step {
     pub tool_results: Vec<ToolResult>,
     /// Wall time of the model call plus tools.
     pub duration: Duration,
+    /// What the model call cost, when the price table knows the provider and model (see
+    /// [`crate::cost`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
 }
 
 /// The result of a run.
@@ -105,6 +114,10 @@ pub struct RunResult {
     pub turns: u32,
     /// Summed usage of all model calls.
     pub usage: Usage,
+    /// What the model calls cost: the sum of the steps' costs, or `None` when a step had no
+    /// price (an unknown model is not free).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
     /// Why the run stopped.
     pub stop_reason: RunStopReason,
     /// The whole history, valid to send again.
