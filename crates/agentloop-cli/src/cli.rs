@@ -28,6 +28,7 @@ pub enum Command {
     Run(RunArgs),
     /// Chat interactively (/clear, /history, `/model NAME [BASE_URL]`, /quit; Ctrl-C interrupts an
     /// answer). On a terminal, lines can be edited and earlier prompts recalled with the arrows.
+    /// A tool call that needs approval is asked about (y/n/e) before it runs.
     Chat(ModelArgs),
     /// Serve the chat API (SSE), the web page and stored conversations over HTTP.
     Serve(ServeArgs),
@@ -83,6 +84,15 @@ pub struct RunArgs {
     /// reason) instead of the live display.
     #[arg(long)]
     pub json: bool,
+    /// Ask before running a tool call that needs approval (a descriptor's `needs_approval:
+    /// true`): answer y (run it), n (do not run it; the model is told) or e (edit its input as
+    /// JSON) on standard input. Without --approve or --yes such a call stops the run (exit
+    /// code 5).
+    #[arg(long, conflicts_with = "yes")]
+    pub approve: bool,
+    /// Approve every tool call that needs approval, without asking.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// `agentloop tools ...`.

@@ -161,10 +161,28 @@ impl Display {
                 eprintln!("{}", paint(self.colour, colour, &line));
                 self.spin_tools();
             }
+            RunEvent::ApprovalRequested(pending) => {
+                // Not running: it waits for a decision.
+                self.running.retain(|(running, _)| *running != pending.id);
+                self.spin_tools();
+                let line = format!(
+                    "? {} {} needs approval: {}",
+                    pending.tool,
+                    short(&pending.input.to_string(), 80),
+                    pending.reason
+                );
+                eprintln!("{}", paint(self.colour, "33", &line));
+            }
             RunEvent::Error { error } => {
                 self.stop_spinner();
                 self.end_line();
                 eprintln!("{}", paint(self.colour, "31", &format!("error: {error}")));
+            }
+            RunEvent::RunFinish { result }
+                if result.stop_reason == RunStopReason::AwaitingApproval =>
+            {
+                self.stop_spinner();
+                self.end_line();
             }
             RunEvent::RunFinish { result } => {
                 self.stop_spinner();
@@ -176,6 +194,12 @@ impl Display {
             }
             _ => {}
         }
+    }
+
+    /// Stop the spinner and end the answer's line, for a question on the terminal.
+    pub fn pause(&mut self) {
+        self.stop_spinner();
+        self.end_line();
     }
 
     fn summary(&self, result: &RunResult) -> String {

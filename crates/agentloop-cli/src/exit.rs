@@ -13,6 +13,9 @@ pub const ERROR: u8 = 1;
 pub const LIMIT: u8 = 3;
 /// The run took longer than `--timeout`.
 pub const TIMEOUT: u8 = 4;
+/// A tool call needed approval that was not given: neither --approve nor --yes, or no answer
+/// could be read.
+pub const APPROVAL: u8 = 5;
 /// Interrupted with Ctrl-C (128 + SIGINT, as shells report it).
 pub const INTERRUPTED: u8 = 130;
 
@@ -25,6 +28,7 @@ Exit codes:
   3    stopped by a limit before the model answered (--max-tool-iterations, --max-tool-calls,
        the model's output token limit, a repeated invalid tool call)
   4    timed out (--timeout)
+  5    a tool call needed approval that was not given (run with --approve or --yes)
   130  interrupted (Ctrl-C)";
 
 /// The exit code for a finished run.
@@ -33,6 +37,7 @@ pub fn for_run(result: &RunResult) -> ExitCode {
         RunStopReason::EndTurn | RunStopReason::AwaitingToolResults => OK,
         RunStopReason::Error => ERROR,
         RunStopReason::Timeout => TIMEOUT,
+        RunStopReason::AwaitingApproval => APPROVAL,
         RunStopReason::Cancelled => INTERRUPTED,
         RunStopReason::MaxToolIterations
         | RunStopReason::MaxToolCalls

@@ -160,6 +160,9 @@ fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<Str
         RunStopReason::AwaitingToolResults => {
             "the agent is in manual tool mode, which the server does not support".into()
         }
+        RunStopReason::AwaitingApproval => {
+            "a tool call needs approval, which the server does not support yet".into()
+        }
         RunStopReason::EndTurn
         | RunStopReason::MaxTokens
         | RunStopReason::Custom(_)

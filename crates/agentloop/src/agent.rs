@@ -5,10 +5,15 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Result;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
 use crate::message::{Message, Request};
 use crate::provider::Provider;
-use crate::run::{self, Hooks, RunInput, RunOptions, RunResult, RunStream, StopCondition, ToolSet};
+use crate::run::{
+    self, Approval, ApprovalContext, Decision, Hooks, Machine, PausedRun, RunInput, RunOptions,
+    RunResult, RunStream, StopCondition, ToolSet,
+};
 use crate::tool::{NativeTool, Tool, ToolChoice, ToolDefinition, ToolHandler};
 
 /// A configured agent. Cheap to clone; runs share nothing but the configuration.
@@ -147,6 +152,95 @@ impl Agent {
             options: Arc::new(options),
             ..self.clone()
         }
+    }
+
+    /// Resume a run paused for approval ([`crate::RunStopReason::AwaitingApproval`]) with
+    /// decisions by call id. The agent must have the definition the run was started with (its
+    /// tools, policies and options); the paused value may come from another process
+    /// ([`PausedRun::from_json`]). Calls left undecided stay pending: the run then stops again
+    /// at once with the same reason and the calls still to decide.
+    ///
+    /// The paused value is left as it was, so a failed resume can be retried with other
+    /// decisions. Fails before anything runs when a decision names no pending call
+    /// ([`crate::Error::InvalidDecision`]) or an edited input does not fit the tool's schema
+    /// ([`crate::Error::ToolArgumentParse`]).
+    /// For options of this resume only, resume on a copy made with [`Self::with_options`].
+    pub fn resume<S: Into<String>>(
+        &self,
+        paused: &PausedRun,
+        decisions: impl IntoIterator<Item = (S, Decision)>,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+        use futures::FutureExt;
+        match self.decided(paused, decisions) {
+            Ok(machine) => futures::future::Either::Left(
+                run::resume_set(
+                    self.provider.clone(),
+                    machine,
+                    self.tools.clone(),
+                    Arc::clone(&self.options),
+                )
+                .map(Ok),
+            ),
+            Err(error) => futures::future::Either::Right(std::future::ready(Err(error))),
+        }
+    }
+
+    /// [`Self::resume`], streaming the run's events from where it paused (`run_start`, the
+    /// decided calls' results, `step_finish`, then the next steps).
+    pub fn resume_stream<S: Into<String>>(
+        &self,
+        paused: &PausedRun,
+        decisions: impl IntoIterator<Item = (S, Decision)>,
+    ) -> Result<RunStream> {
+        let machine = self.decided(paused, decisions)?;
+        Ok(run::resume_stream_set(
+            self.provider.clone(),
+            machine,
+            self.tools.clone(),
+            Arc::clone(&self.options),
+        ))
+    }
+
+    /// The paused machine with the decisions applied, edited inputs checked first.
+    fn decided<S: Into<String>>(
+        &self,
+        paused: &PausedRun,
+        decisions: impl IntoIterator<Item = (S, Decision)>,
+    ) -> Result<Machine> {
+        let mut machine = paused.machine().clone();
+        let decisions: Vec<(String, Decision)> = decisions
+            .into_iter()
+            .map(|(id, decision)| (id.into(), decision))
+            .collect();
+        for (id, decision) in &decisions {
+            let Decision::ApproveEdited { input } = decision else {
+                continue;
+            };
+            let Some(pending) = machine.pending_approvals().iter().find(|p| p.id == *id) else {
+                continue;
+            };
+            let tool = pending.tool.clone();
+            let bad = |message: String| Error::ToolArgumentParse {
+                tool: tool.clone(),
+                message: format!("the edited input of call `{id}` does not fit: {message}"),
+            };
+            let input = match input {
+                Value::Null => Value::Object(Default::default()),
+                input @ Value::Object(_) => input.clone(),
+                other => return Err(bad(format!("it must be a JSON object, got {other}"))),
+            };
+            if let Some(found) = self.tools.get(&tool)
+                && let Err(violations) = found.validate(&input)
+            {
+                let each: Vec<String> = violations.iter().map(ToString::to_string).collect();
+                return Err(bad(each.join("; ")));
+            }
+        }
+        machine.decide(decisions)?;
+        for tool in &self.options.approved_tools {
+            machine.approve_tool(tool.clone());
+        }
+        Ok(machine)
     }
 
     fn run_shared(
@@ -388,6 +482,17 @@ impl AgentBuilder {
     /// Shared state handed to tool handlers.
     pub fn state<S: Any + Send + Sync>(mut self, state: S) -> Self {
         self.options.state = Some(Arc::new(state));
+        self
+    }
+
+    /// Decide for every tool's calls whether they run, need a person's approval, or are
+    /// refused (see [`crate::run::ApprovalPolicy`]); each tool's own policy applies too, and
+    /// the stricter answer wins.
+    pub fn approval_policy(
+        mut self,
+        policy: impl Fn(&ApprovalContext<'_>) -> Approval + Send + Sync + 'static,
+    ) -> Self {
+        self.options = self.options.approval_policy(policy);
         self
     }
 

@@ -1,5 +1,7 @@
 //! A stateful conversation over any provider: send prompts, receive content as it streams, and
 //! either answer tool calls yourself (manual mode) or let the run loop do it (automatic mode).
+//! A reply that stops for approval ([`RunStopReason::AwaitingApproval`]) goes on with
+//! [`Conversation::decide`]; "always approve" decisions last for the conversation.
 //!
 //! ```
 //! # use agentloop::{Agent, conversation::Conversation};
@@ -26,7 +28,10 @@ use crate::error::{Error, Result};
 use crate::history;
 use crate::message::{ContentBlock, Message, Request, Role, ToolResult};
 use crate::provider::Provider;
-use crate::run::{self, RunEvent, RunOptions, RunResult, RunStopReason, RunStream};
+use crate::run::{
+    self, Decision, PausedRun, PendingApproval, RunEvent, RunOptions, RunResult, RunStopReason,
+    RunStream,
+};
 use crate::tool::{Tool, ToolCall};
 
 /// Who runs the tools the model asks for.
@@ -52,6 +57,10 @@ struct Shared {
     pending: Vec<ToolCall>,
     results: HashMap<String, ToolResult>,
     busy: bool,
+    /// The last reply's run, stopped for approval.
+    paused: Option<PausedRun>,
+    /// Tools approved for the whole conversation ([`Decision::AlwaysApprove`]).
+    approved_tools: Vec<String>,
 }
 
 /// Cancels the reply in flight from any task. The conversation stays usable.
@@ -158,6 +167,7 @@ impl Conversation {
         let mut shared = lock(&self.shared);
         shared.pending.clear();
         shared.results.clear();
+        shared.paused = None;
         edit(&mut shared.history)
     }
 
@@ -167,6 +177,7 @@ impl Conversation {
         shared.history.clear();
         shared.pending.clear();
         shared.results.clear();
+        shared.paused = None;
     }
 
     /// The tool named `name`.
@@ -243,6 +254,14 @@ impl Conversation {
 
     fn refuse_while_pending(&self) -> Result<()> {
         let shared = lock(&self.shared);
+        if let Some(paused) = &shared.paused {
+            return Err(Error::InvalidHistory {
+                message: format!(
+                    "tool calls {:?} wait for approval: decide them with decide before sending again",
+                    paused.pending().iter().map(|p| &p.id).collect::<Vec<_>>()
+                ),
+            });
+        }
         if shared.pending.is_empty() {
             return Ok(());
         }
@@ -282,6 +301,95 @@ impl Conversation {
         self.start(messages)
     }
 
+    /// Calls of the last reply waiting for a person's decision (the reply stopped with
+    /// [`RunStopReason::AwaitingApproval`]).
+    pub fn pending_approvals(&self) -> Vec<PendingApproval> {
+        lock(&self.shared)
+            .paused
+            .as_ref()
+            .map(|paused| paused.pending().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// The last reply's run, stopped for approval: a value to save and resume elsewhere.
+    pub fn paused_run(&self) -> Option<PausedRun> {
+        lock(&self.shared).paused.clone()
+    }
+
+    /// Decide calls waiting for approval (by call id) and stream the rest of the reply, as
+    /// [`Agent::resume_stream`] does. Calls left undecided keep the reply paused.
+    /// [`Decision::AlwaysApprove`] holds for the rest of the conversation. An edited input that
+    /// does not fit the tool's schema, or an id no call waits under, is an error and changes
+    /// nothing.
+    pub fn decide<S: Into<String>>(
+        &mut self,
+        decisions: impl IntoIterator<Item = (S, Decision)>,
+    ) -> Result<Reply> {
+        let decisions: Vec<(String, Decision)> = decisions
+            .into_iter()
+            .map(|(id, decision)| (id.into(), decision))
+            .collect();
+        let (paused, mut approved) = {
+            let shared = lock(&self.shared);
+            if shared.busy {
+                return Err(Error::config(BUSY));
+            }
+            let Some(paused) = shared.paused.clone() else {
+                return Err(Error::InvalidDecision {
+                    call_id: decisions
+                        .first()
+                        .map(|(id, _)| id.clone())
+                        .unwrap_or_default(),
+                    message: "no call of this conversation waits for approval".into(),
+                });
+            };
+            (paused, shared.approved_tools.clone())
+        };
+        for (id, decision) in &decisions {
+            if *decision == Decision::AlwaysApprove
+                && let Some(pending) = paused.pending().iter().find(|p| p.id == *id)
+                && !approved.contains(&pending.tool)
+            {
+                approved.push(pending.tool.clone());
+            }
+        }
+        let mut options = self.run_options();
+        options.approved_tools = approved.clone();
+        let stream = self
+            .agent
+            .with_options(|o| *o = options)
+            .resume_stream(&paused, decisions)?;
+        {
+            let mut shared = lock(&self.shared);
+            shared.approved_tools = approved;
+            shared.busy = true;
+        }
+        self.interrupt.follow(stream.cancel_handle());
+        Ok(Reply {
+            stream,
+            shared: self.shared.clone(),
+            done: false,
+        })
+    }
+
+    /// The options of this conversation's runs: the agent's, with the mode's limits and the
+    /// conversation's sticky approvals.
+    fn run_options(&self) -> RunOptions {
+        let mut options = self.agent.options();
+        // The prompt hook already ran in `send`.
+        options.hooks.on_prompt.clear();
+        match self.mode {
+            ToolExecution::Automatic {
+                max_tool_iterations,
+            } => options.limits.max_tool_iterations = max_tool_iterations,
+            ToolExecution::Manual => options.limits.manual_tools = true,
+        }
+        options
+            .approved_tools
+            .extend(lock(&self.shared).approved_tools.iter().cloned());
+        options
+    }
+
     fn start(&mut self, messages: Vec<Message>) -> Result<Reply> {
         history::validate(&messages)?;
         {
@@ -291,19 +399,10 @@ impl Conversation {
             }
             shared.busy = true;
         }
-        let mode = self.mode;
+        let options = self.run_options();
         let stream = self
             .agent
-            .with_options(|options| {
-                // The prompt hook already ran in `send`.
-                options.hooks.on_prompt.clear();
-                match mode {
-                    ToolExecution::Automatic {
-                        max_tool_iterations,
-                    } => options.limits.max_tool_iterations = max_tool_iterations,
-                    ToolExecution::Manual => options.limits.manual_tools = true,
-                }
-            })
+            .with_options(|o| *o = options)
             .run_stream(messages);
         self.interrupt.follow(stream.cancel_handle());
         Ok(Reply {
@@ -350,6 +449,11 @@ impl Reply {
             Vec::new()
         };
         shared.results.clear();
+        shared.paused = if result.stop_reason == RunStopReason::AwaitingApproval {
+            result.paused.as_deref().cloned()
+        } else {
+            None
+        };
         shared.busy = false;
         self.done = true;
     }

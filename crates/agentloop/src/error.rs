@@ -240,6 +240,27 @@ pub enum Error {
         /// How many the request has.
         count: usize,
     },
+    /// A saved value (a paused run) was written in a format version this build does not read.
+    #[error(
+        "the {what} was saved in format version {found}, but this version of agentloop reads only version {supported}; resume it with the agentloop version that saved it"
+    )]
+    UnsupportedVersion {
+        /// What was read (`paused run`).
+        what: String,
+        /// The version it holds.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// A decision on a paused run's call cannot be applied (no such pending call, or a run that
+    /// is not waiting for approval). Nothing was run.
+    #[error("cannot apply the decision for tool call `{call_id}`: {message}")]
+    InvalidDecision {
+        /// The call id the decision named.
+        call_id: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl Error {
@@ -287,6 +308,8 @@ impl Error {
             Self::InvalidHistory { .. } => "invalid_history",
             Self::Incomplete { .. } => "incomplete",
             Self::LimitExceeded { .. } => "limit_exceeded",
+            Self::UnsupportedVersion { .. } => "unsupported_version",
+            Self::InvalidDecision { .. } => "invalid_decision",
         }
     }
 

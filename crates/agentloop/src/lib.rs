@@ -61,7 +61,8 @@
 //!   speak the wire formats, and every provider streams normalized [`StreamEvent`]s.
 //! - [`Message`], [`Request`], [`Response`]: the canonical history, the same for every provider.
 //! - [`run`]: the loop as a serializable state machine ([`run::Machine`]) and its driver, hooks
-//!   and events.
+//!   and events; tools that need a person's approval pause a run as a [`run::PausedRun`] that
+//!   [`Agent::resume`] continues with the decisions.
 //! - [`conversation`]: a chat kept across turns, with tool calls run automatically or by hand.
 //!
 //! ## Features

@@ -150,7 +150,7 @@ fn type_errors_and_unknown_fields_name_the_tool_and_position() {
     assert_eq!(
         load_error("unknown_field.json"),
         format!(
-            "{dir}/bad/unknown_field.json:3:15: tool `typo`: unknown field `input_shema`, expected one of `name`, `description`, `inputSchema`, `input_schema`, `outputSchema`, `output_schema`, `mode`, `mock`, `mockResponse`, `mockTemplate`, `http`, `endpoint`, `mcp`, `timeoutMs`, `timeout_ms`"
+            "{dir}/bad/unknown_field.json:3:15: tool `typo`: unknown field `input_shema`, expected one of `name`, `description`, `inputSchema`, `input_schema`, `outputSchema`, `output_schema`, `mode`, `mock`, `mockResponse`, `mockTemplate`, `http`, `endpoint`, `mcp`, `timeoutMs`, `timeout_ms`, `needsApproval`, `needs_approval`"
         )
     );
 }

@@ -285,7 +285,7 @@ fn pack_and_alias_errors_name_the_file_the_tool_and_the_field() {
     let cases = [
         (
             "pack_tool_typo.yaml",
-            ": tool `typo`: unknown field `mockRespons`, expected one of `name`, `description`, `inputSchema`, `input_schema`, `outputSchema`, `output_schema`, `mode`, `mock`, `mockResponse`, `mockTemplate`, `http`, `endpoint`, `mcp`, `timeoutMs`, `timeout_ms`",
+            ": tool `typo`: unknown field `mockRespons`, expected one of `name`, `description`, `inputSchema`, `input_schema`, `outputSchema`, `output_schema`, `mode`, `mock`, `mockResponse`, `mockTemplate`, `http`, `endpoint`, `mcp`, `timeoutMs`, `timeout_ms`, `needsApproval`, `needs_approval`",
         ),
         (
             "pack_default_typo.yaml",

@@ -945,6 +945,7 @@ async fn run_stream_emits_the_exact_event_sequence() {
             RunEvent::ToolCallResult { id, result, .. } => {
                 format!("result {id} {}", result.content.to_text())
             }
+            RunEvent::ApprovalRequested(pending) => format!("approval {}", pending.id),
             RunEvent::StepFinish {
                 step,
                 stop_reason,

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::cli::{ModelArgs, parse_base_url};
+use crate::commands::approve::{self, Approver};
 use crate::display::{Display, short};
 use crate::{exit, model};
 
@@ -63,6 +64,15 @@ impl Input {
                 Ok(None) => Ok(Read::End),
                 Err(e) => Err(format!("could not read standard input: {e}")),
             },
+        }
+    }
+}
+
+impl approve::Answers for Input {
+    async fn line(&mut self) -> Option<String> {
+        match self.read().await {
+            Ok(Read::Line(line)) => Some(line),
+            _ => None,
         }
     }
 }
@@ -153,7 +163,7 @@ pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
             }
             _ => {
                 busy.store(true, Ordering::SeqCst);
-                let outcome = answer(&mut chat, line, args.timeout).await;
+                let outcome = answer(&mut chat, &mut input, line, args.timeout).await;
                 busy.store(false, Ordering::SeqCst);
                 if let Err(e) = outcome {
                     eprintln!("error: {e}");
@@ -186,15 +196,27 @@ fn switch_model(
     Ok((resolved, shown))
 }
 
+/// Send `prompt` and show the reply; a tool call that needs approval is asked about on the
+/// chat's input (y/n/e), and the reply goes on with the answers.
 async fn answer(
     chat: &mut Conversation,
+    input: &mut Input,
     prompt: &str,
     timeout: Option<std::time::Duration>,
 ) -> Result<(), String> {
     let mut reply = chat.send(prompt).await.map_err(|e| e.to_string())?;
     let mut display = Display::new(timeout);
-    while let Some(event) = reply.next().await {
-        display.event(&event);
+    loop {
+        while let Some(event) = reply.next().await {
+            display.event(&event);
+        }
+        let pending = chat.pending_approvals();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        display.pause();
+        let agent = chat.agent().clone();
+        let decisions = approve::decide(&agent, &pending, Approver::Ask, input).await?;
+        reply = chat.decide(decisions).map_err(|e| e.to_string())?;
     }
-    Ok(())
 }

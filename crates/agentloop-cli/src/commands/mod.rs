@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod approve;
 pub mod chat;
 pub mod mock_server;
 pub mod replay;

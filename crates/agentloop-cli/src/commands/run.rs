@@ -7,6 +7,7 @@ use agentloop::run::RunEvent;
 use futures::StreamExt;
 
 use crate::cli::RunArgs;
+use crate::commands::approve::{self, Approver};
 use crate::display::{self, Display};
 use crate::{exit, model, output};
 
@@ -28,6 +29,18 @@ fn prompt(arg: String) -> Result<String, String> {
 
 /// Run the prompt.
 pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
+    let approver = match (args.approve, args.yes) {
+        (_, true) => Approver::Yes,
+        (true, false) => Approver::Ask,
+        (false, false) => Approver::Refuse,
+    };
+    if approver == Approver::Ask && args.prompt == "-" {
+        return Err(
+            "--approve reads its answers from standard input: give the prompt as an argument \
+             instead of `-`"
+                .to_owned(),
+        );
+    }
     let resolved = model::resolve(args.model.model.as_deref(), args.model.base_url.as_deref())?;
     let agent = model::agent(&args.model, &resolved)?;
     let prompt = prompt(args.prompt)?;
@@ -36,31 +49,53 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
             "agentloop: no model given (--model or AGENTLOOP_MODEL): using the built-in mock model"
         );
     }
-    let mut events = agent.run_stream(prompt);
-    let cancel = events.cancel_handle();
+    // One token for the run and its resumptions after approval: Ctrl-C stops whichever runs.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let agent = agent.with_options(|o| o.cancel = Some(cancel.clone()));
     let ctrl_c = tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             cancel.cancel();
         }
     });
+    let mut events = agent.run_stream(prompt);
     let mut display = (!args.json).then(|| Display::new(args.model.timeout));
-    let mut finished = None;
-    while let Some(event) = events.next().await {
-        if let Some(display) = display.as_mut() {
-            display.event(&event);
-        }
-        match event {
-            RunEvent::RunFinish { result } => finished = Some(*result),
-            RunEvent::Error { error } if args.json => {
-                // Reported inside the JSON document as well; keep stderr informative.
-                eprintln!("error: {error}");
+    let result = loop {
+        let mut finished = None;
+        while let Some(event) = events.next().await {
+            if let Some(display) = display.as_mut() {
+                display.event(&event);
             }
-            _ => {}
+            match event {
+                RunEvent::RunFinish { result } => finished = Some(*result),
+                RunEvent::Error { error } if args.json => {
+                    // Reported inside the JSON document as well; keep stderr informative.
+                    eprintln!("error: {error}");
+                }
+                _ => {}
+            }
         }
-    }
+        let result = finished.ok_or_else(|| "the run ended without a result".to_owned())?;
+        let Some(paused) = result.paused.as_deref() else {
+            break result;
+        };
+        // The spinner must not draw over the questions.
+        if let Some(display) = display.as_mut() {
+            display.pause();
+        }
+        match approve::decide(&agent, paused.pending(), approver, &mut approve::Stdin).await {
+            Ok(decisions) => {
+                events = agent
+                    .resume_stream(paused, decisions)
+                    .map_err(|e| e.to_string())?;
+            }
+            Err(refusal) => {
+                eprintln!("error: {refusal}");
+                break result;
+            }
+        }
+    };
     ctrl_c.abort();
     drop(display);
-    let result = finished.ok_or_else(|| "the run ended without a result".to_owned())?;
     if args.json {
         if let Some(sentence) = display::timeout_sentence(&result, args.model.timeout) {
             eprintln!("{sentence}");

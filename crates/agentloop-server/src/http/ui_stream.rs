@@ -406,7 +406,8 @@ impl From<&RunStopReason> for FinishReason {
             RunStopReason::Error => Self::Error,
             RunStopReason::Timeout
             | RunStopReason::Cancelled
-            | RunStopReason::AwaitingToolResults => Self::Other,
+            | RunStopReason::AwaitingToolResults
+            | RunStopReason::AwaitingApproval => Self::Other,
         }
     }
 }

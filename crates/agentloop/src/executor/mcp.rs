@@ -321,6 +321,7 @@ impl McpConnection {
                     tool: tool.name.into_owned(),
                 }),
                 timeout_ms: None,
+                needs_approval: false,
             })
             .collect())
     }

@@ -35,6 +35,9 @@ pub struct ToolDescriptor {
     pub mcp: Option<McpSource>,
     /// Per-call timeout in milliseconds (the run's default applies otherwise).
     pub timeout_ms: Option<u64>,
+    /// Every call needs a person's approval before it runs (see
+    /// [`crate::Tool::needs_approval`]).
+    pub needs_approval: bool,
 }
 
 impl ToolDescriptor {
@@ -51,6 +54,7 @@ impl ToolDescriptor {
             http: None,
             mcp: None,
             timeout_ms: None,
+            needs_approval: false,
         }
     }
 
@@ -232,6 +236,12 @@ pub(crate) struct RawDescriptor {
     pub(crate) mcp: Option<McpSource>,
     #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
     pub(crate) timeout_ms: Option<u64>,
+    #[serde(
+        default,
+        alias = "needsApproval",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub(crate) needs_approval: bool,
 }
 
 impl RawDescriptor {
@@ -341,6 +351,7 @@ impl RawDescriptor {
             http: self.http,
             mcp: self.mcp,
             timeout_ms: self.timeout_ms,
+            needs_approval: self.needs_approval,
         })
     }
 }
@@ -369,6 +380,7 @@ impl From<ToolDescriptor> for RawDescriptor {
             endpoint: None,
             mcp: d.mcp,
             timeout_ms: d.timeout_ms,
+            needs_approval: d.needs_approval,
         }
     }
 }

@@ -11,13 +11,15 @@
 //!
 //! A descriptor has a `name`, a `description`, an `input_schema` (JSON Schema of the arguments;
 //! `{"type": "object", "properties": {}}` when left out), an optional `output_schema` every
-//! result must match, a `mode` saying how it runs, the section for that mode, and `timeout_ms`.
+//! result must match, a `mode` saying how it runs, the section for that mode, `timeout_ms`, and
+//! `needs_approval: true` for a tool whose every call waits for a person's approval (see
+//! [`crate::run::PausedRun`]).
 //! The modes: `function` (a handler bound in code with [`Registry::bind`]), `mock` (a
 //! `response`, a minijinja `template` rendered with the arguments, or a `sequence` with
 //! `on_exhausted: repeat_last | error`), `http` (`url`, `method` — POST by default —,
 //! `headers` whose values may say `${ENV_VAR}`, `allowed_hosts`) and `mcp` (listed from a
 //! server). `mode` can be left out when exactly one section is present. Multi-word keys may
-//! also be written in camelCase (`inputSchema`, `outputSchema`, `timeoutMs`), and PromptKit's
+//! also be written in camelCase (`inputSchema`, `outputSchema`, `timeoutMs`, `needsApproval`), and PromptKit's
 //! `mockResponse`, `mockTemplate`, `endpoint` and `mode: live` are accepted too. A pack
 //! bundles several tools with shared defaults ([`Registry::from_pack`]); the aliases and the
 //! pack format are below.
@@ -311,6 +313,7 @@ impl Registry {
             timeout_ms: tool
                 .timeout()
                 .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            needs_approval: false,
         };
         self.entries.push(Entry {
             descriptor,
@@ -584,6 +587,9 @@ fn finish(
     }
     if let Some(timeout) = descriptor.timeout() {
         tool = tool.with_timeout(timeout);
+    }
+    if descriptor.needs_approval {
+        tool = tool.with_approval_required(true);
     }
     tool
 }

@@ -14,9 +14,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::approval::{Approval, ApprovalContext};
 use super::events;
 use super::hooks::{StepRequest, StopInfo, ToolDecision, WithHistory};
-use super::machine::{Action, Machine};
+use super::machine::{Action, Gate, Machine};
 use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
@@ -94,6 +95,9 @@ pub(crate) struct Driver {
     cancel: CancellationToken,
     /// Whether events are wanted: a streamed run's driver pushes them to [`events`].
     streamed: bool,
+    /// Calls whose results were reported before the run paused for approval: a resumed run
+    /// does not report them again.
+    reported: Box<[String]>,
 }
 
 /// Why a model call did not give a response.
@@ -195,7 +199,15 @@ impl Driver {
             options,
             cancel,
             streamed,
+            reported: Box::default(),
         }
+    }
+
+    /// A driver resuming `machine` after a pause for approval: the results reported before
+    /// the pause are not reported again.
+    pub(crate) fn resuming(mut self, machine: &Machine) -> Self {
+        self.reported = machine.reported_ids().into_boxed_slice();
+        self
     }
 
     /// The token that cancels this run.
@@ -333,6 +345,9 @@ impl Driver {
                             if !machine.is_done() {
                                 self.check_stop(machine, StopMoment::BeforeTools);
                             }
+                            if !machine.is_done() {
+                                self.gate(machine, step);
+                            }
                             if machine.is_done() {
                                 self.step_finished(machine, step);
                             }
@@ -351,9 +366,66 @@ impl Driver {
                         cancel: &self.cancel,
                         deadline: run_deadline,
                     };
-                    self.calls_ready(machine, step);
+                    if !machine.resumes_step() {
+                        self.calls_ready(machine, step);
+                    }
                     self.run_tool_step(machine, step, &stop).await;
                 }
+            }
+        }
+    }
+
+    /// Ask the approval policies about the calls about to run, and report the calls that wait
+    /// for a decision.
+    fn gate(&self, machine: &mut Machine, step: usize) {
+        let calls = machine.calls_to_run();
+        let run_policy = self.options.approval_policy.as_ref();
+        let tool_policies = calls.iter().any(|call| {
+            self.tools
+                .get(&call.name)
+                .is_some_and(|tool| tool.approval().is_some())
+        });
+        if run_policy.is_none() && !tool_policies {
+            return;
+        }
+        let gates = calls
+            .iter()
+            .map(|call| {
+                // A call that cannot run (an unknown tool, arguments that do not fit) is
+                // answered without running: there is nothing to approve.
+                let Some(tool) = self.tools.get(&call.name) else {
+                    return Gate::Allow;
+                };
+                let fits = match &call.input {
+                    Value::Null => tool.validate(&Value::Object(Default::default())).is_ok(),
+                    input @ Value::Object(_) => tool.validate(input).is_ok(),
+                    _ => false,
+                };
+                if !fits {
+                    return Gate::Allow;
+                }
+                let context = ApprovalContext {
+                    call,
+                    messages: machine.messages(),
+                    step,
+                    state: self.options.state.as_ref(),
+                };
+                let answer = [tool.approval(), run_policy]
+                    .into_iter()
+                    .flatten()
+                    .map(|policy| policy.check(&context))
+                    .fold(Approval::Allow, Approval::stricter);
+                match answer {
+                    Approval::Allow => Gate::Allow,
+                    Approval::Require(reason) => Gate::Ask(reason),
+                    Approval::Deny(message) => Gate::Deny(message),
+                }
+            })
+            .collect();
+        machine.gate(gates, self.options.hold_for_approval);
+        if self.streamed {
+            for pending in machine.pending_approvals() {
+                events::push(RunEvent::ApprovalRequested(Box::new(pending.clone())));
             }
         }
     }
@@ -479,6 +551,22 @@ impl Driver {
         if !self.streamed {
             return;
         }
+        if machine.is_paused() {
+            // The step goes on after the decisions: only the calls answered so far end here.
+            for (call, outcome) in machine
+                .settled()
+                .iter()
+                .filter(|(call, _)| !self.reported.contains(&call.id))
+            {
+                events::push(RunEvent::ToolCallResult {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    outcome: outcome.clone(),
+                    result: Box::new(outcome.to_result(&call.id, &call.name)),
+                });
+            }
+            return;
+        }
         let Some(last) = machine.steps().get(step) else {
             return;
         };
@@ -487,6 +575,7 @@ impl Driver {
             .iter()
             .zip(&last.outcomes)
             .zip(&last.tool_results)
+            .filter(|((call, _), _)| !self.reported.contains(&call.id))
         {
             events::push(RunEvent::ToolCallResult {
                 id: call.id.clone(),

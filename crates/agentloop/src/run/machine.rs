@@ -5,12 +5,13 @@
 //! [`Machine::interrupt`]. The state serializes between steps, so a run can be saved and
 //! resumed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::approval::{Decision, PausedRun, PendingApproval};
 use super::options::Limits;
 use super::outcome::{ToolOutcome, invalid_arguments_text};
 use super::result::{RunResult, RunStopReason, Step};
@@ -40,18 +41,115 @@ enum Phase {
     /// A model call is in flight.
     AwaitingModel,
     /// The last response asked for tools; `skipped` calls (past the tool-call limit) are
-    /// answered without running.
+    /// answered without running; `held` keeps the step's approval state.
     ToolsPending {
         run: Vec<ToolCall>,
         skipped: Vec<ToolCall>,
+        #[serde(default, skip_serializing_if = "HeldBox::is_empty")]
+        held: HeldBox,
     },
     /// Tools are running.
     AwaitingTools {
         run: Vec<ToolCall>,
         skipped: Vec<ToolCall>,
+        #[serde(default, skip_serializing_if = "HeldBox::is_empty")]
+        held: HeldBox,
+    },
+    /// Calls of the last response wait for a person's decision; the run stopped with
+    /// [`RunStopReason::AwaitingApproval`].
+    AwaitingApproval {
+        held: HeldBox,
+        skipped: Vec<ToolCall>,
     },
     /// The run is over.
     Done { reason: RunStopReason },
+}
+
+/// A step's calls while approval is involved: answered ones wait for the rest, so that the
+/// step's results go back together, in call order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Held {
+    /// Calls answered already: run before the pause, or denied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    settled: Vec<(ToolCall, ToolOutcome)>,
+    /// Calls approved, to run once no call waits for a decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    approved: Vec<ToolCall>,
+    /// Calls waiting for a decision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pending: Vec<PendingApproval>,
+    /// How many of `settled` (the first ones) had their results reported when the run paused.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    reported: usize,
+    /// The run paused in this step: its calls' ready events were reported before the pause.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    paused: bool,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.settled.is_empty()
+            && self.approved.is_empty()
+            && self.pending.is_empty()
+            && !self.paused
+    }
+}
+
+/// [`Held`], allocated only for a step that involves approval: every run holds a phase, and
+/// most steps never need one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+struct HeldBox(Option<Box<Held>>);
+
+/// What an unallocated [`HeldBox`] reads as.
+static NOTHING_HELD: Held = Held {
+    settled: Vec::new(),
+    approved: Vec::new(),
+    pending: Vec::new(),
+    reported: 0,
+    paused: false,
+};
+
+impl HeldBox {
+    fn is_empty(&self) -> bool {
+        self.0.as_deref().is_none_or(Held::is_empty)
+    }
+
+    fn into_inner(self) -> Held {
+        self.0.map(|held| *held).unwrap_or_default()
+    }
+}
+
+impl From<Held> for HeldBox {
+    fn from(held: Held) -> Self {
+        Self(Some(Box::new(held)))
+    }
+}
+
+impl std::ops::Deref for HeldBox {
+    type Target = Held;
+
+    fn deref(&self) -> &Held {
+        self.0.as_deref().unwrap_or(&NOTHING_HELD)
+    }
+}
+
+impl std::ops::DerefMut for HeldBox {
+    fn deref_mut(&mut self) -> &mut Held {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+/// What the approval policies answered for one call to be run (see [`Machine::gate`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Gate {
+    Allow,
+    Ask(String),
+    Deny(String),
 }
 
 /// The state of a run.
@@ -77,6 +175,9 @@ pub struct Machine {
     last_invalid: Vec<(String, Value)>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<Error>,
+    /// Tools a person approved for the rest of the run ([`Decision::AlwaysApprove`]).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    approved_tools: BTreeSet<String>,
 }
 
 impl Machine {
@@ -96,6 +197,7 @@ impl Machine {
             invalid_counts: BTreeMap::new(),
             last_invalid: Vec::new(),
             error: None,
+            approved_tools: BTreeSet::new(),
         }
     }
 
@@ -115,14 +217,19 @@ impl Machine {
                 Action::CallModel
             }
             Phase::AwaitingModel => Action::CallModel,
-            Phase::ToolsPending { run, skipped } => {
+            Phase::ToolsPending { run, skipped, held } => {
                 // Moved, not cloned: the phase that held them is replaced just below.
-                let (run, skipped) = (std::mem::take(run), std::mem::take(skipped));
+                let (run, skipped, held) = (
+                    std::mem::take(run),
+                    std::mem::take(skipped),
+                    std::mem::take(held),
+                );
                 let action = Action::RunTools(run.clone());
-                self.phase = Phase::AwaitingTools { run, skipped };
+                self.phase = Phase::AwaitingTools { run, skipped, held };
                 action
             }
             Phase::AwaitingTools { run, .. } => Action::RunTools(run.clone()),
+            Phase::AwaitingApproval { .. } => Action::Stop(RunStopReason::AwaitingApproval),
             Phase::Done { reason } => Action::Stop(reason.clone()),
         }
     }
@@ -217,27 +324,245 @@ impl Machine {
         } else {
             None
         };
-        self.phase = Phase::ToolsPending { run, skipped };
+        self.phase = Phase::ToolsPending {
+            run,
+            skipped,
+            held: HeldBox::default(),
+        };
+    }
+
+    /// The calls about to run (after a response, before [`Self::next_action`] runs them).
+    pub(crate) fn calls_to_run(&self) -> &[ToolCall] {
+        match &self.phase {
+            Phase::ToolsPending { run, held, .. } if held.is_empty() => run,
+            _ => &[],
+        }
+    }
+
+    /// Apply the approval policies' answers for [`Self::calls_to_run`], one per call in order:
+    /// denied calls are answered, calls that need approval are held for a decision (unless
+    /// their tool was approved for the run), and allowed calls run now or, with `wait`, after
+    /// the decisions.
+    pub(crate) fn gate(&mut self, gates: Vec<Gate>, wait: bool) {
+        let Phase::ToolsPending { run, held, .. } = &mut self.phase else {
+            return;
+        };
+        let gates: Vec<Gate> = run
+            .iter()
+            .zip(gates)
+            .map(|(call, gate)| match gate {
+                Gate::Ask(_) if self.approved_tools.contains(&call.name) => Gate::Allow,
+                other => other,
+            })
+            .collect();
+        if gates.iter().all(|g| *g == Gate::Allow) {
+            return;
+        }
+        let asks = gates.iter().any(|g| matches!(g, Gate::Ask(_)));
+        let mut now = Vec::new();
+        for (call, gate) in std::mem::take(run).into_iter().zip(gates) {
+            match gate {
+                Gate::Allow if wait && asks => held.approved.push(call),
+                Gate::Allow => now.push(call),
+                Gate::Ask(reason) => held.pending.push(PendingApproval::new(call, reason)),
+                Gate::Deny(message) => {
+                    self.tool_calls += 1;
+                    held.settled
+                        .push((call, ToolOutcome::Denied { reason: message }));
+                }
+            }
+        }
+        *run = now;
+    }
+
+    /// The calls waiting for a decision (when the run stopped with
+    /// [`RunStopReason::AwaitingApproval`], or is about to).
+    pub fn pending_approvals(&self) -> &[PendingApproval] {
+        match &self.phase {
+            Phase::AwaitingApproval { held, .. }
+            | Phase::ToolsPending { held, .. }
+            | Phase::AwaitingTools { held, .. } => &held.pending,
+            _ => &[],
+        }
+    }
+
+    /// The calls of the step answered so far while approval is involved: run before the
+    /// pause, or denied.
+    pub(crate) fn settled(&self) -> &[(ToolCall, ToolOutcome)] {
+        match &self.phase {
+            Phase::AwaitingApproval { held, .. }
+            | Phase::ToolsPending { held, .. }
+            | Phase::AwaitingTools { held, .. } => &held.settled,
+            _ => &[],
+        }
+    }
+
+    /// The ids of the calls whose results were reported when the run paused.
+    pub(crate) fn reported_ids(&self) -> Vec<String> {
+        let settled = self.settled();
+        let reported = match &self.phase {
+            Phase::AwaitingApproval { held, .. }
+            | Phase::ToolsPending { held, .. }
+            | Phase::AwaitingTools { held, .. } => held.reported,
+            _ => 0,
+        };
+        settled
+            .iter()
+            .take(reported)
+            .map(|(call, _)| call.id.clone())
+            .collect()
+    }
+
+    /// Approve calls of `tool` from now on without asking (a sticky decision, kept with the
+    /// run).
+    pub fn approve_tool(&mut self, tool: impl Into<String>) {
+        self.approved_tools.insert(tool.into());
+    }
+
+    /// The tools approved for the rest of the run.
+    pub fn approved_tools(&self) -> impl Iterator<Item = &str> {
+        self.approved_tools.iter().map(String::as_str)
+    }
+
+    /// Apply a person's decisions to the calls waiting for approval, by call id. An edited
+    /// input replaces the model's in the history (check it against the tool's schema first).
+    /// Undecided calls stay pending; once none is left, the run goes on with
+    /// [`Self::next_action`].
+    pub fn decide(&mut self, decisions: Vec<(String, Decision)>) -> Result<(), Error> {
+        let Phase::AwaitingApproval { held, .. } = &self.phase else {
+            let call_id = decisions
+                .first()
+                .map(|(id, _)| id.clone())
+                .unwrap_or_default();
+            return Err(Error::InvalidDecision {
+                call_id,
+                message: "the run is not waiting for approval".into(),
+            });
+        };
+        for (id, _) in &decisions {
+            if !held.pending.iter().any(|p| p.id == *id) {
+                let pending: Vec<&str> = held.pending.iter().map(|p| p.id.as_str()).collect();
+                return Err(Error::InvalidDecision {
+                    call_id: id.clone(),
+                    message: format!(
+                        "no call waits for approval under that id (pending: {pending:?})"
+                    ),
+                });
+            }
+        }
+        let sticky: Vec<String> = decisions
+            .iter()
+            .filter(|(_, d)| *d == Decision::AlwaysApprove)
+            .filter_map(|(id, _)| held.pending.iter().find(|p| p.id == *id))
+            .map(|p| p.tool.clone())
+            .collect();
+        let Phase::AwaitingApproval { held, .. } = &mut self.phase else {
+            return Ok(());
+        };
+        let mut decisions: BTreeMap<String, Decision> = decisions.into_iter().collect();
+        let mut edits = Vec::new();
+        for pending in std::mem::take(&mut held.pending) {
+            let decision = match decisions.remove(&pending.id) {
+                Some(decision) => decision,
+                None if sticky.contains(&pending.tool) => Decision::Approve,
+                None => {
+                    held.pending.push(pending);
+                    continue;
+                }
+            };
+            let mut call = pending.call();
+            match decision {
+                Decision::Approve | Decision::AlwaysApprove => held.approved.push(call),
+                Decision::ApproveEdited { input } => {
+                    call.input = input;
+                    edits.push(call.clone());
+                    held.approved.push(call);
+                }
+                Decision::Deny { message } => {
+                    self.tool_calls += 1;
+                    held.settled
+                        .push((call, ToolOutcome::Denied { reason: message }));
+                }
+            }
+        }
+        self.approved_tools.extend(sticky);
+        for edit in edits {
+            self.edit_call(&edit);
+        }
+        if let Phase::AwaitingApproval { held, skipped } = &mut self.phase
+            && held.pending.is_empty()
+        {
+            let mut held = std::mem::take(held).into_inner();
+            let run = std::mem::take(&mut held.approved);
+            self.phase = Phase::ToolsPending {
+                run,
+                skipped: std::mem::take(skipped),
+                held: held.into(),
+            };
+        }
+        Ok(())
+    }
+
+    /// Put an edited call's input in the history and the step, where the model's was.
+    fn edit_call(&mut self, edited: &ToolCall) {
+        if let Some(message) = self.request.messages.last_mut() {
+            for block in &mut message.content {
+                if let ContentBlock::ToolUse { id, input, .. } = block
+                    && *id == edited.id
+                {
+                    *input = edited.input.clone();
+                }
+            }
+        }
+        if let Some(step) = self.steps.last_mut() {
+            for call in &mut step.tool_calls {
+                if call.id == edited.id {
+                    call.input = edited.input.clone();
+                }
+            }
+        }
     }
 
     /// Report the outcomes of the tools returned by [`Action::RunTools`], in the same order.
     /// Missing outcomes are recorded as cancelled, so the history stays valid.
     pub fn on_tool_outcomes(&mut self, outcomes: Vec<ToolOutcome>, duration: Duration) {
-        let Some((run, skipped)) = self.take_pending_tools() else {
+        if !matches!(
+            self.phase,
+            Phase::ToolsPending { .. } | Phase::AwaitingTools { .. }
+        ) {
+            return;
+        }
+        let Some((run, skipped, held)) = self.take_pending_tools() else {
             return;
         };
         self.tool_calls += run.len() as u32;
-        self.tool_iterations += 1;
         let mut outcomes = outcomes.into_iter();
-        let pairs = run
-            .into_iter()
-            .map(|call| {
-                let outcome = outcomes.next().unwrap_or_else(|| ToolOutcome::Cancelled {
-                    reason: "the tool reported no outcome".into(),
-                });
-                (call, outcome)
-            })
-            .collect();
+        let pairs = run.into_iter().map(|call| {
+            let outcome = outcomes.next().unwrap_or_else(|| ToolOutcome::Cancelled {
+                reason: "the tool reported no outcome".into(),
+            });
+            (call, outcome)
+        });
+        let pairs = if held.is_empty() {
+            pairs.collect()
+        } else {
+            let mut held = held.into_inner();
+            held.settled.extend(pairs);
+            if !held.pending.is_empty() {
+                held.reported = held.settled.len();
+                held.paused = true;
+                if let Some(step) = self.steps.last_mut() {
+                    step.duration += duration;
+                }
+                self.phase = Phase::AwaitingApproval {
+                    held: held.into(),
+                    skipped,
+                };
+                return;
+            }
+            self.in_call_order(held.settled)
+        };
+        self.tool_iterations += 1;
         let repeated = self.record_tool_step(pairs, skipped, duration);
         self.phase = match (repeated, self.stop_after_tools.take()) {
             (Some(tool), _) => Phase::Done {
@@ -248,11 +573,24 @@ impl Machine {
         };
     }
 
-    fn take_pending_tools(&mut self) -> Option<(Vec<ToolCall>, Vec<ToolCall>)> {
+    /// `pairs` in the order the model made the calls (answers held for approval come back
+    /// out of order).
+    fn in_call_order(
+        &self,
+        mut pairs: Vec<(ToolCall, ToolOutcome)>,
+    ) -> Vec<(ToolCall, ToolOutcome)> {
+        if let Some(step) = self.steps.last() {
+            let at = |id: &str| step.tool_calls.iter().position(|c| c.id == id);
+            pairs.sort_by_key(|(call, _)| at(&call.id));
+        }
+        pairs
+    }
+
+    fn take_pending_tools(&mut self) -> Option<(Vec<ToolCall>, Vec<ToolCall>, HeldBox)> {
         match std::mem::replace(&mut self.phase, Phase::Ready) {
-            Phase::AwaitingTools { run, skipped } | Phase::ToolsPending { run, skipped } => {
-                Some((run, skipped))
-            }
+            Phase::AwaitingTools { run, skipped, held }
+            | Phase::ToolsPending { run, skipped, held } => Some((run, skipped, held)),
+            Phase::AwaitingApproval { held, skipped } => Some((Vec::new(), skipped, held)),
             other => {
                 self.phase = other;
                 None
@@ -378,7 +716,11 @@ impl Machine {
     }
 
     fn finish(&mut self, reason: RunStopReason) {
-        if let Some((run, skipped)) = self.take_pending_tools() {
+        if let Some((mut run, skipped, held)) = self.take_pending_tools() {
+            let held = held.into_inner();
+            // Calls approved or waiting for approval are answered as not run, too.
+            run.extend(held.approved);
+            run.extend(held.pending.into_iter().map(|p| p.call()));
             let why = match &reason {
                 RunStopReason::Timeout => "the run timed out".to_owned(),
                 RunStopReason::Cancelled => "the run was cancelled".to_owned(),
@@ -387,15 +729,14 @@ impl Machine {
                 }
                 other => format!("the run stopped ({other})"),
             };
-            let pairs = run
-                .into_iter()
-                .map(|call| {
-                    let outcome = ToolOutcome::Cancelled {
-                        reason: why.clone(),
-                    };
-                    (call, outcome)
-                })
-                .collect();
+            let mut pairs = held.settled;
+            pairs.extend(run.into_iter().map(|call| {
+                let outcome = ToolOutcome::Cancelled {
+                    reason: why.clone(),
+                };
+                (call, outcome)
+            }));
+            let pairs = self.in_call_order(pairs);
             self.record_tool_step(pairs, skipped, Duration::ZERO);
         }
         self.stop_after_tools = None;
@@ -421,9 +762,23 @@ impl Machine {
         total_cost(&self.steps)
     }
 
-    /// Whether the run is over.
+    /// Whether the run is over, or stopped to wait for approval.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done { .. })
+        matches!(
+            self.phase,
+            Phase::Done { .. } | Phase::AwaitingApproval { .. }
+        )
+    }
+
+    /// Whether the run stopped to wait for approval.
+    pub fn is_paused(&self) -> bool {
+        matches!(self.phase, Phase::AwaitingApproval { .. })
+    }
+
+    /// Whether the step's tools go on after a pause for approval (their ready events were
+    /// reported before it).
+    pub(crate) fn resumes_step(&self) -> bool {
+        matches!(&self.phase, Phase::ToolsPending { held, .. } | Phase::AwaitingTools { held, .. } if held.paused)
     }
 
     /// The history so far.
@@ -458,8 +813,16 @@ impl Machine {
 
     /// The run's result (call when done; before that the stop reason is `cancelled`).
     pub fn into_result(self) -> RunResult {
+        let (pending_approvals, paused) = match &self.phase {
+            Phase::AwaitingApproval { held, .. } => (
+                held.pending.clone(),
+                Some(Box::new(PausedRun::new(self.clone()))),
+            ),
+            _ => (Vec::new(), None),
+        };
         let stop_reason = match self.phase {
             Phase::Done { reason } => reason,
+            Phase::AwaitingApproval { .. } => RunStopReason::AwaitingApproval,
             _ => RunStopReason::Cancelled,
         };
         let response = self
@@ -477,6 +840,8 @@ impl Machine {
             stop_reason,
             messages: self.request.messages,
             error: self.error,
+            pending_approvals,
+            paused,
         }
     }
 }

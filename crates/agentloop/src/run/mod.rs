@@ -35,7 +35,7 @@
 //! | layer | emits |
 //! | --- | --- |
 //! | model call ([`StreamEvent`], [`crate::Provider::stream`]) | `message_start`, `text_delta`, `thinking_delta`, `thinking_signature`, `redacted_thinking`, `tool_call_start` / `tool_call_delta` / `tool_call_end` (the model writing a call's arguments), `native_block`, `usage`, `message_stop` |
-//! | run ([`RunEvent`], [`run_stream`], [`crate::Agent::run_stream`]) | `run_start`; per step `step_start`, the model call's events, `tool_call_ready` for every call of the response, `tool_call_result` for every call answered, `step_finish`; `error` when a model call fails; `run_finish` |
+//! | run ([`RunEvent`], [`run_stream`], [`crate::Agent::run_stream`]) | `run_start`; per step `step_start`, the model call's events, `tool_call_ready` for every call of the response, `approval_requested` for every call that waits for a person, `tool_call_result` for every call answered, `step_finish`; `error` when a model call fails; `run_finish` |
 //! | server, `/v1/chat` | `message_start`; the run's `text_delta`, `thinking_delta`; `tool_call_start` (the run's `tool_call_ready`) and `tool_call_result`; `message_end`, `error` |
 //! | server, AI SDK UI stream | `start`; `start-step` / `finish-step`; text and reasoning parts from the deltas; `tool-input-start` / `tool-input-delta` (the model's `tool_call_start` / `tool_call_delta`), `tool-input-available` (ready), `tool-output-available` / `tool-output-error`; `error`, `finish` |
 //!
@@ -45,8 +45,11 @@
 //! invalid arguments, and calls answered without running (past
 //! [`Limits::max_tool_calls`], after [`Limits::max_tool_iterations`], or stopped by a
 //! [`StopCondition`] checked before the tools). In manual tool mode the calls are ready and the
-//! caller answers them. A call the model was still writing when the run was cancelled or timed
-//! out ends with the step: it is not in the history, and gets neither.
+//! caller answers them. A call that needs approval gets `approval_requested` after the ready
+//! events; the run's `run_finish` then says `awaiting_approval`, and its result comes in the
+//! resumed run's stream, before that step's `step_finish`. A call the model was still writing
+//! when the run was cancelled or timed out ends with the step: it is not in the history, and
+//! gets neither.
 //!
 //! ```no_run
 //! # async fn demo(agent: agentloop::Agent) {
@@ -62,7 +65,52 @@
 //! }
 //! # }
 //! ```
+//!
+//! # Approval
+//!
+//! A tool can need a person's approval: always ([`crate::Tool::with_approval_required`],
+//! `needs_approval: true` in a descriptor file) or by a policy, a function of the call and the
+//! run ([`crate::Tool::with_approval_policy`], or [`RunOptions::approval_policy()`] for every tool;
+//! the stricter answer wins). A policy answers [`Approval::Allow`], [`Approval::Require`] with
+//! a reason, or [`Approval::Deny`] with a message the model sees, asking nobody (a guardrail).
+//!
+//! When a response holds calls that need approval, the others run (or, with
+//! [`RunOptions::hold_for_approval()`], wait too) and the run stops with
+//! [`RunStopReason::AwaitingApproval`]: [`RunResult::pending_approvals`] lists the calls (id,
+//! tool, input, reason) and [`RunResult::paused`] is a [`PausedRun`], the run's [`Machine`]
+//! with a format version, to keep as JSON anywhere. [`crate::Agent::resume`] (or
+//! [`crate::Agent::resume_stream`]) goes on from it, in this process or another with the same
+//! agent definition, given a [`Decision`] per call id: approve, approve with an edited input
+//! (checked against the tool's schema first; the history then holds the edit), deny with a
+//! message, or always approve the tool for the rest of the run. Calls left undecided keep the
+//! run paused. [`crate::conversation::Conversation::decide`] does the same for a conversation,
+//! where "always" lasts for the conversation.
+//!
+//! ```
+//! # use agentloop::{Agent, Tool, run::{Decision, PausedRun, RunStopReason}};
+//! # use agentloop_testkit::{ScriptedModel, Turn};
+//! # #[derive(serde::Deserialize, schemars::JsonSchema)] struct Deploy { env: String }
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let model = ScriptedModel::new([
+//!     Turn::tool_call("deploy", serde_json::json!({"env": "prod"})).with_ids(["call_1"]),
+//!     Turn::text("Deployed to staging."),
+//! ]);
+//! let deploy = Tool::function("deploy", "Deploy", |d: Deploy| async move {
+//!     Ok::<_, String>(format!("deployed to {}", d.env))
+//! });
+//! let agent = Agent::builder(model).tool(deploy.with_approval_required(true)).build();
+//! let result = agent.run("Deploy it").await?;
+//! assert_eq!(result.stop_reason, RunStopReason::AwaitingApproval);
+//! let saved = result.paused.unwrap().to_json()?; // store it anywhere
+//!
+//! let paused = PausedRun::from_json(&saved)?;
+//! let edit = Decision::edited(serde_json::json!({"env": "staging"}));
+//! let result = agent.resume(&paused, [("call_1", edit)]).await?;
+//! assert_eq!(result.text(), "Deployed to staging.");
+//! # Ok::<(), agentloop::Error>(()) }).unwrap();
+//! ```
 
+mod approval;
 mod driver;
 mod events;
 mod hooks;
@@ -81,6 +129,10 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 use tokio_util::sync::CancellationToken;
 
+pub use approval::{
+    Approval, ApprovalContext, ApprovalPolicy, Decision, PAUSED_RUN_VERSION, PausedRun,
+    PendingApproval,
+};
 pub use hooks::{Hooks, PromptDecision, StepRequest, StopInfo, ToolDecision, WithHistory};
 pub use input::RunInput;
 pub use machine::{Action, Machine};
@@ -117,7 +169,11 @@ fn new_machine(mut request: Request, tools: &ToolSet, options: &RunOptions) -> M
             request.tools.push(definition);
         }
     }
-    Machine::new(request, options.limits.clone())
+    let mut machine = Machine::new(request, options.limits.clone());
+    for tool in &options.approved_tools {
+        machine.approve_tool(tool.clone());
+    }
+    machine
 }
 
 /// Run to the end and return the result. Fails only when the prompt hook blocks; model errors,
@@ -173,9 +229,17 @@ pub(crate) fn stream_set(
     let machine = new_machine(request, &tools, &options);
     let driver = Driver::new(provider, tools, options, true);
     let cancel = driver.cancel_token().clone();
+    streaming(driver.drive_new(machine), cancel)
+}
+
+/// A stream over a driver's run.
+fn streaming(
+    run: impl Future<Output = Result<RunResult>> + Send + 'static,
+    cancel: CancellationToken,
+) -> RunStream {
     // `map`, not an `async` block awaiting the run: that would hold the run's future twice,
     // once as the block's capture and once as what it awaits.
-    let driver = driver.drive_new(machine).map(|ended| match ended {
+    let driver = run.map(|ended| match ended {
         // The result is moved into `run_finish`, not cloned.
         Ok(result) => events::push(RunEvent::RunFinish {
             result: Box::new(result),
@@ -187,6 +251,30 @@ pub(crate) fn stream_set(
         driver: Some(Armed::new(driver.boxed())),
         cancel,
     }
+}
+
+/// Drive a machine whose pending approvals were decided (see [`Machine::decide`]) on.
+pub(crate) fn resume_set(
+    provider: Arc<dyn Provider>,
+    machine: Machine,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+) -> impl Future<Output = RunResult> + Send + 'static {
+    Driver::new(provider, tools, options, false)
+        .resuming(&machine)
+        .drive(machine)
+}
+
+/// [`resume_set`], streamed.
+pub(crate) fn resume_stream_set(
+    provider: Arc<dyn Provider>,
+    machine: Machine,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+) -> RunStream {
+    let driver = Driver::new(provider, tools, options, true).resuming(&machine);
+    let cancel = driver.cancel_token().clone();
+    streaming(driver.drive(machine).map(Ok), cancel)
 }
 
 /// A streamed run. Polling it drives the run; no task is spawned for the loop itself.

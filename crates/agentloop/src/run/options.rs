@@ -8,6 +8,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::approval::{Approval, ApprovalContext, ApprovalPolicy};
 use super::hooks::Hooks;
 use super::machine::Machine;
 use crate::cost::Prices;
@@ -180,6 +181,15 @@ pub struct RunOptions {
     /// model call when what it spent plus that call's projected input would exceed it. A run
     /// whose model has no price is not stopped by it.
     pub max_cost: Option<Decimal>,
+    /// A policy for every tool's calls, next to each tool's own
+    /// ([`crate::Tool::with_approval_policy`]); the stricter answer wins.
+    pub approval_policy: Option<ApprovalPolicy>,
+    /// When some calls of a step need approval, hold the step's other calls until every
+    /// decision is made, instead of running them before the run pauses (the default).
+    pub hold_for_approval: bool,
+    /// Tools whose calls are approved without asking from the start of the run (a conversation
+    /// passes its sticky decisions here); a guardrail's denial still applies.
+    pub approved_tools: Vec<String>,
 }
 
 impl Default for RunOptions {
@@ -198,6 +208,9 @@ impl Default for RunOptions {
             state: None,
             prices: None,
             max_cost: None,
+            approval_policy: None,
+            hold_for_approval: false,
+            approved_tools: Vec::new(),
         }
     }
 }
@@ -302,6 +315,23 @@ impl RunOptions {
     /// Shared state for tool handlers.
     pub fn state<S: Any + Send + Sync>(mut self, state: S) -> Self {
         self.state = Some(Arc::new(state));
+        self
+    }
+
+    /// Decide for every tool's calls whether they run, need approval, or are refused (see
+    /// [`ApprovalPolicy`]).
+    pub fn approval_policy(
+        mut self,
+        policy: impl Fn(&ApprovalContext<'_>) -> Approval + Send + Sync + 'static,
+    ) -> Self {
+        self.approval_policy = Some(ApprovalPolicy::new(policy));
+        self
+    }
+
+    /// Hold a step's calls that need no approval until the others are decided (the field of
+    /// the same name).
+    pub fn hold_for_approval(mut self, hold: bool) -> Self {
+        self.hold_for_approval = hold;
         self
     }
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::approval::{PausedRun, PendingApproval};
 use super::outcome::ToolOutcome;
 use crate::cost::Cost;
 use crate::error::{Error, Result};
@@ -46,6 +47,10 @@ pub enum RunStopReason {
     /// Manual tool mode: the model asked for tools, which the caller must answer before the
     /// conversation goes on. The history ends with those tool uses.
     AwaitingToolResults,
+    /// Tool calls need a person's approval: [`RunResult::pending_approvals`] lists them and
+    /// [`RunResult::paused`] holds the run to resume with decisions
+    /// ([`crate::Agent::resume`]). The history ends with the step's tool uses.
+    AwaitingApproval,
 }
 
 impl RunStopReason {
@@ -64,6 +69,7 @@ impl RunStopReason {
             Self::RepeatedInvalidCall(_) => "repeated_invalid_call",
             Self::Error => "error",
             Self::AwaitingToolResults => "awaiting_tool_results",
+            Self::AwaitingApproval => "awaiting_approval",
         }
     }
 }
@@ -126,6 +132,14 @@ pub struct RunResult {
     /// [`Error::Timeout`] naming the run's or the step's timeout).
     #[serde(skip)]
     pub error: Option<Error>,
+    /// The calls waiting for a person's decision, in call order, when `stop_reason` is
+    /// `AwaitingApproval`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<PendingApproval>,
+    /// The run to resume, when `stop_reason` is `AwaitingApproval` (serialize it on its own:
+    /// [`PausedRun::to_json`]).
+    #[serde(skip)]
+    pub paused: Option<Box<PausedRun>>,
 }
 
 impl RunResult {
@@ -188,6 +202,13 @@ pub enum RunEvent {
         /// small enough to move without a call to `memcpy`.
         result: Box<ToolResult>,
     },
+    /// A call of the step needs a person's approval before it runs (one event per call, after
+    /// the step's `tool_call_ready` events). The run then stops with
+    /// [`RunStopReason::AwaitingApproval`] once the calls that need none have run.
+    ///
+    /// Serialized flat: `{"type": "approval_requested", "id", "tool", "input", "reason"}`.
+    /// Boxed to keep every run event small.
+    ApprovalRequested(Box<PendingApproval>),
     /// A step ended (its tools included).
     StepFinish {
         /// The step's index.
@@ -229,6 +250,7 @@ impl RunEvent {
             Self::StepStart { .. } => "step_start",
             Self::ToolCallReady { .. } => "tool_call_ready",
             Self::ToolCallResult { .. } => "tool_call_result",
+            Self::ApprovalRequested(_) => "approval_requested",
             Self::StepFinish { .. } => "step_finish",
             Self::Error { .. } => "error",
             Self::RunFinish { .. } => "run_finish",

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result, TimeoutKind};
+use crate::run::{Approval, ApprovalContext, ApprovalPolicy};
 
 pub use handler::{ToolContext, ToolError, ToolHandler, ToolOutput};
 pub use schema::Violation;
@@ -282,6 +283,8 @@ pub struct Tool {
     accepts: Option<Deserializes>,
     /// Answers a client-side native tool: the request's native tool is its definition.
     native: bool,
+    /// Whether its calls may run without a person's approval.
+    approval: Option<ApprovalPolicy>,
 }
 
 /// A check that arguments deserialize into a tool's type: serde's message when they do not.
@@ -304,6 +307,7 @@ impl std::fmt::Debug for Tool {
             .field("has_handler", &self.handler.is_some())
             .field("timeout", &self.timeout)
             .field("native", &self.native)
+            .field("approval", &self.approval.is_some())
             .finish()
     }
 }
@@ -318,6 +322,7 @@ impl Tool {
             validator: Arc::new(OnceLock::new()),
             accepts: None,
             native: false,
+            approval: None,
         }
     }
 
@@ -466,6 +471,43 @@ impl Tool {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Whether every call needs a person's approval before it runs (`false` removes any
+    /// approval policy). A run stops with [`crate::RunStopReason::AwaitingApproval`] for such
+    /// calls; see [`crate::run::PausedRun`].
+    pub fn with_approval_required(mut self, needed: bool) -> Self {
+        self.approval = needed
+            .then(|| ApprovalPolicy::always(format!("tool `{}` needs approval", self.name())));
+        self
+    }
+
+    /// Decide per call whether it runs, needs approval, or is refused (see [`ApprovalPolicy`]).
+    ///
+    /// ```
+    /// use agentloop::Tool;
+    /// use agentloop::run::Approval;
+    /// let schema = serde_json::json!({"type": "object", "properties": {"amount": {"type": "number"}}});
+    /// let pay = Tool::from_schema("pay", "Pay an invoice", schema)?.with_approval_policy(|ctx| {
+    ///     match ctx.call.input["amount"].as_f64() {
+    ///         Some(amount) if amount > 100.0 => Approval::Require(format!("pays {amount}")),
+    ///         _ => Approval::Allow,
+    ///     }
+    /// });
+    /// # let _ = pay;
+    /// # Ok::<(), agentloop::Error>(())
+    /// ```
+    pub fn with_approval_policy(
+        mut self,
+        policy: impl Fn(&ApprovalContext<'_>) -> Approval + Send + Sync + 'static,
+    ) -> Self {
+        self.approval = Some(ApprovalPolicy::new(policy));
+        self
+    }
+
+    /// The tool's approval policy, if it has one.
+    pub fn approval(&self) -> Option<&ApprovalPolicy> {
+        self.approval.as_ref()
     }
 
     /// The tool's name.
