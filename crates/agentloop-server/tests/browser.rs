@@ -186,6 +186,44 @@ impl Browser {
             .await;
     }
 
+    /// A click at a point of the viewport (what a finger tap on a backdrop does), through the
+    /// actions API: an element click would land on whatever element is at its centre.
+    async fn click_at(&self, x: i64, y: i64) {
+        self.post(
+            "/actions",
+            json!({"actions": [{"type": "pointer", "id": "finger", "parameters": {"pointerType": "touch"},
+                "actions": [
+                    {"type": "pointerMove", "duration": 0, "x": x, "y": y, "origin": "viewport"},
+                    {"type": "pointerDown", "button": 0},
+                    {"type": "pointerUp", "button": 0}
+                ]}]}),
+        )
+        .await;
+    }
+
+    /// Press one key (a WebDriver key code such as `\u{E00C}` for Escape) on the focused
+    /// element.
+    async fn press(&self, key: &str) {
+        self.post(
+            "/actions",
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": key}, {"type": "keyUp", "value": key}
+            ]}]}),
+        )
+        .await;
+    }
+
+    /// A Chrome DevTools Protocol command, through chromedriver's `goog/cdp/execute`.
+    async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.post("/goog/cdp/execute", json!({"cmd": cmd, "params": params}))
+            .await
+    }
+
+    async fn url(&self) -> String {
+        let url = self.command(reqwest::Method::GET, "/url", None).await;
+        url.as_str().unwrap().to_owned()
+    }
+
     async fn screenshot(&self, path: &Path) {
         let data = self
             .command(reqwest::Method::GET, "/screenshot", None)
@@ -200,7 +238,7 @@ impl Browser {
     async fn page_state(&self) -> Value {
         self.script(
             "return {
-                answer: [...document.querySelectorAll('.bubble.answer')].map(b => b.textContent),
+                answer: [...document.querySelectorAll('.bubble.answer')].map(b => b.textContent.trim()),
                 users: [...document.querySelectorAll('.message.user .bubble')].map(b => b.textContent),
                 cards: [...document.querySelectorAll('.tool-card')].map(c => ({
                     name: c.querySelector('.tool-name').textContent,
@@ -209,7 +247,7 @@ impl Browser {
                     arguments: JSON.parse(c.querySelector('.tool-arguments pre').textContent),
                     result: c.querySelector('.tool-result pre')?.textContent ?? null,
                 })),
-                conversations: [...document.querySelectorAll('#conversations button')].map(b => b.textContent),
+                conversations: [...document.querySelectorAll('#conversations button.open')].map(b => b.textContent),
                 busy: !document.getElementById('stop').hidden,
                 overflow: document.documentElement.scrollWidth > document.documentElement.clientWidth,
             };",
@@ -321,7 +359,7 @@ async fn the_page_streams_the_answer_and_shows_tool_cards() {
         (state["cards"] == json!([])).then_some(())
     })
     .await;
-    browser.click("#conversations button").await;
+    browser.click("#conversations button.open").await;
     let loaded = wait_for("the loaded conversation", || async {
         let state = browser.page_state().await;
         (state["cards"].as_array().map(Vec::len) == Some(2)).then_some(state)
@@ -356,5 +394,105 @@ async fn the_page_streams_the_answer_and_shows_tool_cards() {
     })
     .await;
     browser.screenshot(&dir.join("page-narrow-list.png")).await;
+    model.assert_complete();
+}
+
+/// `true` (after printing a skip notice) when there is no browser to drive.
+fn no_browser() -> bool {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        agentloop_testkit::skip(
+            "chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)",
+        );
+        return true;
+    }
+    false
+}
+
+impl Browser {
+    /// Wait until `script` (a function body) returns `true`.
+    async fn until(&self, what: &str, script: &str) {
+        wait_for(what, || async {
+            (self.script(script).await == json!(true)).then_some(())
+        })
+        .await;
+    }
+
+    /// Type `prompt`, send it, and wait until the answer has ended.
+    async fn ask(&self, prompt: &str) {
+        let before = self
+            .script("return document.querySelectorAll('.message.assistant .meta, .message.assistant .alert').length;")
+            .await;
+        self.type_into("#input", prompt).await;
+        self.click("#send").await;
+        self.until(
+            "the answer to end",
+            &format!(
+                "return document.querySelectorAll('.message.assistant .meta, .message.assistant .alert').length > {before}
+                    && document.getElementById('stop').hidden;"
+            ),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_render_markdown_and_highlighted_code_and_model_html_runs_nothing() {
+    if no_browser() {
+        return;
+    }
+    let answer = "# Plan\n\nUse **bold** and `inline code`:\n\n- one\n- two\n\n\
+        ```rust\nfn main() {\n    println!(\"hi\");\n}\n```\n\n\
+        <script>window.__pwned = 'script';</script>\n\
+        <img src=\"x\" onerror=\"window.__pwned = 'onerror'\">\n\n\
+        [a link](javascript:window.__pwned='link') and [docs](https://example.com/)";
+    let model = ScriptedModel::new([Turn::text(answer).with_text_pieces(12)]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Show me some Markdown").await;
+    let rendered = browser
+        .script(
+            "const b = document.querySelector('.bubble.answer');
+            const code = b.querySelector('.code-block pre code');
+            return {
+                h1: b.querySelector('h1')?.textContent,
+                strong: b.querySelector('strong')?.textContent,
+                inline: b.querySelector('p code')?.textContent,
+                items: [...b.querySelectorAll('li')].map(li => li.textContent),
+                code: code?.textContent,
+                highlighted: code.classList.contains('hljs'),
+                keywords: [...code.querySelectorAll('.hljs-keyword')].map(k => k.textContent),
+                copy: b.querySelector('.code-block button.copy')?.getAttribute('aria-label'),
+                scripts: b.querySelectorAll('script').length,
+                handlers: b.querySelectorAll('[onerror]').length,
+                links: [...b.querySelectorAll('a')].map(a => [a.textContent, a.getAttribute('href'), a.rel]),
+                pwned: window.__pwned ?? null,
+            };",
+        )
+        .await;
+    assert_eq!(
+        rendered,
+        json!({
+            "h1": "Plan",
+            "strong": "bold",
+            "inline": "inline code",
+            "items": ["one", "two"],
+            "code": "fn main() {\n    println!(\"hi\");\n}\n",
+            "highlighted": true,
+            "keywords": ["fn"],
+            "copy": "Copy code",
+            "scripts": 0,
+            "handlers": 0,
+            "links": [["a link", null, ""], ["docs", "https://example.com/", "noopener noreferrer"]],
+            "pwned": null,
+        })
+    );
+    browser
+        .screenshot(&artifacts().join("page-markdown.png"))
+        .await;
+    println!("screenshots in {}", artifacts().display());
     model.assert_complete();
 }
