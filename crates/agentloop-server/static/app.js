@@ -482,7 +482,7 @@ function conversationItem(c) {
   rename.type = 'button';
   rename.setAttribute('aria-label', `Rename “${c.title}”`);
   rename.addEventListener('click', () => startRename(item, c));
-  const remove = el('button', 'item-action', '🗑');
+  const remove = el('button', 'item-action', '×');
   remove.type = 'button';
   remove.setAttribute('aria-label', `Delete “${c.title}”`);
   remove.addEventListener('click', () => deleteConversation(c));

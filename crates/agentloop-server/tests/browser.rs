@@ -496,3 +496,337 @@ async fn answers_render_markdown_and_highlighted_code_and_model_html_runs_nothin
     println!("screenshots in {}", artifacts().display());
     model.assert_complete();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_chat_has_a_url_that_survives_a_reload_and_back_and_forward() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})).with_usage(11, 2),
+        Turn::text("It is **18 °C**.").with_usage(13, 4),
+        Turn::text("Hello there.").with_usage(5, 1),
+    ]);
+    let agent = Agent::builder(model.clone()).tool(weather_tool()).build();
+    let server = TestServer::start(ServerConfig::new(agent).in_memory_database()).await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Weather in Paris?").await;
+    let first = wait_for("the chat's own URL", || async {
+        let url = browser.url().await;
+        url.contains("/c/conv_").then_some(url)
+    })
+    .await;
+
+    // A tool card starts folded; its button unfolds the pretty-printed arguments and result.
+    let card = "const head = document.querySelector('.tool-card .tool-head');
+        const body = document.getElementById(head.getAttribute('aria-controls'));
+        return {expanded: head.getAttribute('aria-expanded'), hidden: body.hidden,
+                arguments: body.querySelector('.tool-arguments pre').textContent};";
+    assert_eq!(
+        browser.script(card).await,
+        json!({"expanded": "false", "hidden": true, "arguments": "{\n  \"city\": \"Paris\"\n}"})
+    );
+    browser.click(".tool-card .tool-head").await;
+    assert_eq!(browser.script(card).await["expanded"], json!("true"));
+    assert_eq!(browser.script(card).await["hidden"], json!(false));
+
+    // A second chat, from the New chat button.
+    browser.click("#new-chat").await;
+    browser
+        .until("the new chat's URL", "return location.pathname === '/';")
+        .await;
+    browser.ask("Hello?").await;
+    let second = wait_for("the second chat's URL", || async {
+        let url = browser.url().await;
+        (url.contains("/c/conv_") && url != first).then_some(url)
+    })
+    .await;
+
+    // Reloading a chat's URL shows that chat, with each answer's usage.
+    browser.open(&first).await;
+    let shown = "return {
+        users: [...document.querySelectorAll('.message.user .bubble')].map(b => b.textContent),
+        answer: [...document.querySelectorAll('.bubble.answer')].map(b => b.textContent.trim()),
+        meta: [...document.querySelectorAll('.message.assistant .meta')].map(m => m.textContent),
+        title: document.getElementById('title').textContent,
+        active: document.querySelector('#conversations button.active')?.textContent ?? null,
+    };";
+    let expected_first = json!({
+        "users": ["Weather in Paris?"], "answer": ["It is 18 °C."],
+        "meta": ["24 tokens in · 6 out"], "title": "Weather in Paris?", "active": "Weather in Paris?",
+    });
+    wait_for("the reloaded chat", || async {
+        (browser.script(shown).await == expected_first).then_some(())
+    })
+    .await;
+
+    // Back and Forward move between the chats.
+    browser.open(&second).await;
+    let expected_second = json!({
+        "users": ["Hello?"], "answer": ["Hello there."],
+        "meta": ["5 tokens in · 1 out"], "title": "Hello?", "active": "Hello?",
+    });
+    wait_for("the second chat", || async {
+        (browser.script(shown).await == expected_second).then_some(())
+    })
+    .await;
+    browser.post("/back", json!({})).await;
+    wait_for("the first chat after Back", || async {
+        (browser.script(shown).await == expected_first).then_some(())
+    })
+    .await;
+    assert_eq!(browser.url().await, first);
+    browser.post("/forward", json!({})).await;
+    wait_for("the second chat after Forward", || async {
+        (browser.script(shown).await == expected_second).then_some(())
+    })
+    .await;
+    // Picking a chat in the list pushes its URL, so Back returns to the one shown before.
+    browser
+        .click("#conversations li:last-child button.open")
+        .await;
+    wait_for("the first chat from the list", || async {
+        (browser.script(shown).await == expected_first).then_some(())
+    })
+    .await;
+    assert_eq!(browser.url().await, first);
+    browser.post("/back", json!({})).await;
+    wait_for("the second chat after Back", || async {
+        (browser.script(shown).await == expected_second).then_some(())
+    })
+    .await;
+    browser
+        .screenshot(&artifacts().join("page-chat-url.png"))
+        .await;
+    model.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mobile_drawer_closes_on_a_backdrop_tap_and_on_escape() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([]);
+    let server =
+        TestServer::start(ServerConfig::new(Agent::builder(model).build()).in_memory_database())
+            .await;
+    let browser = Browser::start().await;
+    browser.resize(390, 844).await;
+    browser.open(&server.url("/")).await;
+    let drawer = "const s = document.getElementById('sidebar');
+        return {open: s.getBoundingClientRect().left >= 0 && s.getAnimations().length === 0,
+                closed: s.getBoundingClientRect().right <= 0 && s.getAnimations().length === 0,
+                backdrop: !document.getElementById('backdrop').hidden,
+                expanded: document.getElementById('toggle-sidebar').getAttribute('aria-expanded')};";
+    let opened = json!({"open": true, "closed": false, "backdrop": true, "expanded": "true"});
+    let closed = json!({"open": false, "closed": true, "backdrop": false, "expanded": "false"});
+    let settles = |expected: Value, what: &'static str| {
+        let browser = &browser;
+        async move {
+            wait_for(what, || async {
+                (browser.script(drawer).await == expected).then_some(())
+            })
+            .await
+        }
+    };
+    settles(closed.clone(), "the drawer to start closed").await;
+
+    browser.click("#toggle-sidebar").await;
+    settles(opened.clone(), "the drawer to open").await;
+    browser
+        .screenshot(&artifacts().join("page-drawer-open.png"))
+        .await;
+    // A tap on the backdrop, right of the drawer (which is at most 300 px wide).
+    browser.click_at(360, 400).await;
+    settles(closed.clone(), "the drawer to close on a backdrop tap").await;
+
+    browser.click("#toggle-sidebar").await;
+    settles(opened, "the drawer to open again").await;
+    browser.press("\u{E00C}").await;
+    settles(closed, "the drawer to close on Escape").await;
+    // Focus goes back to the button that opened it.
+    assert_eq!(
+        browser.script("return document.activeElement.id;").await,
+        json!("toggle-sidebar")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dark_mode_follows_the_system_setting() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([Turn::text("Some `code`:\n\n```js\nconst x = 1;\n```")]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Colours?").await;
+    let colours = "const style = (sel) => getComputedStyle(document.querySelector(sel));
+        return {dark: matchMedia('(prefers-color-scheme: dark)').matches,
+                page: style('html').backgroundColor, text: style('html').color,
+                answer: style('.bubble.answer').backgroundColor,
+                code: style('.code-block pre').backgroundColor};";
+    // Chromium's emulated media, as DevTools' "Emulate CSS prefers-color-scheme" sets it.
+    browser
+        .cdp(
+            "Emulation.setEmulatedMedia",
+            json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+        )
+        .await;
+    assert_eq!(
+        browser.script(colours).await,
+        json!({"dark": true, "page": "rgb(15, 17, 21)", "text": "rgb(230, 232, 238)",
+               "answer": "rgb(23, 26, 33)", "code": "rgb(13, 17, 23)"})
+    );
+    browser.screenshot(&artifacts().join("page-dark.png")).await;
+    browser
+        .cdp(
+            "Emulation.setEmulatedMedia",
+            json!({"features": [{"name": "prefers-color-scheme", "value": "light"}]}),
+        )
+        .await;
+    assert_eq!(
+        browser.script(colours).await,
+        json!({"dark": false, "page": "rgb(246, 247, 249)", "text": "rgb(29, 35, 48)",
+               "answer": "rgb(255, 255, 255)", "code": "rgb(246, 248, 250)"})
+    );
+    browser
+        .screenshot(&artifacts().join("page-light.png"))
+        .await;
+    model.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_leaves_a_reader_who_scrolled_up_in_place() {
+    if no_browser() {
+        return;
+    }
+    let long = (1..=60)
+        .map(|i| format!("Line {i} of a long answer."))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let model = ScriptedModel::new([
+        Turn::text(long.clone()),
+        // Slow enough that the reader scrolls up while it streams.
+        Turn::text(long)
+            .with_text_pieces(40)
+            .with_chunk_delay(Duration::from_millis(50)),
+    ]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.resize(1000, 700).await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Something long").await;
+    // While at the bottom, the log follows the answer.
+    let position = "const log = document.getElementById('log');
+        return {top: log.scrollTop,
+                bottom: log.scrollHeight - log.scrollTop - log.clientHeight < 2,
+                jump: !document.getElementById('jump').hidden,
+                announced: document.getElementById('announcer').textContent.slice(0, 30)};";
+    let followed = browser.script(position).await;
+    assert_eq!(followed["bottom"], json!(true), "{followed}");
+
+    browser.type_into("#input", "Again").await;
+    browser.click("#send").await;
+    browser
+        .until(
+            "the second answer to start streaming",
+            "return document.querySelectorAll('.bubble.answer').length === 2;",
+        )
+        .await;
+    browser
+        .script("document.getElementById('log').scrollTop = 100; return null;")
+        .await;
+    browser
+        .until(
+            "the answer to end and be announced",
+            "return document.getElementById('stop').hidden
+                && document.getElementById('announcer').textContent !== '';",
+        )
+        .await;
+    let after = browser.script(position).await;
+    assert_eq!(
+        after,
+        json!({"top": 100, "bottom": false, "jump": true, "announced": "Answer finished: Line 1 of a l"})
+    );
+    browser
+        .screenshot(&artifacts().join("page-scrolled-up.png"))
+        .await;
+    browser.click("#jump").await;
+    let jumped = browser.script(position).await;
+    assert_eq!(jumped["bottom"], json!(true), "{jumped}");
+    assert_eq!(jumped["jump"], json!(false), "{jumped}");
+    model.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_stops_an_answer_and_enter_on_an_empty_box_does_nothing() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([Turn::text("word ".repeat(400))
+        .with_text_pieces(400)
+        .with_chunk_delay(Duration::from_millis(50))]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+
+    // Enter in an empty box, or one of spaces: nothing is sent, nothing is shown.
+    browser.click("#input").await;
+    browser.press("\u{E007}").await;
+    browser.type_into("#input", "   ").await;
+    browser.press("\u{E007}").await;
+    let idle = browser
+        .script(
+            "return {messages: document.querySelectorAll('.message').length,
+                     value: document.getElementById('input').value,
+                     send: document.getElementById('send').disabled,
+                     invalid: document.querySelectorAll(':invalid').length};",
+        )
+        .await;
+    assert_eq!(
+        idle,
+        json!({"messages": 0, "value": "   ", "send": true, "invalid": 0})
+    );
+    assert!(model.requests().is_empty());
+
+    browser
+        .script("document.getElementById('input').value = ''; return null;")
+        .await;
+    browser.type_into("#input", "Talk for a long time").await;
+    browser.press("\u{E007}").await;
+    browser
+        .until(
+            "the answer to start",
+            "return (document.querySelector('.bubble.answer')?.textContent ?? '').includes('word');",
+        )
+        .await;
+    browser.press("\u{E00C}").await;
+    browser
+        .until(
+            "the answer to stop",
+            "return document.getElementById('stop').hidden;",
+        )
+        .await;
+    let meta = browser
+        .script("return document.querySelector('.message.assistant .meta').textContent;")
+        .await;
+    assert!(meta.as_str().unwrap().ends_with("interrupted"), "{meta}");
+    let shown = browser
+        .script("return document.querySelector('.bubble.answer').textContent.length;")
+        .await;
+    assert!(
+        shown.as_u64().unwrap() < 2000,
+        "the whole answer came: {shown}"
+    );
+}
