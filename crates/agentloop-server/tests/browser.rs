@@ -830,3 +830,64 @@ async fn escape_stops_an_answer_and_enter_on_an_empty_box_does_nothing() {
         "the whole answer came: {shown}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_are_renamed_and_deleted_from_the_list() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([Turn::text("Sure.")]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser
+        .ask("Could you please explain how the borrow checker decides when a mutable reference may be taken?")
+        .await;
+    let listed = "return [...document.querySelectorAll('#conversations button.open')].map(b => b.textContent);";
+    wait_for("the title cut at a word boundary", || async {
+        (browser.script(listed).await
+            == json!(["Could you please explain how the borrow checker decides…"]))
+        .then_some(())
+    })
+    .await;
+
+    browser
+        .click("#conversations .item-action[aria-label^='Rename']")
+        .await;
+    browser
+        .script("document.querySelector('#conversations input.rename').value = ''; return null;")
+        .await;
+    browser
+        .type_into("#conversations input.rename", "Borrow checker")
+        .await;
+    browser.press("\u{E007}").await;
+    wait_for("the new title", || async {
+        let shown = browser
+            .script("return [document.getElementById('title').textContent, document.title];")
+            .await;
+        (browser.script(listed).await == json!(["Borrow checker"])
+            && shown == json!(["Borrow checker", "Borrow checker · agentloop"]))
+        .then_some(())
+    })
+    .await;
+    let stored = server.state.conversations().await.unwrap();
+    assert_eq!(stored[0].title, "Borrow checker");
+
+    browser
+        .click("#conversations .item-action[aria-label^='Delete']")
+        .await;
+    // The confirmation dialog.
+    browser.post("/alert/accept", json!({})).await;
+    wait_for("the chat to be gone", || async {
+        let state = browser
+            .script("return [location.pathname, document.querySelectorAll('.message').length, document.querySelector('#conversations .none')?.textContent];")
+            .await;
+        (state == json!(["/", 0, "No conversations yet"])).then_some(())
+    })
+    .await;
+    assert!(server.state.conversations().await.unwrap().is_empty());
+    model.assert_complete();
+}
