@@ -61,9 +61,9 @@
 //!   so AI SDK frontends on another origin can use `/v1/chat/ui-stream`.
 //! - **Headers.** The page and its assets are sent with `Content-Security-Policy: default-src
 //!   'self'; frame-ancestors 'none'`, `Referrer-Policy: no-referrer` and, like every answer,
-//!   `X-Content-Type-Options: nosniff`. Model output shown by the page is Markdown sanitized by
-//!   DOMPurify before it reaches the page, so neither HTML in an answer nor the policy alone
-//!   stands between a model and the user's session.
+//!   `X-Content-Type-Options: nosniff`. The page renders model output as Markdown and sanitizes
+//!   it with DOMPurify before inserting it: HTML in an answer (scripts, event handlers,
+//!   `javascript:` links) is removed, not merely blocked by the policy.
 //!
 //! Errors shown to web users (the `error` event, the UI stream's `error` chunk, 500 answers)
 //! name the kind of failure, e.g. "the model provider could not be reached" or "the model
