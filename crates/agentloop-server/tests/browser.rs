@@ -653,18 +653,49 @@ async fn the_mobile_drawer_closes_on_a_backdrop_tap_and_on_escape() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dark_mode_follows_the_system_setting() {
+async fn dark_mode_follows_the_system_setting_with_aa_contrast_in_both() {
     if no_browser() {
         return;
     }
-    let model = ScriptedModel::new([Turn::text("Some `code`:\n\n```js\nconst x = 1;\n```")]);
-    let server = TestServer::start(
-        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
-    )
-    .await;
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Atlantis"})),
+        Turn::text(
+            "Some `code` and [a link](https://example.com/):\n\n> quoted\n\n\
+             ```js\n// a comment\nfunction f(x) { return \"s\" + 1 + true; }\n```",
+        ),
+    ]);
+    let agent = Agent::builder(model.clone()).tool(weather_tool()).build();
+    let server = TestServer::start(ServerConfig::new(agent).in_memory_database()).await;
     let browser = Browser::start().await;
     browser.open(&server.url("/")).await;
     browser.ask("Colours?").await;
+    browser.click(".tool-card .tool-head").await;
+    // Text against the background it is drawn on, by the WCAG 2 formula: what is below AA's
+    // 4.5:1 for normal text.
+    let contrast = "const channel = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+        const lum = (rgb) => { const [r, g, b] = rgb.match(/[\\d.]+/g).map(Number);
+            return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b); };
+        const opaque = (c) => !/^rgba\\(.*,\\s*0\\)$/.test(c);
+        const background = (el) => { for (let n = el; n; n = n.parentElement) {
+            const c = getComputedStyle(n).backgroundColor; if (opaque(c)) return c; } };
+        const checked = ['.brand', '#new-chat', '#conversations button.open', '.settings summary', '#title',
+            '.message.user .bubble', '.bubble.answer p', '.bubble.answer a', '.bubble.answer blockquote',
+            '.bubble.answer p code', '.copy', '.meta', '.tool-name', '.tool-state', '.tool-label',
+            '.tool-section pre', '#input', '#send',
+            ...[...document.querySelectorAll('.code-block code span')].map((s) => '.' + s.classList[0])];
+        const failing = [];
+        for (const sel of new Set(checked)) {
+            const el = document.querySelector(sel);
+            if (!el) { failing.push([sel, 'missing']); continue; }
+            const [a, b] = [lum(getComputedStyle(el).color), lum(background(el))];
+            const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+            if (ratio < 4.5) failing.push([sel, Math.round(ratio * 100) / 100]);
+        }
+        const placeholder = getComputedStyle(document.getElementById('input'), '::placeholder').color;
+        const p = [lum(placeholder), lum(background(document.getElementById('input')))];
+        const ratio = (Math.max(...p) + 0.05) / (Math.min(...p) + 0.05);
+        if (ratio < 4.5) failing.push(['#input::placeholder', Math.round(ratio * 100) / 100]);
+        return failing;";
     let colours = "const style = (sel) => getComputedStyle(document.querySelector(sel));
         return {dark: matchMedia('(prefers-color-scheme: dark)').matches,
                 page: style('html').backgroundColor, text: style('html').color,
@@ -682,6 +713,7 @@ async fn dark_mode_follows_the_system_setting() {
         json!({"dark": true, "page": "rgb(15, 17, 21)", "text": "rgb(230, 232, 238)",
                "answer": "rgb(23, 26, 33)", "code": "rgb(13, 17, 23)"})
     );
+    assert_eq!(browser.script(contrast).await, json!([]), "dark");
     browser.screenshot(&artifacts().join("page-dark.png")).await;
     browser
         .cdp(
@@ -694,6 +726,7 @@ async fn dark_mode_follows_the_system_setting() {
         json!({"dark": false, "page": "rgb(246, 247, 249)", "text": "rgb(29, 35, 48)",
                "answer": "rgb(255, 255, 255)", "code": "rgb(246, 248, 250)"})
     );
+    assert_eq!(browser.script(contrast).await, json!([]), "light");
     browser
         .screenshot(&artifacts().join("page-light.png"))
         .await;
