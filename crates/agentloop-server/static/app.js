@@ -580,6 +580,7 @@ function closeDrawer() {
   if (!sidebar.classList.contains('open')) return;
   sidebar.classList.remove('open');
   $('backdrop').hidden = true;
+  document.querySelector('.main').inert = false;
   $('toggle-sidebar').setAttribute('aria-expanded', 'false');
   if (sidebar.contains(document.activeElement)) $('toggle-sidebar').focus();
 }
@@ -587,6 +588,8 @@ function closeDrawer() {
 function openDrawer() {
   $('sidebar').classList.add('open');
   $('backdrop').hidden = false;
+  // Like a dialog: keyboard focus stays in the drawer until it closes.
+  document.querySelector('.main').inert = true;
   $('toggle-sidebar').setAttribute('aria-expanded', 'true');
   const first = $('sidebar').querySelector('button');
   if (first) first.focus();

@@ -490,6 +490,27 @@ async fn answers_render_markdown_and_highlighted_code_and_model_html_runs_nothin
             "pwned": null,
         })
     );
+    // The copy button puts the code, without the button's label, on the clipboard.
+    browser
+        .cdp(
+            "Browser.grantPermissions",
+            json!({"permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]}),
+        )
+        .await;
+    browser.click(".code-block button.copy").await;
+    browser
+        .until(
+            "the copy to be confirmed",
+            "return document.querySelector('.code-block button.copy').textContent === 'Copied';",
+        )
+        .await;
+    let copied = browser
+        .post(
+            "/execute/async",
+            json!({"script": "navigator.clipboard.readText().then(arguments[0], e => arguments[0](String(e)));", "args": []}),
+        )
+        .await;
+    assert_eq!(copied, json!("fn main() {\n    println!(\"hi\");\n}\n"));
     browser
         .screenshot(&artifacts().join("page-markdown.png"))
         .await;
@@ -634,6 +655,13 @@ async fn the_mobile_drawer_closes_on_a_backdrop_tap_and_on_escape() {
 
     browser.click("#toggle-sidebar").await;
     settles(opened.clone(), "the drawer to open").await;
+    // While it is open, the chat behind it takes no focus.
+    assert_eq!(
+        browser
+            .script("return [document.querySelector('.main').inert, document.getElementById('sidebar').contains(document.activeElement)];")
+            .await,
+        json!([true, true])
+    );
     browser
         .screenshot(&artifacts().join("page-drawer-open.png"))
         .await;
@@ -645,6 +673,12 @@ async fn the_mobile_drawer_closes_on_a_backdrop_tap_and_on_escape() {
     settles(opened, "the drawer to open again").await;
     browser.press("\u{E00C}").await;
     settles(closed, "the drawer to close on Escape").await;
+    assert_eq!(
+        browser
+            .script("return document.querySelector('.main').inert;")
+            .await,
+        json!(false)
+    );
     // Focus goes back to the button that opened it.
     assert_eq!(
         browser.script("return document.activeElement.id;").await,
