@@ -606,6 +606,7 @@ async function openConversation(id) {
     if (session !== state.session) return;
     showNewChat();
     if (error.status === 404) history.replaceState({ conversationId: null }, '', '/');
+    await refreshConversations();
     setStatus(error.message);
     return;
   }

@@ -620,6 +620,16 @@ async fn each_chat_has_a_url_that_survives_a_reload_and_back_and_forward() {
     browser
         .screenshot(&artifacts().join("page-chat-url.png"))
         .await;
+    // The URL of a chat that is gone (deleted, another database) leads to a new chat.
+    browser.open(&server.url("/c/conv_gone")).await;
+    browser
+        .until(
+            "the missing chat to be reported",
+            "return location.pathname === '/'
+                && document.getElementById('status').textContent === 'no conversation has the id `conv_gone`'
+                && document.getElementById('title').textContent === 'New chat';",
+        )
+        .await;
     model.assert_complete();
 }
 
