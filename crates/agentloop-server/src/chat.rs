@@ -221,6 +221,8 @@ async fn drive(
         });
     });
 
+    // Where the prompt this run answers sits in the history, for the stored usage.
+    let prompt_index = history.len().saturating_sub(1);
     let mut events = agent.run_stream(history);
     let mut failure: Option<String> = None;
     let mut ended = false;
@@ -238,6 +240,18 @@ async fn drive(
                     failure.get_or_insert_with(|| {
                         "the answer could not be saved; the server log has the details".into()
                     });
+                }
+                if let Err(e) = inner
+                    .store
+                    .save_answer(
+                        run.conversation_id.clone(),
+                        prompt_index,
+                        crate::events::stop_reason_name(&result.stop_reason).to_owned(),
+                        result.usage,
+                    )
+                    .await
+                {
+                    tracing::warn!(conversation = %run.conversation_id, "could not save the answer's usage: {e}");
                 }
                 let message = failure.take().or_else(|| {
                     limit_message(&result.stop_reason, inner.config.max_tool_iterations)

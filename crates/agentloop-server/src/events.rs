@@ -149,18 +149,22 @@ impl Frame {
             },
             Self::Run(_) => return None,
             Self::End { stop_reason, usage } => ChatEvent::MessageEnd {
-                // Version 1 of the protocol named a cancelled reply `interrupted`.
-                stop_reason: match stop_reason {
-                    RunStopReason::Cancelled => "interrupted",
-                    other => other.as_str(),
-                }
-                .to_owned(),
+                stop_reason: stop_reason_name(stop_reason).to_owned(),
                 usage: *usage,
             },
             Self::Failed { message } => ChatEvent::Error {
                 message: message.clone(),
             },
         })
+    }
+}
+
+/// How `message_end` (and the stored answer) names why a run stopped.
+pub(crate) fn stop_reason_name(reason: &RunStopReason) -> &str {
+    match reason {
+        // Version 1 of the protocol named a cancelled reply `interrupted`.
+        RunStopReason::Cancelled => "interrupted",
+        other => other.as_str(),
     }
 }
 

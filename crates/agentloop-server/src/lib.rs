@@ -25,15 +25,19 @@
 //!
 //! | method and path | what it does |
 //! | --- | --- |
-//! | `GET /` | the web page |
+//! | `GET /`, `GET /c/{conversation_id}` | the web page (the second opens that chat) |
 //! | `POST /v1/chat` | send a message, answer streamed as chat events (below) |
 //! | `GET /v1/chat/{message_id}/events` | reconnect to an answer: the events after `Last-Event-ID` |
 //! | `POST /v1/chat/{message_id}/cancel` | stop an answer (202); what it produced is kept |
 //! | `POST /v1/chat/ui-stream` | the same chat for AI SDK frontends (UI message stream v1) |
 //! | `GET /v1/chat/ui-stream/{chat_id}/stream` | the AI SDK's resume request (replay, or 204) |
 //! | `GET /v1/conversations` | `{"conversations": [{id, title, created_at, updated_at, message_count}]}` |
-//! | `GET /v1/conversations/{id}` | one conversation with `messages` (canonical agentloop messages) and `active_message_id` |
+//! | `GET /v1/conversations/{id}` | one conversation with `messages` (canonical agentloop messages), `answers` (`[{prompt_index, stop_reason, usage}]`: how each answer ended and its tokens, keyed by its prompt's position in `messages`) and `active_message_id` |
+//! | `PATCH /v1/conversations/{id}` | rename it: `{"title": "..."}` (one line, 1 to 200 characters); answers its summary |
 //! | `DELETE /v1/conversations/{id}` | delete it (204) |
+//!
+//! A new conversation's title is its first prompt on one line, cut at a word boundary with an
+//! ellipsis when longer than 60 characters.
 //!
 //! Errors are JSON: `{"error": {"message": "..."}}`. Request bodies larger than the configured
 //! limit get 413. A conversation answers one message at a time (409 while busy).
@@ -57,7 +61,9 @@
 //!   so AI SDK frontends on another origin can use `/v1/chat/ui-stream`.
 //! - **Headers.** The page and its assets are sent with `Content-Security-Policy: default-src
 //!   'self'; frame-ancestors 'none'`, `Referrer-Policy: no-referrer` and, like every answer,
-//!   `X-Content-Type-Options: nosniff`.
+//!   `X-Content-Type-Options: nosniff`. The page renders model output as Markdown and sanitizes
+//!   it with DOMPurify before inserting it: HTML in an answer (scripts, event handlers,
+//!   `javascript:` links) is removed, not merely blocked by the policy.
 //!
 //! Errors shown to web users (the `error` event, the UI stream's `error` chunk, 500 answers)
 //! name the kind of failure, e.g. "the model provider could not be reached" or "the model
@@ -189,7 +195,7 @@ pub use error::ServerError;
 pub use events::{ChatEvent, PROTOCOL_HEADER, PROTOCOL_VERSION};
 pub use http::{CONVERSATION_HEADER, MESSAGE_HEADER, router};
 pub use state::AppState;
-pub use store::{ConversationSummary, StoredConversation};
+pub use store::{AnswerRecord, ConversationSummary, StoredConversation};
 
 /// A server bound to its address, not serving yet. Bind to port 0 and read
 /// [`Server::local_addr`] to get a free port.

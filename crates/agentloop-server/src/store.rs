@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use agentloop::Message;
+use agentloop::{Message, Usage};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -16,7 +16,8 @@ use crate::config::Database;
 use crate::error::ServerError;
 
 /// Schema changes, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &["CREATE TABLE conversations (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE conversations (
         id          TEXT PRIMARY KEY,
         title       TEXT NOT NULL,
         created_at  INTEGER NOT NULL,
@@ -28,7 +29,16 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE conversations (
         message         TEXT NOT NULL,
         PRIMARY KEY (conversation_id, position)
     );
-    CREATE INDEX conversations_by_update ON conversations(updated_at DESC);"];
+    CREATE INDEX conversations_by_update ON conversations(updated_at DESC);",
+    // What each answer used, kept with the prompt it replied to so the page shows it again.
+    "CREATE TABLE answers (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        prompt_index    INTEGER NOT NULL,
+        stop_reason     TEXT NOT NULL,
+        usage           TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, prompt_index)
+    );",
+];
 
 /// A conversation in the list: no messages, just what a picker shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -53,6 +63,19 @@ pub struct StoredConversation {
     pub summary: ConversationSummary,
     /// The history, canonical agentloop messages, valid to send again.
     pub messages: Vec<Message>,
+    /// How each answer ended and what it used, in the order of the prompts they replied to.
+    pub answers: Vec<AnswerRecord>,
+}
+
+/// How one answer ended and the tokens it used (all its model calls together).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AnswerRecord {
+    /// The position in the history of the prompt the answer replied to.
+    pub prompt_index: usize,
+    /// Why the run stopped, as `message_end` says it (`end_turn`, `interrupted`, ...).
+    pub stop_reason: String,
+    /// The tokens used.
+    pub usage: Usage,
 }
 
 /// The database. Calls are queued, in the order they are made, to one worker that runs them
@@ -405,7 +428,36 @@ impl Store {
                 })?;
                 messages.push(message);
             }
-            Ok(Some(StoredConversation { summary, messages }))
+            let mut stmt = conn.prepare(
+                "SELECT prompt_index, stop_reason, usage FROM answers
+                 WHERE conversation_id = ?1 ORDER BY prompt_index",
+            )?;
+            let rows = stmt.query_map(params![id], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                ))
+            })?;
+            let mut answers = Vec::new();
+            for row in rows {
+                let (prompt_index, stop_reason, usage) = row?;
+                let usage = serde_json::from_str(&usage).map_err(|e| {
+                    ServerError::database(format!(
+                        "the usage of answer {prompt_index} of conversation `{id}` is not valid: {e}"
+                    ))
+                })?;
+                answers.push(AnswerRecord {
+                    prompt_index: usize::try_from(prompt_index).unwrap_or_default(),
+                    stop_reason,
+                    usage,
+                });
+            }
+            Ok(Some(StoredConversation {
+                summary,
+                messages,
+                answers,
+            }))
         })
         .await
     }
@@ -429,6 +481,11 @@ impl Store {
                 "DELETE FROM messages WHERE conversation_id = ?1 AND position >= ?2",
                 params![id, from as i64],
             )?;
+            // Answers to prompts that are replaced go with them.
+            tx.execute(
+                "DELETE FROM answers WHERE conversation_id = ?1 AND prompt_index >= ?2",
+                params![id, from as i64],
+            )?;
             {
                 let mut insert = tx.prepare(
                     "INSERT INTO messages (conversation_id, position, message) VALUES (?1, ?2, ?3)",
@@ -447,6 +504,52 @@ impl Store {
         .await
     }
 
+    /// Record how the answer to the prompt at `prompt_index` ended (replacing an earlier answer
+    /// to it, which regenerating makes).
+    pub(crate) async fn save_answer(
+        &self,
+        id: String,
+        prompt_index: usize,
+        stop_reason: String,
+        usage: Usage,
+    ) -> Result<(), ServerError> {
+        let usage = serde_json::to_string(&usage).map_err(ServerError::database)?;
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO answers (conversation_id, prompt_index, stop_reason, usage)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![id, prompt_index as i64, stop_reason, usage],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Give a conversation another title; its summary, or `None` when there is none.
+    pub(crate) async fn rename(
+        &self,
+        id: String,
+        title: String,
+    ) -> Result<Option<ConversationSummary>, ServerError> {
+        self.call(move |conn| {
+            let n = conn.execute(
+                "UPDATE conversations SET title = ?2 WHERE id = ?1",
+                params![id, title],
+            )?;
+            if n == 0 {
+                return Ok(None);
+            }
+            Ok(conn
+                .query_row(
+                    &format!("SELECT {SUMMARY_COLUMNS} FROM conversations c WHERE c.id = ?1"),
+                    params![id],
+                    summary_from_row,
+                )
+                .optional()?)
+        })
+        .await
+    }
+
     /// Delete a conversation; `false` when there was none.
     pub(crate) async fn delete(&self, id: String) -> Result<bool, ServerError> {
         self.call(move |conn| {
@@ -457,14 +560,30 @@ impl Store {
     }
 }
 
-/// The title of a conversation: the start of its first prompt, on one line.
+/// The title of a conversation: the start of its first prompt, on one line; a long prompt is
+/// cut at the last word boundary that fits (inside a word only when that would leave less than
+/// half), without the punctuation before the cut, and ends with an ellipsis.
 pub(crate) fn title_from(text: &str) -> String {
-    const MAX_CHARS: usize = 80;
+    const MAX_CHARS: usize = 60;
     let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if line.chars().count() <= MAX_CHARS {
         return line;
     }
-    let mut title: String = line.chars().take(MAX_CHARS - 1).collect();
+    let kept: String = line.chars().take(MAX_CHARS - 1).collect();
+    let next = line.chars().nth(MAX_CHARS - 1);
+    let mut title = match kept.rfind(' ') {
+        // The cut falls inside a word: end at the space before it.
+        Some(space) if next != Some(' ') && kept[..space].chars().count() >= MAX_CHARS / 2 => {
+            kept[..space].to_owned()
+        }
+        _ => kept,
+    };
+    let end = title
+        .trim_end_matches(|c: char| {
+            c.is_whitespace() || matches!(c, ',' | ';' | ':' | '.' | '-' | '–' | '—')
+        })
+        .len();
+    title.truncate(end);
     title.push('…');
     title
 }
@@ -509,7 +628,37 @@ mod tests {
             "What is the weather?"
         );
         let long = "x".repeat(200);
-        assert_eq!(title_from(&long).chars().count(), 80);
-        assert!(title_from(&long).ends_with('…'));
+        assert_eq!(title_from(&long), format!("{}…", "x".repeat(59)));
+    }
+
+    #[test]
+    fn long_titles_end_at_a_word_boundary_with_an_ellipsis() {
+        let prompt = "Could you please explain how the borrow checker decides when a mutable \
+                      reference may be taken, with examples?";
+        assert_eq!(
+            title_from(prompt),
+            "Could you please explain how the borrow checker decides…"
+        );
+        // Trailing punctuation before the cut goes, so the title does not end in `,…`.
+        assert_eq!(
+            title_from(
+                "Rewrite the introduction of my essay on climate policy, tighten it, and keep \
+                 the tone formal"
+            ),
+            "Rewrite the introduction of my essay on climate policy…"
+        );
+        // A cut that falls between two words keeps both.
+        assert_eq!(
+            title_from(
+                "Summarize these notes, then list every action item with its owner and date"
+            ),
+            "Summarize these notes, then list every action item with its…"
+        );
+        // One long word is cut inside it.
+        assert_eq!(
+            title_from(&format!("see {}", "y".repeat(100))),
+            format!("see {}…", "y".repeat(55))
+        );
+        assert_eq!(title_from("Exactly short enough."), "Exactly short enough.");
     }
 }

@@ -1,4 +1,6 @@
 // agentloop chat page: talks to /v1/chat (fetch + a streaming SSE reader) and /v1/conversations.
+// Answers are Markdown rendered by the vendored `marked`, sanitized by `DOMPurify`, code
+// highlighted by `highlight.js` (static/vendor/, see scripts/vendor-page.sh).
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -10,7 +12,13 @@ const state = {
   messageId: null,
   lastEventId: null,
   busy: false,
+  // Which chat the page shows: an answer streaming into a chat the user left keeps reading
+  // (so the server keeps running it) but no longer touches the page.
+  session: 0,
+  // Whether new content scrolls the log: only while the user is at its bottom.
+  stick: true,
   cards: new Map(),
+  titles: new Map(),
 };
 
 // ---------- HTTP ----------
@@ -18,6 +26,13 @@ const state = {
 function authHeaders(extra = {}) {
   const token = localStorage.getItem(TOKEN_KEY);
   return token ? { ...extra, Authorization: `Bearer ${token}` } : extra;
+}
+
+class HttpError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
 }
 
 async function api(path, options = {}) {
@@ -30,7 +45,7 @@ async function api(path, options = {}) {
     if (response.status === 401) {
       message += ' — set the access token in the sidebar';
     }
-    throw new Error(message);
+    throw new HttpError(response.status, message);
   }
   return response;
 }
@@ -70,6 +85,52 @@ function parseEvent(block) {
   return data.length ? { event, id, data: JSON.parse(data.join('\n')) } : null;
 }
 
+// ---------- Markdown ----------
+
+// Links in answers open in a new tab and tell the target nothing about the page.
+DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+  if (node.tagName === 'A' && node.hasAttribute('href')) {
+    node.setAttribute('target', '_blank');
+    node.setAttribute('rel', 'noopener noreferrer');
+  }
+});
+hljs.configure({ ignoreUnescapedHTML: true });
+
+// Model output is untrusted: parsed as Markdown, then everything that could run (scripts,
+// event handlers, javascript: URLs) is removed before it reaches the page.
+function renderMarkdown(target, text) {
+  const html = marked.parse(text, { gfm: true, breaks: true });
+  target.innerHTML = DOMPurify.sanitize(html, { USE_PROFILES: { html: true } });
+  for (const code of target.querySelectorAll('pre > code')) {
+    const known = [...code.classList].some((c) => c.startsWith('language-') && hljs.getLanguage(c.slice(9)));
+    if (known || code.textContent.length < 20000) hljs.highlightElement(code);
+    addCopyButton(code.parentElement);
+  }
+}
+
+function addCopyButton(pre) {
+  const wrapper = el('div', 'code-block');
+  pre.replaceWith(wrapper);
+  const button = el('button', 'copy', 'Copy');
+  button.type = 'button';
+  button.setAttribute('aria-label', 'Copy code');
+  button.addEventListener('click', async () => {
+    const text = pre.querySelector('code').textContent;
+    try {
+      await navigator.clipboard.writeText(text);
+      button.textContent = 'Copied';
+    } catch (_) {
+      button.textContent = 'Press Ctrl+C';
+      const range = document.createRange();
+      range.selectNodeContents(pre);
+      getSelection().removeAllRanges();
+      getSelection().addRange(range);
+    }
+    setTimeout(() => { button.textContent = 'Copy'; }, 1500);
+  });
+  wrapper.append(button, pre);
+}
+
 // ---------- Rendering ----------
 
 function el(tag, className, text) {
@@ -79,12 +140,30 @@ function el(tag, className, text) {
   return node;
 }
 
-function scrollDown() {
-  log.scrollTop = log.scrollHeight;
+function atBottom() {
+  return log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+}
+
+// Follows new content only while the user is at the bottom: reading further up is not
+// interrupted by a streaming answer.
+function scrollDown(force = false) {
+  if (force) state.stick = true;
+  if (state.stick) {
+    log.scrollTop = log.scrollHeight;
+  } else {
+    $('jump').hidden = false;
+  }
 }
 
 function pretty(value) {
-  return typeof value === 'string' ? value : JSON.stringify(value, null, 2);
+  if (typeof value === 'string') {
+    try {
+      const parsed = JSON.parse(value);
+      if (parsed !== null && typeof parsed === 'object') return JSON.stringify(parsed, null, 2);
+    } catch (_) { /* plain text */ }
+    return value;
+  }
+  return JSON.stringify(value, null, 2);
 }
 
 function contentText(content) {
@@ -100,6 +179,49 @@ function showUser(text) {
   scrollDown();
 }
 
+function usageText(usage) {
+  if (!usage) return '';
+  return `${usage.input_tokens} tokens in · ${usage.output_tokens} out`;
+}
+
+// A tool call as a card: its name and state on a button that folds the arguments and the
+// result away. A card for a call waiting for approval would be another component here.
+class ToolCard {
+  constructor(id, name, args) {
+    this.root = el('div', 'tool-card running');
+    this.root.dataset.id = id;
+    const bodyId = `tool-${id.replace(/[^A-Za-z0-9_-]/g, '_')}-${Math.random().toString(36).slice(2, 8)}`;
+    this.toggle = el('button', 'tool-head');
+    this.toggle.type = 'button';
+    this.toggle.setAttribute('aria-expanded', 'false');
+    this.toggle.setAttribute('aria-controls', bodyId);
+    this.state = el('span', 'tool-state', 'running');
+    this.toggle.append(el('span', 'chevron', '▸'), el('span', 'tool-name', name), this.state);
+    this.body = el('div', 'tool-body');
+    this.body.id = bodyId;
+    this.body.hidden = true;
+    const input = el('div', 'tool-section tool-arguments');
+    input.append(el('div', 'tool-label', 'Arguments'), el('pre', '', pretty(args)));
+    this.body.append(input);
+    this.toggle.addEventListener('click', () => this.setExpanded(this.body.hidden));
+    this.root.append(this.toggle, this.body);
+  }
+
+  setExpanded(expanded) {
+    this.body.hidden = !expanded;
+    this.toggle.setAttribute('aria-expanded', String(expanded));
+  }
+
+  result(content, isError) {
+    this.root.classList.remove('running');
+    this.root.classList.add(isError ? 'error' : 'done');
+    this.state.textContent = isError ? 'error' : 'done';
+    const result = el('div', 'tool-section tool-result');
+    result.append(el('div', 'tool-label', isError ? 'Error' : 'Result'), el('pre', '', pretty(contentText(content))));
+    this.body.append(result);
+  }
+}
+
 // One assistant answer: text bubbles, reasoning and tool cards in the order they stream.
 class AssistantView {
   constructor() {
@@ -107,16 +229,41 @@ class AssistantView {
     this.root = el('div', 'message assistant');
     this.bubble = null;
     this.thinkingBubble = null;
+    this.pending = null;
+    this.answer = '';
     log.append(this.root);
   }
 
   text(text) {
     this.thinkingBubble = null;
     if (!this.bubble) {
-      this.bubble = el('div', 'bubble answer');
+      this.bubble = el('div', 'bubble answer markdown');
+      this.bubble.source = '';
       this.root.append(this.bubble);
     }
-    this.bubble.textContent += text;
+    this.bubble.source += text;
+    this.answer += text;
+    // Rendered once per frame, however many fragments arrive in it.
+    if (!this.pending) {
+      const bubble = this.bubble;
+      this.pending = requestAnimationFrame(() => {
+        this.pending = null;
+        this.render(bubble);
+      });
+    }
+  }
+
+  render(bubble) {
+    renderMarkdown(bubble, bubble.source);
+    scrollDown();
+  }
+
+  flush() {
+    if (this.pending) {
+      cancelAnimationFrame(this.pending);
+      this.pending = null;
+    }
+    for (const bubble of this.root.querySelectorAll('.bubble.answer')) renderMarkdown(bubble, bubble.source);
     scrollDown();
   }
 
@@ -133,27 +280,23 @@ class AssistantView {
   toolStart(id, name, args) {
     this.bubble = null;
     this.thinkingBubble = null;
-    const card = el('div', 'tool-card running');
-    card.dataset.id = id;
-    const head = el('div', 'tool-head');
-    head.append(el('span', 'tool-name', name), el('span', 'tool-state', 'running'));
-    const input = el('div', 'tool-section tool-arguments');
-    input.append(el('div', 'tool-label', 'Arguments'), el('pre', '', pretty(args)));
-    card.append(head, input);
-    this.root.append(card);
+    const card = new ToolCard(id, name, args);
+    this.root.append(card.root);
     state.cards.set(id, card);
     scrollDown();
   }
 
   end(stopReason, usage) {
+    this.flush();
     const parts = [];
-    if (usage) parts.push(`${usage.input_tokens} tokens in · ${usage.output_tokens} out`);
+    if (usage) parts.push(usageText(usage));
     if (stopReason && stopReason !== 'end_turn') parts.push(stopReason.replace(/_/g, ' '));
     if (parts.length) this.root.append(el('div', 'meta', parts.join(' · ')));
     scrollDown();
   }
 
   error(message) {
+    this.flush();
     this.root.append(el('div', 'alert', message));
     scrollDown();
   }
@@ -162,12 +305,7 @@ class AssistantView {
 function showToolResult(id, content, isError) {
   const card = state.cards.get(id);
   if (!card) return;
-  card.classList.remove('running');
-  card.classList.add(isError ? 'error' : 'done');
-  card.querySelector('.tool-state').textContent = isError ? 'error' : 'done';
-  const result = el('div', 'tool-section tool-result');
-  result.append(el('div', 'tool-label', isError ? 'Error' : 'Result'), el('pre', '', contentText(content)));
-  card.append(result);
+  card.result(content, isError);
   scrollDown();
 }
 
@@ -175,11 +313,22 @@ function setStatus(text) {
   $('status').textContent = text || '';
 }
 
+function announce(text) {
+  // A finished answer is announced once, not fragment by fragment.
+  const announcer = $('announcer');
+  announcer.textContent = '';
+  setTimeout(() => { announcer.textContent = text; }, 50);
+}
+
 function setBusy(busy) {
   state.busy = busy;
-  $('send').disabled = busy;
   $('stop').hidden = !busy;
-  setStatus(busy ? 'Answering…' : '');
+  updateSend();
+  setStatus(busy ? 'Answering… (Escape stops)' : '');
+}
+
+function updateSend() {
+  $('send').disabled = state.busy || !$('input').value.trim();
 }
 
 function clearLog() {
@@ -188,57 +337,76 @@ function clearLog() {
     if (node.id !== 'empty') node.remove();
   }
   $('empty').hidden = false;
+  state.stick = true;
+  $('jump').hidden = true;
 }
 
 // ---------- Chat ----------
 
-function handle(event, view) {
+function handle(event, view, session) {
   const d = event.data;
+  const current = session === state.session;
   switch (event.event) {
     case 'message_start':
-      if (state.conversationId !== d.conversation_id) {
+      if (current && state.conversationId !== d.conversation_id) {
         state.conversationId = d.conversation_id;
+        // The new chat gets its URL; Back still leads to where the user came from.
+        history.replaceState({ conversationId: d.conversation_id }, '', chatPath(d.conversation_id));
         refreshConversations();
       }
-      state.messageId = d.message_id;
+      if (current) state.messageId = d.message_id;
       break;
     case 'text_delta': view.text(d.text); break;
     case 'thinking_delta': view.thinking(d.text); break;
     case 'tool_call_start': view.toolStart(d.id, d.name, d.arguments); break;
     case 'tool_call_result': showToolResult(d.id, d.content, d.is_error); break;
-    case 'message_end': view.end(d.stop_reason, d.usage); break;
-    case 'error': view.error(d.message); break;
+    case 'message_end':
+      view.end(d.stop_reason, d.usage);
+      if (current) {
+        const text = view.answer.trim();
+        announce(text ? `Answer finished: ${text.slice(0, 300)}` : 'Answer finished');
+      }
+      break;
+    case 'error':
+      view.error(d.message);
+      if (current) announce(`The answer failed: ${d.message}`);
+      break;
+    // An approval-required event gets its card here once the server sends one.
     default: break; // newer events of protocol 1
   }
 }
 
 // Read an answer to its end, reconnecting with Last-Event-ID if the connection drops.
-async function follow(response, view) {
-  state.lastEventId = null;
+async function follow(response, view, session) {
+  let messageId = state.messageId;
+  let lastEventId = null;
   for (let attempt = 0; ; attempt += 1) {
     let ended = false;
     try {
       for await (const event of readEvents(response)) {
-        if (event.id !== null) state.lastEventId = event.id;
+        if (event.id !== null) lastEventId = event.id;
+        if (event.event === 'message_start') messageId = event.data.message_id;
         if (event.event === 'message_end') ended = true;
-        handle(event, view);
+        handle(event, view, session);
       }
       if (ended) return;
     } catch (error) {
       if (ended) return;
       if (attempt >= 3) throw error;
     }
-    if (attempt >= 3 || !state.messageId) throw new Error('the connection was lost');
-    setStatus('Reconnecting…');
-    const headers = state.lastEventId === null ? {} : { 'Last-Event-ID': state.lastEventId };
-    response = await api(`/v1/chat/${encodeURIComponent(state.messageId)}/events`, { headers });
-    setStatus('Answering…');
+    if (attempt >= 3 || !messageId) throw new Error('the connection was lost');
+    if (session === state.session) setStatus('Reconnecting…');
+    const headers = lastEventId === null ? {} : { 'Last-Event-ID': lastEventId };
+    response = await api(`/v1/chat/${encodeURIComponent(messageId)}/events`, { headers });
+    if (session === state.session) setStatus('Answering… (Escape stops)');
   }
 }
 
 async function send(text) {
+  const session = state.session;
   setBusy(true);
   showUser(text);
+  scrollDown(true);
   const view = new AssistantView();
   try {
     const body = { message: text };
@@ -249,16 +417,37 @@ async function send(text) {
       body: JSON.stringify(body),
     });
     state.messageId = response.headers.get('x-agentloop-message-id');
-    await follow(response, view);
+    await follow(response, view, session);
   } catch (error) {
     view.error(error.message);
   } finally {
-    setBusy(false);
+    if (session === state.session) setBusy(false);
     refreshConversations();
   }
 }
 
+function stopAnswer() {
+  if (state.busy && state.messageId) {
+    api(`/v1/chat/${encodeURIComponent(state.messageId)}/cancel`, { method: 'POST' }).catch((e) => setStatus(e.message));
+  }
+}
+
 // ---------- Conversations ----------
+
+function chatPath(id) {
+  return `/c/${encodeURIComponent(id)}`;
+}
+
+function chatIdFromPath() {
+  const match = /^\/c\/([^/]+)$/.exec(location.pathname);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+
+function showTitle() {
+  const title = state.titles.get(state.conversationId);
+  $('title').textContent = state.conversationId ? title || 'Untitled' : 'New chat';
+  document.title = state.conversationId && title ? `${title} · agentloop` : 'agentloop';
+}
 
 async function refreshConversations() {
   const list = $('conversations');
@@ -269,38 +458,110 @@ async function refreshConversations() {
     setStatus(error.message);
     return;
   }
+  if (list.querySelector('.rename')) return; // do not drop a title being edited
   list.replaceChildren();
+  state.titles.clear();
   if (!conversations.length) {
     list.append(el('li', 'none', 'No conversations yet'));
   }
   for (const c of conversations) {
-    const item = el('li');
-    const button = el('button', c.id === state.conversationId ? 'active' : '', c.title || 'Untitled');
-    button.type = 'button';
-    button.title = `${c.title}\n${new Date(c.updated_at).toLocaleString()}`;
-    button.addEventListener('click', () => openConversation(c.id));
-    item.append(button);
-    list.append(item);
+    state.titles.set(c.id, c.title);
+    list.append(conversationItem(c));
   }
-  const current = conversations.find((c) => c.id === state.conversationId);
-  $('title').textContent = current ? current.title : 'New chat';
+  showTitle();
+}
+
+function conversationItem(c) {
+  const item = el('li');
+  const open = el('button', `open${c.id === state.conversationId ? ' active' : ''}`, c.title || 'Untitled');
+  open.type = 'button';
+  open.title = `${c.title}\n${new Date(c.updated_at).toLocaleString()}`;
+  if (c.id === state.conversationId) open.setAttribute('aria-current', 'page');
+  open.addEventListener('click', () => navigate(c.id));
+  const rename = el('button', 'item-action', '✎');
+  rename.type = 'button';
+  rename.setAttribute('aria-label', `Rename “${c.title}”`);
+  rename.addEventListener('click', () => startRename(item, c));
+  const remove = el('button', 'item-action', '×');
+  remove.type = 'button';
+  remove.setAttribute('aria-label', `Delete “${c.title}”`);
+  remove.addEventListener('click', () => deleteConversation(c));
+  item.append(open, rename, remove);
+  return item;
+}
+
+function startRename(item, c) {
+  const input = el('input', 'rename');
+  input.value = c.title;
+  input.setAttribute('aria-label', 'New title (Enter saves, Escape cancels)');
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    const title = input.value.trim();
+    if (save && title && title !== c.title) {
+      try {
+        await api(`/v1/conversations/${encodeURIComponent(c.id)}`, {
+          method: 'PATCH',
+          headers: { 'Content-Type': 'application/json' },
+          body: JSON.stringify({ title }),
+        });
+      } catch (error) {
+        setStatus(error.message);
+      }
+    }
+    input.remove();
+    await refreshConversations();
+  };
+  input.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter') { event.preventDefault(); finish(true); }
+    if (event.key === 'Escape') { event.preventDefault(); event.stopPropagation(); finish(false); }
+  });
+  input.addEventListener('blur', () => finish(true));
+  item.replaceChildren(input);
+  input.focus();
+  input.select();
+}
+
+async function deleteConversation(c) {
+  if (!confirm(`Delete “${c.title}”? This cannot be undone.`)) return;
+  try {
+    await api(`/v1/conversations/${encodeURIComponent(c.id)}`, { method: 'DELETE' });
+  } catch (error) {
+    setStatus(error.message);
+    return;
+  }
+  if (c.id === state.conversationId) {
+    showNewChat();
+    history.replaceState({ conversationId: null }, '', '/');
+  }
+  refreshConversations();
 }
 
 function isPrompt(message) {
   return message.role === 'user' && !message.content.some((b) => b.type === 'tool_result');
 }
 
-function renderHistory(messages) {
+function renderHistory(messages, answers) {
+  const byPrompt = new Map((answers || []).map((a) => [a.prompt_index, a]));
   let view = null;
-  for (const message of messages) {
+  let answer = null;
+  const close = () => {
+    if (view) {
+      view.flush();
+      if (answer) view.end(answer.stop_reason, answer.usage);
+    }
+  };
+  messages.forEach((message, index) => {
     if (message.role === 'user') {
       for (const block of message.content) {
         if (block.type === 'tool_result') showToolResult(block.tool_use_id, block.content, !!block.is_error);
       }
-      const text = message.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
       if (isPrompt(message)) {
-        showUser(text);
+        close();
+        showUser(message.content.filter((b) => b.type === 'text').map((b) => b.text).join(''));
         view = null;
+        answer = byPrompt.get(index) || null;
       }
     } else if (message.role === 'assistant') {
       if (!view) view = new AssistantView();
@@ -310,20 +571,50 @@ function renderHistory(messages) {
         else if (block.type === 'tool_use') view.toolStart(block.id, block.name, block.input);
       }
     }
-  }
+  });
+  close();
 }
 
+function closeDrawer() {
+  const sidebar = $('sidebar');
+  if (!sidebar.classList.contains('open')) return;
+  sidebar.classList.remove('open');
+  $('backdrop').hidden = true;
+  document.querySelector('.main').inert = false;
+  $('toggle-sidebar').setAttribute('aria-expanded', 'false');
+  if (sidebar.contains(document.activeElement)) $('toggle-sidebar').focus();
+}
+
+function openDrawer() {
+  $('sidebar').classList.add('open');
+  $('backdrop').hidden = false;
+  // Like a dialog: keyboard focus stays in the drawer until it closes.
+  document.querySelector('.main').inert = true;
+  $('toggle-sidebar').setAttribute('aria-expanded', 'true');
+  const first = $('sidebar').querySelector('button');
+  if (first) first.focus();
+}
+
+// Show the chat `id` (a user's pick, Back/Forward, or a reload of /c/<id>).
 async function openConversation(id) {
-  if (state.busy) return;
-  $('sidebar').classList.remove('open');
+  const session = ++state.session;
+  closeDrawer();
   let conversation;
   try {
     conversation = await (await api(`/v1/conversations/${encodeURIComponent(id)}`)).json();
   } catch (error) {
+    if (session !== state.session) return;
+    showNewChat();
+    if (error.status === 404) history.replaceState({ conversationId: null }, '', '/');
+    await refreshConversations();
     setStatus(error.message);
     return;
   }
+  if (session !== state.session) return;
   state.conversationId = conversation.id;
+  state.titles.set(conversation.id, conversation.title);
+  state.messageId = null;
+  setBusy(false);
   clearLog();
   const running = conversation.active_message_id;
   let messages = conversation.messages;
@@ -332,28 +623,44 @@ async function openConversation(id) {
     const last = messages.map(isPrompt).lastIndexOf(true);
     messages = messages.slice(0, last + 1);
   }
-  renderHistory(messages);
+  renderHistory(messages, conversation.answers);
+  scrollDown(true);
+  showTitle();
   refreshConversations();
   if (running) {
     setBusy(true);
     state.messageId = running;
     const view = new AssistantView();
     try {
-      await follow(await api(`/v1/chat/${encodeURIComponent(running)}/events`), view);
+      await follow(await api(`/v1/chat/${encodeURIComponent(running)}/events`), view, session);
     } catch (error) {
       view.error(error.message);
     } finally {
-      setBusy(false);
+      if (session === state.session) setBusy(false);
     }
   }
 }
 
-function newChat() {
-  if (state.busy) return;
+function navigate(id) {
+  if (id !== state.conversationId || chatIdFromPath() !== id) {
+    history.pushState({ conversationId: id }, '', chatPath(id));
+  }
+  openConversation(id);
+}
+
+function showNewChat() {
+  state.session += 1;
   state.conversationId = null;
   state.messageId = null;
+  setBusy(false);
   clearLog();
-  $('sidebar').classList.remove('open');
+  showTitle();
+}
+
+function newChat() {
+  if (location.pathname !== '/') history.pushState({ conversationId: null }, '', '/');
+  showNewChat();
+  closeDrawer();
   refreshConversations();
   $('input').focus();
 }
@@ -380,20 +687,51 @@ $('composer').addEventListener('submit', (event) => {
 
 $('input').addEventListener('keydown', (event) => {
   if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+    // An empty box (or one of spaces) sends nothing and is left as it is.
     event.preventDefault();
-    $('composer').requestSubmit();
+    if ($('input').value.trim()) $('composer').requestSubmit();
   }
 });
-$('input').addEventListener('input', autoGrow);
+$('input').addEventListener('input', () => {
+  autoGrow();
+  updateSend();
+});
 
-$('stop').addEventListener('click', () => {
-  if (state.messageId) {
-    api(`/v1/chat/${encodeURIComponent(state.messageId)}/cancel`, { method: 'POST' }).catch((e) => setStatus(e.message));
+log.addEventListener('scroll', () => {
+  state.stick = atBottom();
+  if (state.stick) $('jump').hidden = true;
+});
+$('jump').addEventListener('click', () => {
+  $('jump').hidden = true;
+  scrollDown(true);
+});
+
+$('stop').addEventListener('click', stopAnswer);
+document.addEventListener('keydown', (event) => {
+  if (event.key !== 'Escape' || event.defaultPrevented) return;
+  if ($('sidebar').classList.contains('open')) {
+    closeDrawer();
+  } else if (state.busy) {
+    stopAnswer();
   }
 });
 
 $('new-chat').addEventListener('click', newChat);
-$('toggle-sidebar').addEventListener('click', () => $('sidebar').classList.toggle('open'));
+$('toggle-sidebar').addEventListener('click', () => {
+  if ($('sidebar').classList.contains('open')) closeDrawer();
+  else openDrawer();
+});
+$('backdrop').addEventListener('click', closeDrawer);
+
+window.addEventListener('popstate', () => {
+  const id = chatIdFromPath();
+  if (id) {
+    openConversation(id);
+  } else {
+    showNewChat();
+    refreshConversations();
+  }
+});
 
 const tokenInput = $('token');
 tokenInput.value = localStorage.getItem(TOKEN_KEY) || '';
@@ -404,4 +742,7 @@ tokenInput.addEventListener('change', () => {
   refreshConversations();
 });
 
-refreshConversations();
+updateSend();
+const initial = chatIdFromPath();
+if (initial) openConversation(initial);
+else refreshConversations();

@@ -186,6 +186,44 @@ impl Browser {
             .await;
     }
 
+    /// A click at a point of the viewport (what a finger tap on a backdrop does), through the
+    /// actions API: an element click would land on whatever element is at its centre.
+    async fn click_at(&self, x: i64, y: i64) {
+        self.post(
+            "/actions",
+            json!({"actions": [{"type": "pointer", "id": "finger", "parameters": {"pointerType": "touch"},
+                "actions": [
+                    {"type": "pointerMove", "duration": 0, "x": x, "y": y, "origin": "viewport"},
+                    {"type": "pointerDown", "button": 0},
+                    {"type": "pointerUp", "button": 0}
+                ]}]}),
+        )
+        .await;
+    }
+
+    /// Press one key (a WebDriver key code such as `\u{E00C}` for Escape) on the focused
+    /// element.
+    async fn press(&self, key: &str) {
+        self.post(
+            "/actions",
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": key}, {"type": "keyUp", "value": key}
+            ]}]}),
+        )
+        .await;
+    }
+
+    /// A Chrome DevTools Protocol command, through chromedriver's `goog/cdp/execute`.
+    async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.post("/goog/cdp/execute", json!({"cmd": cmd, "params": params}))
+            .await
+    }
+
+    async fn url(&self) -> String {
+        let url = self.command(reqwest::Method::GET, "/url", None).await;
+        url.as_str().unwrap().to_owned()
+    }
+
     async fn screenshot(&self, path: &Path) {
         let data = self
             .command(reqwest::Method::GET, "/screenshot", None)
@@ -200,7 +238,7 @@ impl Browser {
     async fn page_state(&self) -> Value {
         self.script(
             "return {
-                answer: [...document.querySelectorAll('.bubble.answer')].map(b => b.textContent),
+                answer: [...document.querySelectorAll('.bubble.answer')].map(b => b.textContent.trim()),
                 users: [...document.querySelectorAll('.message.user .bubble')].map(b => b.textContent),
                 cards: [...document.querySelectorAll('.tool-card')].map(c => ({
                     name: c.querySelector('.tool-name').textContent,
@@ -209,7 +247,7 @@ impl Browser {
                     arguments: JSON.parse(c.querySelector('.tool-arguments pre').textContent),
                     result: c.querySelector('.tool-result pre')?.textContent ?? null,
                 })),
-                conversations: [...document.querySelectorAll('#conversations button')].map(b => b.textContent),
+                conversations: [...document.querySelectorAll('#conversations button.open')].map(b => b.textContent),
                 busy: !document.getElementById('stop').hidden,
                 overflow: document.documentElement.scrollWidth > document.documentElement.clientWidth,
             };",
@@ -321,7 +359,7 @@ async fn the_page_streams_the_answer_and_shows_tool_cards() {
         (state["cards"] == json!([])).then_some(())
     })
     .await;
-    browser.click("#conversations button").await;
+    browser.click("#conversations button.open").await;
     let loaded = wait_for("the loaded conversation", || async {
         let state = browser.page_state().await;
         (state["cards"].as_array().map(Vec::len) == Some(2)).then_some(state)
@@ -356,5 +394,577 @@ async fn the_page_streams_the_answer_and_shows_tool_cards() {
     })
     .await;
     browser.screenshot(&dir.join("page-narrow-list.png")).await;
+    model.assert_complete();
+}
+
+/// `true` (after printing a skip notice) when there is no browser to drive.
+fn no_browser() -> bool {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        agentloop_testkit::skip(
+            "chromium or chromedriver is missing (apt-get install -y chromium chromium-driver)",
+        );
+        return true;
+    }
+    false
+}
+
+impl Browser {
+    /// Wait until `script` (a function body) returns `true`.
+    async fn until(&self, what: &str, script: &str) {
+        wait_for(what, || async {
+            (self.script(script).await == json!(true)).then_some(())
+        })
+        .await;
+    }
+
+    /// Type `prompt`, send it, and wait until the answer has ended.
+    async fn ask(&self, prompt: &str) {
+        let before = self
+            .script("return document.querySelectorAll('.message.assistant .meta, .message.assistant .alert').length;")
+            .await;
+        self.type_into("#input", prompt).await;
+        self.click("#send").await;
+        self.until(
+            "the answer to end",
+            &format!(
+                "return document.querySelectorAll('.message.assistant .meta, .message.assistant .alert').length > {before}
+                    && document.getElementById('stop').hidden;"
+            ),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_render_markdown_and_highlighted_code_and_model_html_runs_nothing() {
+    if no_browser() {
+        return;
+    }
+    let answer = "# Plan\n\nUse **bold** and `inline code`:\n\n- one\n- two\n\n\
+        ```rust\nfn main() {\n    println!(\"hi\");\n}\n```\n\n\
+        <script>window.__pwned = 'script';</script>\n\
+        <img src=\"x\" onerror=\"window.__pwned = 'onerror'\">\n\n\
+        [a link](javascript:window.__pwned='link') and [docs](https://example.com/)";
+    let model = ScriptedModel::new([Turn::text(answer).with_text_pieces(12)]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Show me some Markdown").await;
+    let rendered = browser
+        .script(
+            "const b = document.querySelector('.bubble.answer');
+            const code = b.querySelector('.code-block pre code');
+            return {
+                h1: b.querySelector('h1')?.textContent,
+                strong: b.querySelector('strong')?.textContent,
+                inline: b.querySelector('p code')?.textContent,
+                items: [...b.querySelectorAll('li')].map(li => li.textContent),
+                code: code?.textContent,
+                highlighted: code.classList.contains('hljs'),
+                keywords: [...code.querySelectorAll('.hljs-keyword')].map(k => k.textContent),
+                copy: b.querySelector('.code-block button.copy')?.getAttribute('aria-label'),
+                scripts: b.querySelectorAll('script').length,
+                handlers: b.querySelectorAll('[onerror]').length,
+                links: [...b.querySelectorAll('a')].map(a => [a.textContent, a.getAttribute('href'), a.rel]),
+                pwned: window.__pwned ?? null,
+            };",
+        )
+        .await;
+    assert_eq!(
+        rendered,
+        json!({
+            "h1": "Plan",
+            "strong": "bold",
+            "inline": "inline code",
+            "items": ["one", "two"],
+            "code": "fn main() {\n    println!(\"hi\");\n}\n",
+            "highlighted": true,
+            "keywords": ["fn"],
+            "copy": "Copy code",
+            "scripts": 0,
+            "handlers": 0,
+            "links": [["a link", null, ""], ["docs", "https://example.com/", "noopener noreferrer"]],
+            "pwned": null,
+        })
+    );
+    // The copy button puts the code, without the button's label, on the clipboard.
+    browser
+        .cdp(
+            "Browser.grantPermissions",
+            json!({"permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]}),
+        )
+        .await;
+    browser.click(".code-block button.copy").await;
+    browser
+        .until(
+            "the copy to be confirmed",
+            "return document.querySelector('.code-block button.copy').textContent === 'Copied';",
+        )
+        .await;
+    let copied = browser
+        .post(
+            "/execute/async",
+            json!({"script": "navigator.clipboard.readText().then(arguments[0], e => arguments[0](String(e)));", "args": []}),
+        )
+        .await;
+    assert_eq!(copied, json!("fn main() {\n    println!(\"hi\");\n}\n"));
+    browser
+        .screenshot(&artifacts().join("page-markdown.png"))
+        .await;
+    println!("screenshots in {}", artifacts().display());
+    model.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_chat_has_a_url_that_survives_a_reload_and_back_and_forward() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})).with_usage(11, 2),
+        Turn::text("It is **18 °C**.").with_usage(13, 4),
+        Turn::text("Hello there.").with_usage(5, 1),
+    ]);
+    let agent = Agent::builder(model.clone()).tool(weather_tool()).build();
+    let server = TestServer::start(ServerConfig::new(agent).in_memory_database()).await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Weather in Paris?").await;
+    let first = wait_for("the chat's own URL", || async {
+        let url = browser.url().await;
+        url.contains("/c/conv_").then_some(url)
+    })
+    .await;
+
+    // A tool card starts folded; its button unfolds the pretty-printed arguments and result.
+    let card = "const head = document.querySelector('.tool-card .tool-head');
+        const body = document.getElementById(head.getAttribute('aria-controls'));
+        return {expanded: head.getAttribute('aria-expanded'), hidden: body.hidden,
+                arguments: body.querySelector('.tool-arguments pre').textContent};";
+    assert_eq!(
+        browser.script(card).await,
+        json!({"expanded": "false", "hidden": true, "arguments": "{\n  \"city\": \"Paris\"\n}"})
+    );
+    browser.click(".tool-card .tool-head").await;
+    assert_eq!(browser.script(card).await["expanded"], json!("true"));
+    assert_eq!(browser.script(card).await["hidden"], json!(false));
+
+    // A second chat, from the New chat button.
+    browser.click("#new-chat").await;
+    browser
+        .until("the new chat's URL", "return location.pathname === '/';")
+        .await;
+    browser.ask("Hello?").await;
+    let second = wait_for("the second chat's URL", || async {
+        let url = browser.url().await;
+        (url.contains("/c/conv_") && url != first).then_some(url)
+    })
+    .await;
+
+    // Reloading a chat's URL shows that chat, with each answer's usage.
+    browser.open(&first).await;
+    let shown = "return {
+        users: [...document.querySelectorAll('.message.user .bubble')].map(b => b.textContent),
+        answer: [...document.querySelectorAll('.bubble.answer')].map(b => b.textContent.trim()),
+        meta: [...document.querySelectorAll('.message.assistant .meta')].map(m => m.textContent),
+        title: document.getElementById('title').textContent,
+        active: document.querySelector('#conversations button.active')?.textContent ?? null,
+    };";
+    let expected_first = json!({
+        "users": ["Weather in Paris?"], "answer": ["It is 18 °C."],
+        "meta": ["24 tokens in · 6 out"], "title": "Weather in Paris?", "active": "Weather in Paris?",
+    });
+    wait_for("the reloaded chat", || async {
+        (browser.script(shown).await == expected_first).then_some(())
+    })
+    .await;
+
+    // Back and Forward move between the chats.
+    browser.open(&second).await;
+    let expected_second = json!({
+        "users": ["Hello?"], "answer": ["Hello there."],
+        "meta": ["5 tokens in · 1 out"], "title": "Hello?", "active": "Hello?",
+    });
+    wait_for("the second chat", || async {
+        (browser.script(shown).await == expected_second).then_some(())
+    })
+    .await;
+    browser.post("/back", json!({})).await;
+    wait_for("the first chat after Back", || async {
+        (browser.script(shown).await == expected_first).then_some(())
+    })
+    .await;
+    assert_eq!(browser.url().await, first);
+    browser.post("/forward", json!({})).await;
+    wait_for("the second chat after Forward", || async {
+        (browser.script(shown).await == expected_second).then_some(())
+    })
+    .await;
+    // Picking a chat in the list pushes its URL, so Back returns to the one shown before.
+    browser
+        .click("#conversations li:last-child button.open")
+        .await;
+    wait_for("the first chat from the list", || async {
+        (browser.script(shown).await == expected_first).then_some(())
+    })
+    .await;
+    assert_eq!(browser.url().await, first);
+    browser.post("/back", json!({})).await;
+    wait_for("the second chat after Back", || async {
+        (browser.script(shown).await == expected_second).then_some(())
+    })
+    .await;
+    browser
+        .screenshot(&artifacts().join("page-chat-url.png"))
+        .await;
+    // The URL of a chat that is gone (deleted, another database) leads to a new chat.
+    browser.open(&server.url("/c/conv_gone")).await;
+    browser
+        .until(
+            "the missing chat to be reported",
+            "return location.pathname === '/'
+                && document.getElementById('status').textContent === 'no conversation has the id `conv_gone`'
+                && document.getElementById('title').textContent === 'New chat';",
+        )
+        .await;
+    model.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mobile_drawer_closes_on_a_backdrop_tap_and_on_escape() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([]);
+    let server =
+        TestServer::start(ServerConfig::new(Agent::builder(model).build()).in_memory_database())
+            .await;
+    let browser = Browser::start().await;
+    browser.resize(390, 844).await;
+    browser.open(&server.url("/")).await;
+    let drawer = "const s = document.getElementById('sidebar');
+        return {open: s.getBoundingClientRect().left >= 0 && s.getAnimations().length === 0,
+                closed: s.getBoundingClientRect().right <= 0 && s.getAnimations().length === 0,
+                backdrop: !document.getElementById('backdrop').hidden,
+                expanded: document.getElementById('toggle-sidebar').getAttribute('aria-expanded')};";
+    let opened = json!({"open": true, "closed": false, "backdrop": true, "expanded": "true"});
+    let closed = json!({"open": false, "closed": true, "backdrop": false, "expanded": "false"});
+    let settles = |expected: Value, what: &'static str| {
+        let browser = &browser;
+        async move {
+            wait_for(what, || async {
+                (browser.script(drawer).await == expected).then_some(())
+            })
+            .await
+        }
+    };
+    settles(closed.clone(), "the drawer to start closed").await;
+
+    browser.click("#toggle-sidebar").await;
+    settles(opened.clone(), "the drawer to open").await;
+    // While it is open, the chat behind it takes no focus.
+    assert_eq!(
+        browser
+            .script("return [document.querySelector('.main').inert, document.getElementById('sidebar').contains(document.activeElement)];")
+            .await,
+        json!([true, true])
+    );
+    browser
+        .screenshot(&artifacts().join("page-drawer-open.png"))
+        .await;
+    // A tap on the backdrop, right of the drawer (which is at most 300 px wide).
+    browser.click_at(360, 400).await;
+    settles(closed.clone(), "the drawer to close on a backdrop tap").await;
+
+    browser.click("#toggle-sidebar").await;
+    settles(opened, "the drawer to open again").await;
+    browser.press("\u{E00C}").await;
+    settles(closed, "the drawer to close on Escape").await;
+    assert_eq!(
+        browser
+            .script("return document.querySelector('.main').inert;")
+            .await,
+        json!(false)
+    );
+    // Focus goes back to the button that opened it.
+    assert_eq!(
+        browser.script("return document.activeElement.id;").await,
+        json!("toggle-sidebar")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dark_mode_follows_the_system_setting_with_aa_contrast_in_both() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Atlantis"})),
+        Turn::text(
+            "Some `code` and [a link](https://example.com/):\n\n> quoted\n\n\
+             ```js\n// a comment\nfunction f(x) { return \"s\" + 1 + true; }\n```",
+        ),
+    ]);
+    let agent = Agent::builder(model.clone()).tool(weather_tool()).build();
+    let server = TestServer::start(ServerConfig::new(agent).in_memory_database()).await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Colours?").await;
+    browser.click(".tool-card .tool-head").await;
+    // Text against the background it is drawn on, by the WCAG 2 formula: what is below AA's
+    // 4.5:1 for normal text.
+    let contrast = "const channel = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+        const lum = (rgb) => { const [r, g, b] = rgb.match(/[\\d.]+/g).map(Number);
+            return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b); };
+        const opaque = (c) => !/^rgba\\(.*,\\s*0\\)$/.test(c);
+        const background = (el) => { for (let n = el; n; n = n.parentElement) {
+            const c = getComputedStyle(n).backgroundColor; if (opaque(c)) return c; } };
+        const checked = ['.brand', '#new-chat', '#conversations button.open', '.settings summary', '#title',
+            '.message.user .bubble', '.bubble.answer p', '.bubble.answer a', '.bubble.answer blockquote',
+            '.bubble.answer p code', '.copy', '.meta', '.tool-name', '.tool-state', '.tool-label',
+            '.tool-section pre', '#input', '#send',
+            ...[...document.querySelectorAll('.code-block code span')].map((s) => '.' + s.classList[0])];
+        const failing = [];
+        for (const sel of new Set(checked)) {
+            const el = document.querySelector(sel);
+            if (!el) { failing.push([sel, 'missing']); continue; }
+            const [a, b] = [lum(getComputedStyle(el).color), lum(background(el))];
+            const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+            if (ratio < 4.5) failing.push([sel, Math.round(ratio * 100) / 100]);
+        }
+        const placeholder = getComputedStyle(document.getElementById('input'), '::placeholder').color;
+        const p = [lum(placeholder), lum(background(document.getElementById('input')))];
+        const ratio = (Math.max(...p) + 0.05) / (Math.min(...p) + 0.05);
+        if (ratio < 4.5) failing.push(['#input::placeholder', Math.round(ratio * 100) / 100]);
+        return failing;";
+    let colours = "const style = (sel) => getComputedStyle(document.querySelector(sel));
+        return {dark: matchMedia('(prefers-color-scheme: dark)').matches,
+                page: style('html').backgroundColor, text: style('html').color,
+                answer: style('.bubble.answer').backgroundColor,
+                code: style('.code-block pre').backgroundColor};";
+    // Chromium's emulated media, as DevTools' "Emulate CSS prefers-color-scheme" sets it.
+    browser
+        .cdp(
+            "Emulation.setEmulatedMedia",
+            json!({"features": [{"name": "prefers-color-scheme", "value": "dark"}]}),
+        )
+        .await;
+    assert_eq!(
+        browser.script(colours).await,
+        json!({"dark": true, "page": "rgb(15, 17, 21)", "text": "rgb(230, 232, 238)",
+               "answer": "rgb(23, 26, 33)", "code": "rgb(13, 17, 23)"})
+    );
+    assert_eq!(browser.script(contrast).await, json!([]), "dark");
+    browser.screenshot(&artifacts().join("page-dark.png")).await;
+    browser
+        .cdp(
+            "Emulation.setEmulatedMedia",
+            json!({"features": [{"name": "prefers-color-scheme", "value": "light"}]}),
+        )
+        .await;
+    assert_eq!(
+        browser.script(colours).await,
+        json!({"dark": false, "page": "rgb(246, 247, 249)", "text": "rgb(29, 35, 48)",
+               "answer": "rgb(255, 255, 255)", "code": "rgb(246, 248, 250)"})
+    );
+    assert_eq!(browser.script(contrast).await, json!([]), "light");
+    browser
+        .screenshot(&artifacts().join("page-light.png"))
+        .await;
+    model.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_leaves_a_reader_who_scrolled_up_in_place() {
+    if no_browser() {
+        return;
+    }
+    let long = (1..=60)
+        .map(|i| format!("Line {i} of a long answer."))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let model = ScriptedModel::new([
+        Turn::text(long.clone()),
+        // Slow enough that the reader scrolls up while it streams.
+        Turn::text(long)
+            .with_text_pieces(40)
+            .with_chunk_delay(Duration::from_millis(50)),
+    ]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.resize(1000, 700).await;
+    browser.open(&server.url("/")).await;
+    browser.ask("Something long").await;
+    // While at the bottom, the log follows the answer.
+    let position = "const log = document.getElementById('log');
+        return {top: log.scrollTop,
+                bottom: log.scrollHeight - log.scrollTop - log.clientHeight < 2,
+                jump: !document.getElementById('jump').hidden,
+                announced: document.getElementById('announcer').textContent.slice(0, 30)};";
+    let followed = browser.script(position).await;
+    assert_eq!(followed["bottom"], json!(true), "{followed}");
+
+    browser.type_into("#input", "Again").await;
+    browser.click("#send").await;
+    browser
+        .until(
+            "the second answer to start streaming",
+            "return document.querySelectorAll('.bubble.answer').length === 2;",
+        )
+        .await;
+    browser
+        .script("document.getElementById('log').scrollTop = 100; return null;")
+        .await;
+    browser
+        .until(
+            "the answer to end and be announced",
+            "return document.getElementById('stop').hidden
+                && document.getElementById('announcer').textContent !== '';",
+        )
+        .await;
+    let after = browser.script(position).await;
+    assert_eq!(
+        after,
+        json!({"top": 100, "bottom": false, "jump": true, "announced": "Answer finished: Line 1 of a l"})
+    );
+    browser
+        .screenshot(&artifacts().join("page-scrolled-up.png"))
+        .await;
+    browser.click("#jump").await;
+    let jumped = browser.script(position).await;
+    assert_eq!(jumped["bottom"], json!(true), "{jumped}");
+    assert_eq!(jumped["jump"], json!(false), "{jumped}");
+    model.assert_complete();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_stops_an_answer_and_enter_on_an_empty_box_does_nothing() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([Turn::text("word ".repeat(400))
+        .with_text_pieces(400)
+        .with_chunk_delay(Duration::from_millis(50))]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+
+    // Enter in an empty box, or one of spaces: nothing is sent, nothing is shown.
+    browser.click("#input").await;
+    browser.press("\u{E007}").await;
+    browser.type_into("#input", "   ").await;
+    browser.press("\u{E007}").await;
+    let idle = browser
+        .script(
+            "return {messages: document.querySelectorAll('.message').length,
+                     value: document.getElementById('input').value,
+                     send: document.getElementById('send').disabled,
+                     invalid: document.querySelectorAll(':invalid').length};",
+        )
+        .await;
+    assert_eq!(
+        idle,
+        json!({"messages": 0, "value": "   ", "send": true, "invalid": 0})
+    );
+    assert!(model.requests().is_empty());
+
+    browser
+        .script("document.getElementById('input').value = ''; return null;")
+        .await;
+    browser.type_into("#input", "Talk for a long time").await;
+    browser.press("\u{E007}").await;
+    browser
+        .until(
+            "the answer to start",
+            "return (document.querySelector('.bubble.answer')?.textContent ?? '').includes('word');",
+        )
+        .await;
+    browser.press("\u{E00C}").await;
+    browser
+        .until(
+            "the answer to stop",
+            "return document.getElementById('stop').hidden;",
+        )
+        .await;
+    let meta = browser
+        .script("return document.querySelector('.message.assistant .meta').textContent;")
+        .await;
+    assert!(meta.as_str().unwrap().ends_with("interrupted"), "{meta}");
+    let shown = browser
+        .script("return document.querySelector('.bubble.answer').textContent.length;")
+        .await;
+    assert!(
+        shown.as_u64().unwrap() < 2000,
+        "the whole answer came: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_are_renamed_and_deleted_from_the_list() {
+    if no_browser() {
+        return;
+    }
+    let model = ScriptedModel::new([Turn::text("Sure.")]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    browser
+        .ask("Could you please explain how the borrow checker decides when a mutable reference may be taken?")
+        .await;
+    let listed = "return [...document.querySelectorAll('#conversations button.open')].map(b => b.textContent);";
+    wait_for("the title cut at a word boundary", || async {
+        (browser.script(listed).await
+            == json!(["Could you please explain how the borrow checker decides…"]))
+        .then_some(())
+    })
+    .await;
+
+    browser
+        .click("#conversations .item-action[aria-label^='Rename']")
+        .await;
+    browser
+        .script("document.querySelector('#conversations input.rename').value = ''; return null;")
+        .await;
+    browser
+        .type_into("#conversations input.rename", "Borrow checker")
+        .await;
+    browser.press("\u{E007}").await;
+    wait_for("the new title", || async {
+        let shown = browser
+            .script("return [document.getElementById('title').textContent, document.title];")
+            .await;
+        (browser.script(listed).await == json!(["Borrow checker"])
+            && shown == json!(["Borrow checker", "Borrow checker · agentloop"]))
+        .then_some(())
+    })
+    .await;
+    let stored = server.state.conversations().await.unwrap();
+    assert_eq!(stored[0].title, "Borrow checker");
+
+    browser
+        .click("#conversations .item-action[aria-label^='Delete']")
+        .await;
+    // The confirmation dialog.
+    browser.post("/alert/accept", json!({})).await;
+    wait_for("the chat to be gone", || async {
+        let state = browser
+            .script("return [location.pathname, document.querySelectorAll('.message').length, document.querySelector('#conversations .none')?.textContent];")
+            .await;
+        (state == json!(["/", 0, "No conversations yet"])).then_some(())
+    })
+    .await;
+    assert!(server.state.conversations().await.unwrap().is_empty());
     model.assert_complete();
 }

@@ -174,8 +174,105 @@ async fn a_database_from_a_newer_server_is_refused() {
     assert_eq!(
         error.to_string(),
         format!(
-            "database error: `{}` has schema version 99, newer than this server knows (1); use a newer agentloop",
+            "database error: `{}` has schema version 99, newer than this server knows (2); use a newer agentloop",
             db.display()
         )
+    );
+}
+
+async fn fetch(server: &TestServer, path: &str) -> Value {
+    client()
+        .get(server.url(path))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_conversation_can_be_renamed() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::new([Turn::text("One.")]);
+    let server = TestServer::start(server_config(&model, &dir.path().join("c.db"))).await;
+    let events = chat(&server, json!({"message": "First question"})).await;
+    let id = events[0].data["conversation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/conversations/{id}");
+
+    let renamed = client()
+        .patch(server.url(&path))
+        .json(&json!({"title": "  Trip\n planning  "}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(renamed.status(), 200);
+    let renamed: Value = renamed.json().await.unwrap();
+    assert_eq!(renamed["id"], json!(id));
+    assert_eq!(renamed["title"], json!("Trip planning"));
+    let list = fetch(&server, "/v1/conversations").await;
+    assert_eq!(list["conversations"][0]["title"], json!("Trip planning"));
+    assert_eq!(fetch(&server, &path).await["title"], json!("Trip planning"));
+
+    let empty = client()
+        .patch(server.url(&path))
+        .json(&json!({"title": " \n "}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(empty.status(), 400);
+    assert_eq!(
+        empty.json::<Value>().await.unwrap(),
+        json!({"error": {"message": "a title needs at least one character that is not a space"}})
+    );
+    let unknown = client()
+        .patch(server.url("/v1/conversations/nope"))
+        .json(&json!({"title": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(
+        unknown.json::<Value>().await.unwrap(),
+        json!({"error": {"message": "no conversation has the id `nope`"}})
+    );
+}
+
+#[tokio::test]
+async fn each_answer_keeps_its_usage_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})).with_usage(10, 3),
+        Turn::text("18 °C.").with_usage(20, 4),
+        Turn::text("Same tomorrow.").with_usage(30, 5),
+    ]);
+    let server = TestServer::start(server_config(&model, &db)).await;
+    let events = chat(&server, json!({"message": "Weather in Paris?"})).await;
+    let id = events[0].data["conversation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    chat(
+        &server,
+        json!({"conversation_id": id, "message": "And tomorrow?"}),
+    )
+    .await;
+    server.stop().await;
+
+    let again = TestServer::start(server_config(&ScriptedModel::new([]), &db)).await;
+    let stored = fetch(&again, &format!("/v1/conversations/{id}")).await;
+    // Keyed by the position of the prompt each answer replied to in `messages`.
+    assert_eq!(
+        stored["answers"],
+        json!([
+            {"prompt_index": 0, "stop_reason": "end_turn",
+             "usage": {"input_tokens": 30, "output_tokens": 7, "cache_read_tokens": 0, "cache_write_tokens": 0}},
+            {"prompt_index": 4, "stop_reason": "end_turn",
+             "usage": {"input_tokens": 30, "output_tokens": 5, "cache_read_tokens": 0, "cache_write_tokens": 0}},
+        ])
     );
 }

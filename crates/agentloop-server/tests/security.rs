@@ -314,10 +314,25 @@ async fn a_listed_origin_gets_cors_on_the_ui_stream() {
 #[tokio::test]
 async fn the_page_and_its_assets_send_security_headers() {
     let server = TestServer::start(config()).await;
-    for path in ["/", "/assets/app.js", "/assets/app.css"] {
+    let page = [
+        "/",
+        "/c/conv_0123abc",
+        "/assets/app.js",
+        "/assets/app.css",
+        "/assets/vendor/marked.js",
+        "/assets/vendor/purify.js",
+        "/assets/vendor/highlight.js",
+    ];
+    for path in page {
         let response = client().get(server.url(path)).send().await.unwrap();
         assert_eq!(response.status(), 200, "{path}");
         let headers = response.headers();
+        let expected_type = match path.rsplit_once('.') {
+            Some((_, "js")) => "text/javascript; charset=utf-8",
+            Some((_, "css")) => "text/css; charset=utf-8",
+            _ => "text/html; charset=utf-8",
+        };
+        assert_eq!(headers["content-type"], expected_type, "{path}");
         assert_eq!(
             headers["content-security-policy"], "default-src 'self'; frame-ancestors 'none'",
             "{path}"
@@ -331,6 +346,16 @@ async fn the_page_and_its_assets_send_security_headers() {
         .await
         .unwrap();
     assert_eq!(api.headers()["x-content-type-options"], "nosniff");
+}
+
+#[tokio::test]
+async fn a_chat_url_serves_the_page() {
+    let server = TestServer::start(config()).await;
+    let index = client().get(server.url("/")).send().await.unwrap();
+    let index = index.text().await.unwrap();
+    let chat = client().get(server.url("/c/conv_42")).send().await.unwrap();
+    assert_eq!(chat.status(), 200);
+    assert_eq!(chat.text().await.unwrap(), index);
 }
 
 #[test]

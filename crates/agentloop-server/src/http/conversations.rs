@@ -1,9 +1,10 @@
-//! Stored conversations: list, fetch, delete.
+//! Stored conversations: list, fetch, rename, delete.
 
 use axum::Json;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ApiError;
 use crate::state::AppState;
@@ -47,6 +48,43 @@ pub(crate) async fn get(
         conversation,
         active_message_id,
     }))
+}
+
+/// The body of `PATCH /v1/conversations/{id}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConversationPatch {
+    title: String,
+}
+
+/// Longest title a rename keeps, in characters.
+const MAX_TITLE_CHARS: usize = 200;
+
+pub(crate) async fn rename(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    patch: Result<Json<ConversationPatch>, JsonRejection>,
+) -> Result<Json<ConversationSummary>, ApiError> {
+    let Json(patch) = patch?;
+    // One line, like the titles taken from prompts.
+    let title = patch.title.split_whitespace().collect::<Vec<_>>().join(" ");
+    if title.is_empty() {
+        return Err(ApiError::bad_request(
+            "a title needs at least one character that is not a space",
+        ));
+    }
+    if title.chars().count() > MAX_TITLE_CHARS {
+        return Err(ApiError::bad_request(format!(
+            "a title is at most {MAX_TITLE_CHARS} characters"
+        )));
+    }
+    state
+        .inner
+        .store
+        .rename(id.clone(), title)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no conversation has the id `{id}`")))
 }
 
 pub(crate) async fn delete(

@@ -45,7 +45,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/conversations", get(conversations::list))
         .route(
             "/v1/conversations/{id}",
-            get(conversations::get).delete(conversations::delete),
+            get(conversations::get)
+                .patch(conversations::rename)
+                .delete(conversations::delete),
         )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -57,8 +59,10 @@ pub fn router(state: AppState) -> Router {
         ));
     let mut app = Router::new()
         .route("/", get(page::index))
+        .route("/c/{id}", get(page::index))
         .route("/assets/app.js", get(page::script))
         .route("/assets/app.css", get(page::stylesheet))
+        .route("/assets/vendor/{file}", get(page::vendor))
         .merge(api)
         .layer(DefaultBodyLimit::max(config.max_body_bytes));
     // Outside the token check, so that preflight requests (which carry no token) get their
@@ -107,7 +111,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST, Method::DELETE])
+            .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
             .allow_headers([
                 header::CONTENT_TYPE,
                 header::AUTHORIZATION,
