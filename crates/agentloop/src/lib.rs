@@ -91,6 +91,8 @@ pub mod error;
 #[cfg(feature = "registry")]
 pub mod executor;
 pub mod history;
+#[cfg(feature = "mcp-server")]
+pub mod mcp_server;
 pub mod message;
 pub mod provider;
 #[cfg(feature = "registry")]

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod chat;
+pub mod mcp;
 pub mod mock_server;
 pub mod replay;
 pub mod run;
