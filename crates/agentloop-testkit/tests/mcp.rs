@@ -330,3 +330,46 @@ async fn reference_server_everything_over_stdio() {
     drop(registry);
     assert!(wait_gone(pid).await);
 }
+
+/// MCP 2025-06-18 "Structured Content": a result may carry `structuredContent` and, for
+/// backwards compatibility, the same value as text content. The value is kept next to the
+/// content the model reads: in the tool's output, the step's outcome and the run's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_content_is_kept_beside_the_text_in_the_outcome_and_the_run_events() {
+    use agentloop::run::RunEvent;
+    use agentloop_testkit::{ScriptedModel, Turn};
+
+    let server = agentloop_testkit::mcp::serve_http().await.unwrap();
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_http(McpHttp::new(server.url.clone()))
+        .await
+        .unwrap();
+    let model = ScriptedModel::new([
+        Turn::tool_call("add", json!({"a": 2, "b": 3})),
+        Turn::text("5"),
+    ]);
+    let agent = agentloop::Agent::builder(model)
+        .tools(registry.tools())
+        .build();
+    let mut events = agent.run_stream("add");
+    let mut outcomes = Vec::new();
+    while let Some(event) = futures::StreamExt::next(&mut events).await {
+        if let RunEvent::ToolCallResult {
+            outcome, result, ..
+        } = event
+        {
+            assert_eq!(result.content.to_text(), r#"{"sum":5}"#);
+            outcomes.push(serde_json::to_value(outcome).unwrap());
+        }
+    }
+    assert_eq!(
+        outcomes,
+        [json!({
+            "outcome": "completed",
+            "content": r#"{"sum":5}"#,
+            "structured": {"sum": 5},
+        })]
+    );
+    registry.close().await;
+}

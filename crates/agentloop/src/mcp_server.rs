@@ -265,7 +265,7 @@ impl ServerHandler for McpHandler {
         }
         let input = request.arguments.map_or(Value::Null, Value::Object);
         let result = match self.registry.call(name, input).await {
-            Ok(output) => success(output.0),
+            Ok(output) => success(output.into_parts()),
             Err(error) => {
                 CallToolResult::error(vec![rmcp::model::ContentBlock::text(error_text(&error))])
             }
@@ -292,23 +292,28 @@ fn error_text(error: &ToolError) -> String {
     }
 }
 
-/// A tool's output as an MCP result: text that is a JSON object also becomes
-/// `structuredContent` (the text stays for clients that read only content).
-fn success(content: ToolResultContent) -> CallToolResult {
-    match content {
+/// A tool's output as an MCP result: the structured value the tool gave (an MCP tool's, passed
+/// on), or else text that is a JSON object, also becomes `structuredContent` (the text stays
+/// for clients that read only content).
+fn success((content, structured): (ToolResultContent, Option<Box<Value>>)) -> CallToolResult {
+    let mut result = match content {
         ToolResultContent::Text(text) => {
-            let structured = match serde_json::from_str::<Value>(&text) {
-                Ok(value @ Value::Object(_)) => Some(value),
+            let parsed = match serde_json::from_str::<Value>(&text) {
+                Ok(value @ Value::Object(_)) if structured.is_none() => Some(value),
                 _ => None,
             };
             let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
-            result.structured_content = structured;
+            result.structured_content = parsed;
             result
         }
         ToolResultContent::Blocks(blocks) => {
             CallToolResult::success(blocks.into_iter().map(block).collect())
         }
+    };
+    if let Some(value) = structured.filter(|v| v.is_object()) {
+        result.structured_content = Some(*value);
     }
+    result
 }
 
 fn block(block: ContentBlock) -> rmcp::model::ContentBlock {

@@ -319,7 +319,8 @@ async fn several_tool_hooks_chain_their_rewrites_and_the_first_block_wins() {
                 .push(format!("after 1 {}", outcome.kind()));
             async move {
                 match outcome {
-                    ToolOutcome::Completed { content } => ToolOutcome::Completed {
+                    ToolOutcome::Completed { content, .. } => ToolOutcome::Completed {
+                        structured: None,
                         content: ToolResultContent::Text(format!("{} [1]", content.to_text())),
                     },
                     other => other,
@@ -330,7 +331,8 @@ async fn several_tool_hooks_chain_their_rewrites_and_the_first_block_wins() {
             l5.lock().unwrap().push(format!("after 2 {outcome:?}"));
             async move {
                 match outcome {
-                    ToolOutcome::Completed { content } => ToolOutcome::Completed {
+                    ToolOutcome::Completed { content, .. } => ToolOutcome::Completed {
+                        structured: None,
                         content: ToolResultContent::Text(format!("{} [2]", content.to_text())),
                     },
                     other => other,
@@ -377,11 +379,13 @@ async fn chained_tool_rewrites_reach_the_handler_and_after_hooks_chain_their_out
         .before_tool(|_| async { ToolDecision::Continue })
         .after_tool(|_, outcome| async move {
             ToolOutcome::Completed {
+                structured: None,
                 content: ToolResultContent::Text(format!("{} [1]", text_of(&outcome))),
             }
         })
         .after_tool(|_, outcome| async move {
             ToolOutcome::Completed {
+                structured: None,
                 content: ToolResultContent::Text(format!("{} [2]", text_of(&outcome))),
             }
         });
@@ -394,6 +398,7 @@ async fn chained_tool_rewrites_reach_the_handler_and_after_hooks_chain_their_out
     assert_eq!(
         result.steps[0].outcomes,
         [ToolOutcome::Completed {
+            structured: None,
             content: ToolResultContent::Text("Paris, FR: 18 °C [1] [2]".into())
         }]
     );
@@ -406,7 +411,7 @@ async fn chained_tool_rewrites_reach_the_handler_and_after_hooks_chain_their_out
 
 fn text_of(outcome: &ToolOutcome) -> String {
     match outcome {
-        ToolOutcome::Completed { content } => content.to_text(),
+        ToolOutcome::Completed { content, .. } => content.to_text(),
         other => other.kind().to_owned(),
     }
 }
@@ -553,7 +558,8 @@ async fn tool_hooks_rewrite_block_and_replace_in_a_streamed_run() {
         })
         .after_tool(|call, outcome| async move {
             match outcome {
-                ToolOutcome::Completed { content } => ToolOutcome::Completed {
+                ToolOutcome::Completed { content, .. } => ToolOutcome::Completed {
+                    structured: None,
                     content: ToolResultContent::Text(format!(
                         "{} (asked: {})",
                         content.to_text(),

@@ -435,7 +435,8 @@ impl ToolHandler for McpExecutor {
 }
 
 /// An MCP result as tool output: `isError` becomes an error result; structured content is
-/// checked against the output schema; content blocks become text (and images).
+/// checked against the output schema and kept beside the content blocks, which become text and
+/// images for the model (the structured value's JSON text when there are none).
 fn convert_result(
     result: CallToolResult,
     output: Option<&OutputCheck>,
@@ -456,39 +457,128 @@ fn convert_result(
     if let (Some(check), Some(structured)) = (output, &result.structured_content) {
         check.check(structured)?;
     }
-    if blocks.is_empty() {
-        return Ok(ToolOutput::json(
-            result.structured_content.unwrap_or(Value::Null),
-        ));
-    }
-    if let [ContentBlock::Text { text }] = blocks.as_slice() {
-        return Ok(ToolOutput::text(text.clone()));
-    }
-    Ok(ToolOutput::blocks(blocks))
+    let content = match blocks.as_slice() {
+        [] => ToolOutput::json(result.structured_content.clone().unwrap_or(Value::Null)),
+        [ContentBlock::Text { text }] => ToolOutput::text(text.clone()),
+        _ => ToolOutput::blocks(blocks),
+    };
+    Ok(match result.structured_content {
+        Some(structured) => content.with_structured(structured),
+        None => content,
+    })
 }
 
+/// An MCP content block as one the providers take: text and images as they are, an embedded
+/// image as an image; what no provider takes in a tool result (audio, other binary resources,
+/// links) as text that says what it was and where to find it.
 fn convert_block(block: rmcp::model::ContentBlock) -> ContentBlock {
     use rmcp::model::ContentBlock as Mcp;
     match block {
         Mcp::Text(text) => ContentBlock::text(text.text),
         Mcp::Image(image) => ContentBlock::image_base64(image.mime_type, image.data),
-        Mcp::Audio(audio) => {
-            ContentBlock::text(format!("[audio content of type {}]", audio.mime_type))
-        }
+        Mcp::Audio(audio) => ContentBlock::text(format!(
+            "[audio content of type {}, {} bytes]",
+            audio.mime_type,
+            base64_len(&audio.data)
+        )),
         Mcp::Resource(embedded) => match embedded.resource {
             ResourceContents::TextResourceContents { text, .. } => ContentBlock::text(text),
-            ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
-                ContentBlock::text(format!(
-                    "[binary resource {uri}{}]",
-                    mime_type.map(|m| format!(" ({m})")).unwrap_or_default()
-                ))
-            }
+            ResourceContents::BlobResourceContents {
+                mime_type: Some(mime_type),
+                blob,
+                ..
+            } if mime_type.starts_with("image/") => ContentBlock::image_base64(mime_type, blob),
+            ResourceContents::BlobResourceContents {
+                uri,
+                mime_type,
+                blob,
+                ..
+            } => ContentBlock::text(format!(
+                "[binary resource {uri}{}, {} bytes]",
+                mime_type.map(|m| format!(" ({m})")).unwrap_or_default(),
+                base64_len(&blob)
+            )),
             other => ContentBlock::text(serde_json::to_string(&other).unwrap_or_default()),
         },
         Mcp::ResourceLink(link) => {
-            ContentBlock::text(format!("[resource {}: {}]", link.name, link.uri))
+            let mut text = format!("[resource link {}: {}", link.name, link.uri);
+            if let Some(mime_type) = &link.mime_type {
+                text.push_str(&format!(" ({mime_type})"));
+            }
+            if let Some(description) = &link.description {
+                text.push_str(&format!(": {description}"));
+            }
+            text.push(']');
+            ContentBlock::text(text)
         }
         // Kinds newer than this code: their JSON is the most faithful text we can give.
         other => ContentBlock::text(serde_json::to_string(&other).unwrap_or_default()),
+    }
+}
+
+/// The decoded size of base64 text, without decoding it.
+fn base64_len(data: &str) -> usize {
+    let data = data.trim_end();
+    let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
+    (data.len() / 4 * 3).saturating_sub(padding)
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{CallToolResult, ContentBlock as Mcp, Resource, ResourceContents};
+    use serde_json::json;
+
+    use super::*;
+
+    // Shapes from MCP 2025-11-25 "Tools > Tool Result": image, audio, resource link and
+    // embedded resource content, and structuredContent beside them.
+    #[test]
+    fn every_content_kind_maps_to_what_providers_take_and_structured_content_stays() {
+        let mut link = Resource::new("file:///data/report.csv", "report.csv");
+        link.mime_type = Some("text/csv".to_owned());
+        link.description = Some("the full table".to_owned());
+        let mut result = CallToolResult::success(vec![
+            Mcp::text("summary"),
+            Mcp::image("iVBORw0KGgo=", "image/png"),
+            Mcp::audio("UklGRg==", "audio/wav"),
+            Mcp::resource(ResourceContents::BlobResourceContents {
+                uri: "file:///chart.png".to_owned(),
+                mime_type: Some("image/png".to_owned()),
+                blob: "AAAA".to_owned(),
+                meta: None,
+            }),
+            Mcp::resource(ResourceContents::BlobResourceContents {
+                uri: "file:///data.bin".to_owned(),
+                mime_type: Some("application/octet-stream".to_owned()),
+                blob: "AAECAw==".to_owned(),
+                meta: None,
+            }),
+            Mcp::resource_link(link),
+        ]);
+        result.structured_content = Some(json!({"rows": 3}));
+        let output = convert_result(result, None).unwrap();
+        assert_eq!(output.structured(), Some(&json!({"rows": 3})));
+        assert_eq!(
+            output.0,
+            crate::ToolResultContent::Blocks(vec![
+                ContentBlock::text("summary"),
+                ContentBlock::image_base64("image/png", "iVBORw0KGgo="),
+                ContentBlock::text("[audio content of type audio/wav, 4 bytes]"),
+                ContentBlock::image_base64("image/png", "AAAA"),
+                ContentBlock::text(
+                    "[binary resource file:///data.bin (application/octet-stream), 4 bytes]"
+                ),
+                ContentBlock::text(
+                    "[resource link report.csv: file:///data/report.csv (text/csv): the full table]"
+                ),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_structured_only_result_is_its_json_text_and_its_value() {
+        let output = convert_result(CallToolResult::structured(json!({"sum": 5})), None).unwrap();
+        assert_eq!(output.0.to_text(), r#"{"sum":5}"#);
+        assert_eq!(output.structured(), Some(&json!({"sum": 5})));
     }
 }
