@@ -3,7 +3,8 @@
 //! stdio.
 //!
 //! Tools: `echo {message}` → `"Echo: <message>"`; `add {a, b}` → structured `{"sum": a + b}`
-//! (with an output schema); `fail {reason}` → an `isError` result saying `failed: <reason>`.
+//! (with an output schema); `fail {reason}` → an `isError` result saying `failed: <reason>`;
+//! `sleep {ms}` → `slept <ms> ms` after that long (for cancellation tests).
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
@@ -45,6 +46,13 @@ pub struct FailArgs {
     pub reason: String,
 }
 
+/// Arguments of `sleep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SleepArgs {
+    /// How long to wait, in milliseconds.
+    pub ms: u64,
+}
+
 /// The test server's tools.
 #[derive(Debug, Clone)]
 pub struct TestMcpServer {
@@ -59,7 +67,7 @@ impl Default for TestMcpServer {
 
 #[tool_router]
 impl TestMcpServer {
-    /// A server with the three tools.
+    /// A server with the four tools.
     pub fn new() -> Self {
         Self {
             tool_router: Self::tool_router(),
@@ -81,6 +89,12 @@ impl TestMcpServer {
     #[tool(description = "Always fails with the given reason")]
     async fn fail(&self, Parameters(args): Parameters<FailArgs>) -> Result<String, String> {
         Err(format!("failed: {}", args.reason))
+    }
+
+    #[tool(description = "Wait, then say how long")]
+    async fn sleep(&self, Parameters(args): Parameters<SleepArgs>) -> String {
+        tokio::time::sleep(std::time::Duration::from_millis(args.ms)).await;
+        format!("slept {} ms", args.ms)
     }
 }
 

@@ -3,7 +3,9 @@
 //!
 //! One connection per server, shared by its tools and reused across calls. A stdio server
 //! runs in its own process group and is killed with it when the connection goes away (the
-//! registry and every tool taken from it dropped), so no child outlives its registry.
+//! registry and every tool taken from it dropped, or [`crate::registry::Registry::close`]),
+//! so neither the child nor anything it started outlives its registry. A call in flight when
+//! its run is cancelled is cancelled at the server too (`notifications/cancelled`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -203,6 +205,12 @@ pub(crate) struct McpConnection {
     process_id: Option<u32>,
 }
 
+impl Drop for McpConnection {
+    fn drop(&mut self) {
+        self.kill_process_group();
+    }
+}
+
 fn client_config() -> ClientConfig {
     ClientConfig::new(
         ClientCapabilities::default(),
@@ -337,11 +345,28 @@ impl McpConnection {
     }
 
     /// End the session: stdin closed, then (for a child that does not exit) SIGTERM and
-    /// SIGKILL, as the MCP stdio shutdown sequence says. Later calls fail cleanly.
+    /// SIGKILL, as the MCP stdio shutdown sequence says; then whatever the child started and
+    /// left behind in its process group. Later calls fail cleanly.
     pub(crate) async fn close(&self) {
         let service = self.service.lock().await.take();
         if let Some(service) = service {
             let _ = service.cancel().await;
+        }
+        self.kill_process_group();
+    }
+
+    /// SIGKILL to a stdio server's process group. The rmcp transport stops only the child it
+    /// started: a server that exits on its own when stdin closes leaves the processes it
+    /// started (a shell's background job, `npx`'s node) running, so the group is killed
+    /// whatever the child did. The child leads the group, so its pid is the group id; a group
+    /// whose members are all gone is an error we ignore.
+    fn kill_process_group(&self) {
+        #[cfg(unix)]
+        if let Some(pid) = self.process_id.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
