@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use agentloop::Tool;
-use agentloop::executor::McpHttp;
+use agentloop::executor::{McpHttp, McpProtocol};
 use agentloop::mcp_server::McpServer;
 use agentloop::registry::Registry;
 use agentloop::tool::ToolOutput;
@@ -120,11 +120,23 @@ fn text(output: &ToolOutput) -> String {
 #[tokio::test]
 async fn our_client_lists_and_calls_our_servers_descriptor_tools_over_http() {
     let served = serve(|s| s).await;
+    for (protocol, agreed) in [
+        (McpProtocol::Auto, "2026-07-28"),
+        (McpProtocol::Stateless, "2026-07-28"),
+        (McpProtocol::Handshake("2025-06-18".into()), "2025-06-18"),
+        (McpProtocol::Handshake("2025-11-25".into()), "2025-11-25"),
+    ] {
+        our_client_against(&served.url, protocol, agreed).await;
+    }
+}
+
+async fn our_client_against(url: &str, protocol: McpProtocol, agreed: &str) {
     let mut client = Registry::new();
     let info = client
-        .add_mcp_http(McpHttp::new(&served.url).prefix("remote_"))
+        .add_mcp_http(McpHttp::new(url).prefix("remote_").protocol(protocol))
         .await
         .unwrap();
+    assert_eq!(info.protocol_version.as_deref(), Some(agreed));
     assert_eq!(info.name.as_deref(), Some("agentloop"));
     assert_eq!(
         info.tools,

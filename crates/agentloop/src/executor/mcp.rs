@@ -1,6 +1,12 @@
 //! MCP servers as tool sources, through the official Rust SDK (`rmcp`): connect over stdio (a
 //! child process) or streamable HTTP, list the server's tools as descriptors, call them.
 //!
+//! Protocol revisions (through rmcp 3.9): the stateless 2026-07-28 (`server/discover`, then
+//! per-request `_meta`, no session) and the handshake revisions 2024-11-05, 2025-03-26,
+//! 2025-06-18 and 2025-11-25 (`initialize`, a session). By default the server's generation is
+//! detected ([`McpProtocol::Auto`]); [`McpStdio::protocol`] and [`McpHttp::protocol`] pin one.
+//! [`McpServerInfo::protocol_version`] says which revision was agreed.
+//!
 //! One connection per server, shared by its tools and reused across calls. A stdio server
 //! runs in its own process group and is killed with it when the connection goes away (the
 //! registry and every tool taken from it dropped, or [`crate::registry::Registry::close`]),
@@ -16,12 +22,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, ResourceContents,
+    Implementation, ProtocolVersion, ResourceContents,
 };
+use rmcp::service::ClientInitializeError;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{Peer, RoleClient, ServiceExt};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -53,6 +60,7 @@ pub struct McpStdio {
     current_dir: Option<PathBuf>,
     prefix: Option<String>,
     connect_timeout: Duration,
+    protocol: McpProtocol,
 }
 
 impl McpStdio {
@@ -65,6 +73,7 @@ impl McpStdio {
             current_dir: None,
             prefix: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            protocol: McpProtocol::Auto,
         }
     }
 
@@ -104,6 +113,12 @@ impl McpStdio {
         self
     }
 
+    /// Which protocol generation to speak ([`McpProtocol::Auto`] by default).
+    pub fn protocol(mut self, protocol: McpProtocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
     pub(crate) fn label(&self) -> String {
         std::iter::once(self.command.as_str())
             .chain(self.args.iter().map(String::as_str))
@@ -119,6 +134,7 @@ pub struct McpHttp {
     headers: BTreeMap<String, String>,
     prefix: Option<String>,
     connect_timeout: Duration,
+    protocol: McpProtocol,
 }
 
 impl std::fmt::Debug for McpHttp {
@@ -128,6 +144,7 @@ impl std::fmt::Debug for McpHttp {
             .field("url", &self.url)
             .field("headers", &headers)
             .field("prefix", &self.prefix)
+            .field("protocol", &self.protocol)
             .finish_non_exhaustive()
     }
 }
@@ -140,6 +157,7 @@ impl McpHttp {
             headers: BTreeMap::new(),
             prefix: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            protocol: McpProtocol::Auto,
         }
     }
 
@@ -161,6 +179,12 @@ impl McpHttp {
         self.connect_timeout = timeout;
         self
     }
+
+    /// Which protocol generation to speak ([`McpProtocol::Auto`] by default).
+    pub fn protocol(mut self, protocol: McpProtocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
 }
 
 impl McpHttp {
@@ -179,6 +203,68 @@ impl McpStdio {
     }
 }
 
+/// Which generation of the MCP protocol to speak with a server.
+///
+/// Revisions up to 2025-11-25 open a session with the `initialize` handshake; the 2026-07-28
+/// revision is stateless (`server/discover`, then every request carries its protocol version
+/// and client details in `_meta`; no session id over HTTP).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum McpProtocol {
+    /// Ask with `server/discover` for 2026-07-28; a server that does not know the method (an
+    /// older one), or lists only handshake revisions, gets the `initialize` handshake instead
+    /// (for 2025-11-25, or the newest it listed; it may answer with an older revision it
+    /// speaks). A server that does not answer the discovery within 10 s is treated as older.
+    #[default]
+    Auto,
+    /// Only the stateless 2026-07-28 revision.
+    Stateless,
+    /// Only the handshake, offering this revision: `2024-11-05`, `2025-03-26`, `2025-06-18` or
+    /// `2025-11-25` (the server may answer with an older one it speaks).
+    Handshake(String),
+}
+
+impl McpProtocol {
+    fn lifecycle(&self) -> Result<(ClientLifecycleMode, ClientConfig), String> {
+        let config = client_config();
+        Ok(match self {
+            Self::Auto => (
+                ClientLifecycleMode::Auto {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                    legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+                },
+                config,
+            ),
+            Self::Stateless => (
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                },
+                config,
+            ),
+            Self::Handshake(version) => {
+                let known = ProtocolVersion::KNOWN_VERSIONS
+                    .iter()
+                    .find(|v| v.as_str() == version && v.has_initialize())
+                    .ok_or_else(|| {
+                        format!(
+                            "`{version}` is not an MCP revision with a handshake; use one of {}",
+                            ProtocolVersion::KNOWN_VERSIONS
+                                .iter()
+                                .filter(|v| v.has_initialize())
+                                .map(ProtocolVersion::as_str)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    })?;
+                (
+                    ClientLifecycleMode::Initialize,
+                    config.with_protocol_version(known.clone()),
+                )
+            }
+        })
+    }
+}
+
 /// What connecting to an MCP server added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerInfo {
@@ -192,6 +278,8 @@ pub struct McpServerInfo {
     pub tools: Vec<String>,
     /// The child's process id (stdio servers).
     pub process_id: Option<u32>,
+    /// The protocol revision agreed with the server, e.g. `2026-07-28` or `2025-06-18`.
+    pub protocol_version: Option<String>,
 }
 
 type Service = RunningService<RoleClient, ClientConfig>;
@@ -218,8 +306,76 @@ fn client_config() -> ClientConfig {
     )
 }
 
+/// Why a connection attempt failed, and whether another generation is worth a try.
+struct Failed {
+    reason: String,
+    /// In [`McpProtocol::Auto`], a server that answered `server/discover` without 2026-07-28
+    /// but with a handshake revision (an rmcp server narrowed to older revisions does): the
+    /// handshake at that revision.
+    retry: Option<McpProtocol>,
+}
+
+impl Failed {
+    fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            retry: None,
+        }
+    }
+}
+
+/// Open the session in the configured generation, within the connect timeout.
+async fn open<T, E, A>(
+    protocol: &McpProtocol,
+    timeout: Duration,
+    transport: T,
+) -> Result<Service, Failed>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let (lifecycle, config) = protocol.lifecycle().map_err(Failed::new)?;
+    match tokio::time::timeout(timeout, config.serve_with_lifecycle(transport, lifecycle)).await {
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(error)) => {
+            let retry = match (&error, protocol) {
+                (
+                    ClientInitializeError::NoCompatibleProtocolVersion {
+                        server_supported, ..
+                    },
+                    McpProtocol::Auto,
+                ) => server_supported
+                    .iter()
+                    .filter(|v| v.has_initialize())
+                    .max_by(|a, b| a.as_str().cmp(b.as_str()))
+                    .map(|v| McpProtocol::Handshake(v.as_str().to_owned())),
+                _ => None,
+            };
+            Err(Failed {
+                reason: format!("the MCP handshake failed: {error}"),
+                retry,
+            })
+        }
+        Err(_) => Err(Failed::new(format!(
+            "the server did not complete the MCP handshake within {} ms",
+            timeout.as_millis()
+        ))),
+    }
+}
+
 impl McpConnection {
     pub(crate) async fn connect_stdio(spec: &McpStdio) -> Result<Self, String> {
+        match Self::connect_stdio_as(spec, &spec.protocol).await {
+            Err(Failed {
+                retry: Some(protocol),
+                ..
+            }) => Self::connect_stdio_as(spec, &protocol).await,
+            other => other,
+        }
+        .map_err(|f| f.reason)
+    }
+
+    async fn connect_stdio_as(spec: &McpStdio, protocol: &McpProtocol) -> Result<Self, Failed> {
         let label = spec.label();
         let mut command = tokio::process::Command::new(&spec.command);
         command.args(&spec.args).envs(&spec.env);
@@ -235,19 +391,18 @@ impl McpConnection {
         let (transport, stderr) = TokioChildProcess::builder(wrapped)
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("could not start `{}`: {e}", spec.command))?;
+            .map_err(|e| Failed::new(format!("could not start `{}`: {e}", spec.command)))?;
         let process_id = transport.id();
         let stderr_tail = stderr.map(read_stderr);
-        let handshake =
-            tokio::time::timeout(spec.connect_timeout, client_config().serve(transport));
-        let reason = match handshake.await {
-            Ok(Ok(service)) => return Ok(Self::new(label, service, process_id)),
-            Ok(Err(e)) => format!("the MCP handshake failed: {e}"),
-            Err(_) => format!(
-                "the server did not complete the MCP handshake within {} ms",
-                spec.connect_timeout.as_millis()
-            ),
+        let failed = match open(protocol, spec.connect_timeout, transport).await {
+            Ok(service) => return Ok(Self::new(label, service, process_id)),
+            Err(failed) => failed,
         };
+        if failed.retry.is_some() {
+            // A server that is fine, only older: this child goes, a new one gets the handshake.
+            kill_group(process_id);
+            return Err(failed);
+        }
         let tail = match stderr_tail {
             Some((lines, reader)) => {
                 // A server that died has closed stderr; give the reader a moment to drain
@@ -260,11 +415,12 @@ impl McpConnection {
             }
             None => Vec::new(),
         };
-        Err(if tail.is_empty() {
+        let reason = failed.reason;
+        Err(Failed::new(if tail.is_empty() {
             reason
         } else {
             format!("{reason}; its stderr ended with:\n{}", tail.join("\n"))
-        })
+        }))
     }
 
     pub(crate) async fn connect_http(spec: &McpHttp) -> Result<Self, String> {
@@ -280,18 +436,20 @@ impl McpConnection {
             value.set_sensitive(true);
             headers.insert(header, value);
         }
-        let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
-            .custom_headers(headers);
-        let transport = StreamableHttpClientTransport::from_config(config);
-        let service = tokio::time::timeout(spec.connect_timeout, client_config().serve(transport))
-            .await
-            .map_err(|_| {
-                format!(
-                    "the server did not complete the MCP handshake within {} ms",
-                    spec.connect_timeout.as_millis()
-                )
-            })?
-            .map_err(|e| format!("the MCP handshake failed: {e}"))?;
+        let transport = || {
+            StreamableHttpClientTransport::from_config(
+                StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
+                    .custom_headers(headers.clone()),
+            )
+        };
+        let service = match open(&spec.protocol, spec.connect_timeout, transport()).await {
+            Err(Failed {
+                retry: Some(protocol),
+                ..
+            }) => open(&protocol, spec.connect_timeout, transport()).await,
+            other => other,
+        }
+        .map_err(|f| f.reason)?;
         Ok(Self::new(spec.url.clone(), service, None))
     }
 
@@ -341,6 +499,10 @@ impl McpConnection {
             version: implementation.map(|i| i.version),
             tools,
             process_id: self.process_id,
+            protocol_version: self
+                .peer
+                .peer_info()
+                .map(|p| p.protocol_version.as_str().to_owned()),
         }
     }
 
@@ -361,14 +523,21 @@ impl McpConnection {
     /// whatever the child did. The child leads the group, so its pid is the group id; a group
     /// whose members are all gone is an error we ignore.
     fn kill_process_group(&self) {
-        #[cfg(unix)]
-        if let Some(pid) = self.process_id.and_then(|p| i32::try_from(p).ok()) {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        kill_group(self.process_id);
     }
+}
+
+/// SIGKILL to the process group led by `pid` (see [`McpConnection::kill_process_group`]).
+fn kill_group(pid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
 }
 
 /// Keep the last lines a child writes to stderr (and log them), so a failed start can say why.
