@@ -4,11 +4,15 @@
 //!
 //! Tools: `echo {message}` → `"Echo: <message>"`; `add {a, b}` → structured `{"sum": a + b}`
 //! (with an output schema); `fail {reason}` → an `isError` result saying `failed: <reason>`;
-//! `sleep {ms}` → `slept <ms> ms` after that long (for cancellation tests).
+//! `sleep {ms}` → `slept <ms> ms` after that long (for cancellation tests); `toggle_extra`
+//! adds (or removes again) a tool `extra {message}` → `Extra: <message>` and sends
+//! `notifications/tools/list_changed` (for refresh tests).
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::model::{
     DiscoverRequestMethod, DiscoverResult, Implementation, ProtocolVersion, ServerCapabilities,
@@ -17,7 +21,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, RoleServer};
+use rmcp::{ErrorData, Peer, RoleServer};
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -66,6 +70,8 @@ pub struct TestMcpServer {
     tool_router: ToolRouter<Self>,
     versions: Vec<ProtocolVersion>,
     discover: bool,
+    /// Whether `extra` is listed; shared by every session of one server.
+    extra: Arc<AtomicBool>,
 }
 
 impl Default for TestMcpServer {
@@ -76,12 +82,13 @@ impl Default for TestMcpServer {
 
 #[tool_router]
 impl TestMcpServer {
-    /// A server with the four tools.
+    /// A server with the five tools.
     pub fn new() -> Self {
         Self {
             tool_router: Self::tool_router(),
             versions: ProtocolVersion::KNOWN_VERSIONS.to_vec(),
             discover: true,
+            extra: Arc::default(),
         }
     }
 
@@ -140,6 +147,22 @@ impl TestMcpServer {
         Err(format!("failed: {}", args.reason))
     }
 
+    #[tool(description = "Add the tool `extra`, or remove it when it is there")]
+    async fn toggle_extra(&self, peer: Peer<RoleServer>) -> String {
+        let now = !self.extra.fetch_xor(true, Ordering::AcqRel);
+        let _ = peer.notify_tool_list_changed().await;
+        format!("extra is {}", if now { "listed" } else { "gone" })
+    }
+
+    /// The tools listed now.
+    fn router(&self) -> ToolRouter<Self> {
+        if self.extra.load(Ordering::Acquire) {
+            self.tool_router.clone() + Self::extra_router()
+        } else {
+            self.tool_router.clone()
+        }
+    }
+
     #[tool(description = "Wait, then say how long")]
     async fn sleep(&self, Parameters(args): Parameters<SleepArgs>) -> String {
         tokio::time::sleep(std::time::Duration::from_millis(args.ms)).await;
@@ -147,7 +170,15 @@ impl TestMcpServer {
     }
 }
 
-#[tool_handler(router = self.tool_router)]
+#[tool_router(router = extra_router)]
+impl TestMcpServer {
+    #[tool(description = "A tool that comes and goes")]
+    async fn extra(&self, Parameters(args): Parameters<EchoArgs>) -> String {
+        format!("Extra: {}", args.message)
+    }
+}
+
+#[tool_handler(router = self.router())]
 impl ServerHandler for TestMcpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(

@@ -121,7 +121,7 @@ async fn stdio_server_lists_and_calls_tools_and_its_child_dies_with_the_registry
     assert_eq!(info.name.as_deref(), Some("agentloop-test-mcp"));
     let mut tools = info.tools.clone();
     tools.sort();
-    assert_eq!(tools, ["add", "echo", "fail", "sleep"]);
+    assert_eq!(tools, ["add", "echo", "fail", "sleep", "toggle_extra"]);
     let pid = info.process_id.expect("a stdio server has a pid");
     assert!(!is_gone(pid));
 
@@ -143,7 +143,10 @@ async fn close_stops_the_child_and_later_calls_fail_cleanly() {
         .unwrap();
     let mut tools = info.tools.clone();
     tools.sort();
-    assert_eq!(tools, ["t_add", "t_echo", "t_fail", "t_sleep"]);
+    assert_eq!(
+        tools,
+        ["t_add", "t_echo", "t_fail", "t_sleep", "t_toggle_extra"]
+    );
     let output = registry
         .call("t_echo", json!({"message": "hi"}))
         .await

@@ -176,6 +176,44 @@ async fn tools_list_is_paged_when_a_page_size_is_set() {
         .unwrap();
     assert_eq!(info.tools, ["lookup_order", "get_weather", "add"]);
     client.close().await;
+
+    // The pages themselves: one tool each, with the cursor of the next; a bad cursor is an
+    // invalid-params error (MCP 2025-11-25 "Pagination").
+    let (registry, _dir) = registry().await;
+    let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(server_end);
+    tokio::spawn(
+        McpServer::new(registry)
+            .page_size(2)
+            .serve_io(server_read, server_write),
+    );
+    use rmcp::ServiceExt;
+    let client = ().serve(tokio::io::split(client_end)).await.unwrap();
+    let first = client.peer().list_tools(None).await.unwrap();
+    let names: Vec<&str> = first.tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["lookup_order", "get_weather"]);
+    assert_eq!(first.next_cursor.as_deref(), Some("2"));
+    let second = client
+        .peer()
+        .list_tools(Some(
+            rmcp::model::PaginatedRequestParams::default().with_cursor(Some("2".into())),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(second.tools[0].name, "add");
+    assert_eq!(second.next_cursor, None);
+    let err = client
+        .peer()
+        .list_tools(Some(
+            rmcp::model::PaginatedRequestParams::default().with_cursor(Some("x".into())),
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("invalid tools/list cursor `x`"),
+        "{err}"
+    );
+    client.cancel().await.unwrap();
 }
 
 #[tokio::test]

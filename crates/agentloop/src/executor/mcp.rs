@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -282,7 +283,23 @@ pub struct McpServerInfo {
     pub protocol_version: Option<String>,
 }
 
-type Service = RunningService<RoleClient, ClientConfig>;
+type Service = RunningService<RoleClient, ClientState>;
+
+/// Our side of a session: who we are, and whether the server said its tools changed.
+struct ClientState {
+    config: ClientConfig,
+    tools_changed: Arc<AtomicBool>,
+}
+
+impl rmcp::ClientHandler for ClientState {
+    fn get_info(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.tools_changed.store(true, Ordering::Release);
+    }
+}
 
 /// One live MCP session.
 pub(crate) struct McpConnection {
@@ -291,6 +308,8 @@ pub(crate) struct McpConnection {
     /// Held so that dropping the connection ends the session (and kills a stdio child).
     service: tokio::sync::Mutex<Option<Service>>,
     process_id: Option<u32>,
+    /// Set by the server's `notifications/tools/list_changed`.
+    tools_changed: Arc<AtomicBool>,
 }
 
 impl Drop for McpConnection {
@@ -329,13 +348,18 @@ async fn open<T, E, A>(
     protocol: &McpProtocol,
     timeout: Duration,
     transport: T,
+    tools_changed: &Arc<AtomicBool>,
 ) -> Result<Service, Failed>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
     let (lifecycle, config) = protocol.lifecycle().map_err(Failed::new)?;
-    match tokio::time::timeout(timeout, config.serve_with_lifecycle(transport, lifecycle)).await {
+    let client = ClientState {
+        config,
+        tools_changed: tools_changed.clone(),
+    };
+    match tokio::time::timeout(timeout, client.serve_with_lifecycle(transport, lifecycle)).await {
         Ok(Ok(service)) => Ok(service),
         Ok(Err(error)) => {
             let retry = match (&error, protocol) {
@@ -394,8 +418,9 @@ impl McpConnection {
             .map_err(|e| Failed::new(format!("could not start `{}`: {e}", spec.command)))?;
         let process_id = transport.id();
         let stderr_tail = stderr.map(read_stderr);
-        let failed = match open(protocol, spec.connect_timeout, transport).await {
-            Ok(service) => return Ok(Self::new(label, service, process_id)),
+        let tools_changed = Arc::new(AtomicBool::new(false));
+        let failed = match open(protocol, spec.connect_timeout, transport, &tools_changed).await {
+            Ok(service) => return Ok(Self::new(label, service, process_id, tools_changed)),
             Err(failed) => failed,
         };
         if failed.retry.is_some() {
@@ -442,24 +467,49 @@ impl McpConnection {
                     .custom_headers(headers.clone()),
             )
         };
-        let service = match open(&spec.protocol, spec.connect_timeout, transport()).await {
+        let changed = Arc::new(AtomicBool::new(false));
+        let service = match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await
+        {
             Err(Failed {
                 retry: Some(protocol),
                 ..
-            }) => open(&protocol, spec.connect_timeout, transport()).await,
+            }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
             other => other,
         }
         .map_err(|f| f.reason)?;
-        Ok(Self::new(spec.url.clone(), service, None))
+        Ok(Self::new(spec.url.clone(), service, None, changed))
     }
 
-    fn new(label: String, service: Service, process_id: Option<u32>) -> Self {
+    fn new(
+        label: String,
+        service: Service,
+        process_id: Option<u32>,
+        tools_changed: Arc<AtomicBool>,
+    ) -> Self {
         Self {
             label,
             peer: service.peer().clone(),
             service: tokio::sync::Mutex::new(Some(service)),
             process_id,
+            tools_changed,
         }
+    }
+
+    /// Whether the tools should be listed again: the server sent
+    /// `notifications/tools/list_changed` since the last call (a session of a handshake
+    /// revision), or it is stateless (2026-07-28 sends that notification only on a
+    /// `subscriptions/listen` stream, which is not opened, so every refresh asks).
+    pub(crate) fn tools_changed_pending(&self) -> bool {
+        self.tools_changed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn take_tools_changed(&self) -> bool {
+        let announced = self.tools_changed.swap(false, Ordering::AcqRel);
+        let stateless = self
+            .peer
+            .peer_info()
+            .is_some_and(|p| !p.protocol_version.has_initialize());
+        announced || stateless
     }
 
     /// The server's tools as descriptors (registered as `<prefix><name>`).
