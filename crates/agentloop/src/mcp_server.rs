@@ -194,10 +194,15 @@ impl McpHandler {
             .descriptors()
             .into_iter()
             .map(|descriptor| {
-                let input = match &descriptor.input_schema {
+                // MCP wants an object schema; a tool taking any JSON (`true`, `{}`) takes
+                // any object here.
+                let mut input = match &descriptor.input_schema {
                     Value::Object(map) => map.clone(),
                     _ => JsonObject::new(),
                 };
+                input
+                    .entry("type")
+                    .or_insert_with(|| Value::String("object".to_owned()));
                 let mut tool = rmcp::model::Tool::new(
                     descriptor.name.clone(),
                     descriptor.description.clone(),

@@ -169,6 +169,12 @@ impl McpHttp {
         self
     }
 
+    /// Authenticate with `Authorization: Bearer <token>`, the token read from the environment
+    /// variable `var` when connecting: it is never kept in this value, so never printed.
+    pub fn bearer_token_env(self, var: impl AsRef<str>) -> Self {
+        self.header("Authorization", format!("Bearer ${{{}}}", var.as_ref()))
+    }
+
     /// Register the server's tools as `<prefix><name>`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
@@ -361,6 +367,13 @@ where
     };
     match tokio::time::timeout(timeout, client.serve_with_lifecycle(transport, lifecycle)).await {
         Ok(Ok(service)) => Ok(service),
+        Ok(Err(error)) if error.is_authorization_required() => Err(Failed::new(format!(
+            "the server requires authorization (HTTP 401{}): give it a bearer token with `McpHttp::bearer_token_env`, or the header it expects with `McpHttp::header`",
+            error
+                .auth_challenge()
+                .map(|c| format!(", `WWW-Authenticate: {c}`"))
+                .unwrap_or_default()
+        ))),
         Ok(Err(error)) => {
             let retry = match (&error, protocol) {
                 (
