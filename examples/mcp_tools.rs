@@ -54,7 +54,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|r| r.content.to_text())
         .collect();
     assert_eq!(outputs, [r#"{"sum":42}"#, "Echo: hello over MCP"]);
-    assert_eq!(info.tools, ["calc_add", "calc_echo", "calc_fail"]);
+    assert_eq!(
+        info.tools,
+        [
+            "calc_add",
+            "calc_echo",
+            "calc_fail",
+            "calc_sleep",
+            "calc_toggle_extra"
+        ]
+    );
 
     // Close the connections cleanly (dropping the registry also does, less politely).
     registry.close().await;

@@ -37,6 +37,9 @@ pub enum Command {
     Tools(ToolsCommand),
     /// Assemble a recorded SSE stream and print the response as JSON.
     Replay(ReplayArgs),
+    /// Serve tools to other agents over MCP.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// Serve OpenAI- and Anthropic-compatible mock endpoints that call a demo tool once, then answer.
     MockServer(MockServerArgs),
 }
@@ -109,6 +112,31 @@ pub enum ToolsCommand {
         /// A descriptor file, or a directory (scanned recursively for .json, .yaml, .yml).
         path: PathBuf,
     },
+}
+
+/// `agentloop mcp ...`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Serve every tool of a descriptor file or directory as an MCP server, with its input and
+    /// output schemas: over stdin/stdout (the default), or over streamable HTTP at
+    /// `http://ADDR/mcp` with --addr. Speaks MCP 2024-11-05 to 2025-11-25 (initialize
+    /// handshake) and the stateless 2026-07-28.
+    Serve(McpServeArgs),
+}
+
+/// `agentloop mcp serve`.
+#[derive(Debug, Args)]
+pub struct McpServeArgs {
+    /// A descriptor file, a directory of them, or a pack.
+    #[arg(long, value_name = "PATH")]
+    pub tools: PathBuf,
+    /// Speak MCP on stdin/stdout (the default; nothing else is written to stdout).
+    #[arg(long, conflicts_with = "addr")]
+    pub stdio: bool,
+    /// Serve streamable HTTP on this loopback address, e.g. 127.0.0.1:3001 (port 0 picks a free
+    /// one; the endpoint's URL is printed on stdout).
+    #[arg(long, value_name = "IP:PORT")]
+    pub addr: Option<std::net::SocketAddr>,
 }
 
 /// Stream formats `replay` understands.

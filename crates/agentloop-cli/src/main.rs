@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command, ToolsCommand};
+use cli::{Cli, Command, McpCommand, ToolsCommand};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -23,6 +23,7 @@ async fn main() -> ExitCode {
         Command::Tools(ToolsCommand::List { path }) => commands::tools::list(&path),
         Command::Tools(ToolsCommand::Validate { path }) => commands::tools::validate(&path),
         Command::Replay(args) => commands::replay::replay(&args),
+        Command::Mcp(McpCommand::Serve(args)) => commands::mcp::serve(args).await,
         Command::MockServer(args) => commands::mock_server::serve(&args).await,
     };
     match outcome {

@@ -3,13 +3,25 @@
 //! stdio.
 //!
 //! Tools: `echo {message}` → `"Echo: <message>"`; `add {a, b}` → structured `{"sum": a + b}`
-//! (with an output schema); `fail {reason}` → an `isError` result saying `failed: <reason>`.
+//! (with an output schema); `fail {reason}` → an `isError` result saying `failed: <reason>`;
+//! `sleep {ms}` → `slept <ms> ms` after that long (for cancellation tests); `toggle_extra`
+//! adds (or removes again) a tool `extra {message}` → `Extra: <message>` and sends
+//! `notifications/tools/list_changed` (for refresh tests).
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
-use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rmcp::model::{
+    DiscoverRequestMethod, DiscoverResult, Implementation, ProtocolVersion, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, Peer, RoleServer};
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -45,10 +57,21 @@ pub struct FailArgs {
     pub reason: String,
 }
 
+/// Arguments of `sleep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SleepArgs {
+    /// How long to wait, in milliseconds.
+    pub ms: u64,
+}
+
 /// The test server's tools.
 #[derive(Debug, Clone)]
 pub struct TestMcpServer {
     tool_router: ToolRouter<Self>,
+    versions: Vec<ProtocolVersion>,
+    discover: bool,
+    /// Whether `extra` is listed; shared by every session of one server.
+    extra: Arc<AtomicBool>,
 }
 
 impl Default for TestMcpServer {
@@ -59,10 +82,51 @@ impl Default for TestMcpServer {
 
 #[tool_router]
 impl TestMcpServer {
-    /// A server with the three tools.
+    /// A server with the five tools.
     pub fn new() -> Self {
         Self {
             tool_router: Self::tool_router(),
+            versions: ProtocolVersion::KNOWN_VERSIONS.to_vec(),
+            discover: true,
+            extra: Arc::default(),
+        }
+    }
+
+    /// A server that speaks only these protocol revisions, as rmcp 3.9 does when narrowed:
+    /// `server/discover` is answered with "unsupported protocol version" and the list when
+    /// 2026-07-28 is not among them, and `initialize` is refused when only 2026-07-28 is.
+    pub fn speaking(versions: &[ProtocolVersion]) -> Self {
+        Self {
+            versions: versions.to_vec(),
+            ..Self::new()
+        }
+    }
+
+    /// A server from before 2026-07-28 that speaks these handshake revisions and does not
+    /// know `server/discover` at all ("method not found", as the older SDKs answer).
+    pub fn predating_discover(versions: &[ProtocolVersion]) -> Self {
+        Self {
+            versions: versions.to_vec(),
+            discover: false,
+            ..Self::new()
+        }
+    }
+
+    /// [`TestMcpServer::speaking`] the comma-separated revisions of
+    /// `$AGENTLOOP_TEST_MCP_PROTOCOLS` ([`TestMcpServer::predating_discover`] them when
+    /// `$AGENTLOOP_TEST_MCP_NO_DISCOVER` is set), or every revision when it is unset.
+    pub fn from_env() -> Self {
+        let Ok(list) = std::env::var("AGENTLOOP_TEST_MCP_PROTOCOLS") else {
+            return Self::new();
+        };
+        let versions: Vec<ProtocolVersion> = list
+            .split(',')
+            .filter_map(|v| serde_json::from_value(serde_json::json!(v.trim())).ok())
+            .collect();
+        if std::env::var_os("AGENTLOOP_TEST_MCP_NO_DISCOVER").is_some() {
+            Self::predating_discover(&versions)
+        } else {
+            Self::speaking(&versions)
         }
     }
 
@@ -82,20 +146,75 @@ impl TestMcpServer {
     async fn fail(&self, Parameters(args): Parameters<FailArgs>) -> Result<String, String> {
         Err(format!("failed: {}", args.reason))
     }
+
+    #[tool(description = "Add the tool `extra`, or remove it when it is there")]
+    async fn toggle_extra(&self, peer: Peer<RoleServer>) -> String {
+        let now = !self.extra.fetch_xor(true, Ordering::AcqRel);
+        let _ = peer.notify_tool_list_changed().await;
+        format!("extra is {}", if now { "listed" } else { "gone" })
+    }
+
+    /// The tools listed now.
+    fn router(&self) -> ToolRouter<Self> {
+        if self.extra.load(Ordering::Acquire) {
+            self.tool_router.clone() + Self::extra_router()
+        } else {
+            self.tool_router.clone()
+        }
+    }
+
+    #[tool(description = "Wait, then say how long")]
+    async fn sleep(&self, Parameters(args): Parameters<SleepArgs>) -> String {
+        tokio::time::sleep(std::time::Duration::from_millis(args.ms)).await;
+        format!("slept {} ms", args.ms)
+    }
 }
 
-#[tool_handler(router = self.tool_router)]
+#[tool_router(router = extra_router)]
+impl TestMcpServer {
+    #[tool(description = "A tool that comes and goes")]
+    async fn extra(&self, Parameters(args): Parameters<EchoArgs>) -> String {
+        format!("Extra: {}", args.message)
+    }
+}
+
+#[tool_handler(router = self.router())]
 impl ServerHandler for TestMcpServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
             Implementation::new("agentloop-test-mcp", env!("CARGO_PKG_VERSION")),
         )
     }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        let mut versions = self.versions.clone();
+        if !self.discover {
+            // Only so that rmcp's per-request version check lets `server/discover` through to
+            // `discover` below, which answers as a server that predates it.
+            versions.push(ProtocolVersion::V_2026_07_28);
+        }
+        Cow::Owned(versions)
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        if !self.discover {
+            return Err(ErrorData::method_not_found::<DiscoverRequestMethod>());
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.versions.clone(),
+            self.get_info(),
+        ))
+    }
 }
 
 /// Serve the test server on this process's stdin/stdout until the client disconnects.
 pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let running = TestMcpServer::new().serve(rmcp::transport::stdio()).await?;
+    let running = TestMcpServer::from_env()
+        .serve(rmcp::transport::stdio())
+        .await?;
     running.waiting().await?;
     Ok(())
 }
@@ -116,11 +235,16 @@ impl Drop for McpHttpServer {
 
 /// Start the test server over streamable HTTP on 127.0.0.1 (a free port).
 pub async fn serve_http() -> std::io::Result<McpHttpServer> {
+    serve_http_with(TestMcpServer::new()).await
+}
+
+/// Start this test server over streamable HTTP on 127.0.0.1 (a free port).
+pub async fn serve_http_with(server: TestMcpServer) -> std::io::Result<McpHttpServer> {
     let cancel = CancellationToken::new();
     let config =
         StreamableHttpServerConfig::default().with_cancellation_token(cancel.child_token());
     let service: StreamableHttpService<TestMcpServer, LocalSessionManager> =
-        StreamableHttpService::new(|| Ok(TestMcpServer::new()), Default::default(), config);
+        StreamableHttpService::new(move || Ok(server.clone()), Default::default(), config);
     let router = axum::Router::new().nest_service("/mcp", service);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

@@ -121,7 +121,7 @@ async fn stdio_server_lists_and_calls_tools_and_its_child_dies_with_the_registry
     assert_eq!(info.name.as_deref(), Some("agentloop-test-mcp"));
     let mut tools = info.tools.clone();
     tools.sort();
-    assert_eq!(tools, ["add", "echo", "fail"]);
+    assert_eq!(tools, ["add", "echo", "fail", "sleep", "toggle_extra"]);
     let pid = info.process_id.expect("a stdio server has a pid");
     assert!(!is_gone(pid));
 
@@ -143,7 +143,10 @@ async fn close_stops_the_child_and_later_calls_fail_cleanly() {
         .unwrap();
     let mut tools = info.tools.clone();
     tools.sort();
-    assert_eq!(tools, ["t_add", "t_echo", "t_fail"]);
+    assert_eq!(
+        tools,
+        ["t_add", "t_echo", "t_fail", "t_sleep", "t_toggle_extra"]
+    );
     let output = registry
         .call("t_echo", json!({"message": "hi"}))
         .await
@@ -329,4 +332,151 @@ async fn reference_server_everything_over_stdio() {
     let pid = info.process_id.unwrap();
     drop(registry);
     assert!(wait_gone(pid).await);
+}
+
+/// MCP 2025-06-18 "Structured Content": a result may carry `structuredContent` and, for
+/// backwards compatibility, the same value as text content. The value is kept next to the
+/// content the model reads: in the tool's output, the step's outcome and the run's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_content_is_kept_beside_the_text_in_the_outcome_and_the_run_events() {
+    use agentloop::run::RunEvent;
+    use agentloop_testkit::{ScriptedModel, Turn};
+
+    let server = agentloop_testkit::mcp::serve_http().await.unwrap();
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_http(McpHttp::new(server.url.clone()))
+        .await
+        .unwrap();
+    let model = ScriptedModel::new([
+        Turn::tool_call("add", json!({"a": 2, "b": 3})),
+        Turn::text("5"),
+    ]);
+    let agent = agentloop::Agent::builder(model)
+        .tools(registry.tools())
+        .build();
+    let mut events = agent.run_stream("add");
+    let mut outcomes = Vec::new();
+    while let Some(event) = futures::StreamExt::next(&mut events).await {
+        if let RunEvent::ToolCallResult {
+            outcome, result, ..
+        } = event
+        {
+            assert_eq!(result.content.to_text(), r#"{"sum":5}"#);
+            outcomes.push(serde_json::to_value(outcome).unwrap());
+        }
+    }
+    assert_eq!(
+        outcomes,
+        [json!({
+            "outcome": "completed",
+            "content": r#"{"sum":5}"#,
+            "structured": {"sum": 5},
+        })]
+    );
+    registry.close().await;
+}
+
+/// The processes (zombies aside) whose environment carries `AGENTLOOP_TEST_MARK=<mark>`: a
+/// stdio server started with that variable and everything it started.
+fn marked_processes(mark: &str) -> Vec<u32> {
+    let needle = format!("AGENTLOOP_TEST_MARK={mark}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|&b| b == 0)
+                    .any(|var| var == needle.as_bytes())
+            }) && !is_gone(pid)
+        })
+        .collect()
+}
+
+/// Wait (up to 10 s of real time) until no marked process is left; returns those left.
+async fn wait_none_marked(mark: &str) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = marked_processes(mark);
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A stdio server behind a shell that leaves a grandchild (`sleep`) running: only killing the
+/// server's whole process group stops that one.
+fn server_with_grandchild(mark: &str) -> McpStdio {
+    McpStdio::new("sh")
+        .args(["-c", &format!("sleep 300 & exec {TEST_SERVER}")])
+        .env("AGENTLOOP_TEST_MARK", mark)
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_process_outlives_100_registry_create_drop_cycles() {
+    let mark = format!("cycles-{}", std::process::id());
+    for cycle in 0..100 {
+        let mut registry = Registry::new();
+        registry
+            .add_mcp_stdio(server_with_grandchild(&mark))
+            .await
+            .unwrap_or_else(|e| panic!("cycle {cycle}: {e}"));
+        // Every 10th registry is used before it goes, the rest dropped straight away.
+        if cycle % 10 == 0 {
+            let out = registry
+                .call("echo", json!({"message": "x"}))
+                .await
+                .unwrap();
+            assert_eq!(text(&out), "Echo: x");
+        }
+        drop(registry);
+    }
+    assert_eq!(wait_none_marked(&mark).await, Vec::<u32>::new());
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_cancels_its_mcp_call_and_leaves_no_process_behind() {
+    use agentloop::run::{RunEvent, RunStopReason};
+    use agentloop_testkit::{ScriptedModel, Turn};
+
+    let mark = format!("cancelled-run-{}", std::process::id());
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_stdio(server_with_grandchild(&mark))
+        .await
+        .unwrap();
+    assert_eq!(marked_processes(&mark).len(), 2, "the server and its sleep");
+    let model = ScriptedModel::new([Turn::tool_call("sleep", json!({"ms": 60_000}))]);
+    let agent = agentloop::Agent::builder(model)
+        .tools(registry.tools())
+        .build();
+    let mut events = agent.run_stream("wait");
+    let cancel = events.cancel_handle();
+    let mut outcome = None;
+    while let Some(event) = futures::StreamExt::next(&mut events).await {
+        match event {
+            RunEvent::ToolCallReady { .. } => cancel.cancel(),
+            RunEvent::ToolCallResult { outcome: o, .. } => outcome = Some(o.kind()),
+            RunEvent::RunFinish { result, .. } => {
+                assert_eq!(result.stop_reason, RunStopReason::Cancelled);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(outcome, Some("cancelled"));
+    // The cancelled call is over at the server too; the connection goes on serving.
+    let out = registry
+        .call("echo", json!({"message": "after"}))
+        .await
+        .unwrap();
+    assert_eq!(text(&out), "Echo: after");
+    drop(agent);
+    drop(registry);
+    assert_eq!(wait_none_marked(&mark).await, Vec::<u32>::new());
 }

@@ -68,7 +68,7 @@
 //! ## Features
 //!
 //! `validation` (arguments checked against their JSON Schema with the `jsonschema` crate),
-//! `registry` (which needs `validation`) and `mcp` are on by default. Without `validation`, a
+//! `registry` (which needs `validation`), `mcp` and `mcp-server` are on by default. Without `validation`, a
 //! typed tool's arguments are checked by deserializing them into its type, with serde's
 //! message as the one violation, and a raw schema's arguments are not checked; the binary
 //! leaves out `jsonschema` and its regex engines.
@@ -80,7 +80,8 @@
 //! directory ([`Registry::load_dir`]); from MCP servers (feature `mcp`, also on by default); and
 //! from Rust ([`Registry::register`]). `registry.tools()` gives the run loop ordinary [`Tool`]s.
 //! The [`registry`] module describes the descriptor format, the modes, packs and PromptKit's
-//! spellings.
+//! spellings. The other way round, [`mcp_server`] (feature `mcp-server`) serves a registry's
+//! tools to any MCP client.
 
 #![warn(missing_docs)]
 
@@ -93,6 +94,8 @@ pub mod error;
 #[cfg(feature = "registry")]
 pub mod executor;
 pub mod history;
+#[cfg(feature = "mcp-server")]
+pub mod mcp_server;
 pub mod message;
 pub mod provider;
 #[cfg(feature = "registry")]

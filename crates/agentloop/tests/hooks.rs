@@ -317,7 +317,8 @@ async fn several_tool_hooks_chain_their_rewrites_and_the_first_block_wins() {
                 .push(format!("after 1 {}", outcome.kind()));
             async move {
                 match outcome {
-                    ToolOutcome::Completed { content } => ToolOutcome::Completed {
+                    ToolOutcome::Completed { content, .. } => ToolOutcome::Completed {
+                        structured: None,
                         content: ToolResultContent::Text(format!("{} [1]", content.to_text())),
                     },
                     other => other,
@@ -328,7 +329,8 @@ async fn several_tool_hooks_chain_their_rewrites_and_the_first_block_wins() {
             l5.lock().unwrap().push(format!("after 2 {outcome:?}"));
             async move {
                 match outcome {
-                    ToolOutcome::Completed { content } => ToolOutcome::Completed {
+                    ToolOutcome::Completed { content, .. } => ToolOutcome::Completed {
+                        structured: None,
                         content: ToolResultContent::Text(format!("{} [2]", content.to_text())),
                     },
                     other => other,
@@ -375,11 +377,13 @@ async fn chained_tool_rewrites_reach_the_handler_and_after_hooks_chain_their_out
         .before_tool(|_| async { ToolDecision::Continue })
         .after_tool(|_, outcome| async move {
             ToolOutcome::Completed {
+                structured: None,
                 content: ToolResultContent::Text(format!("{} [1]", text_of(&outcome))),
             }
         })
         .after_tool(|_, outcome| async move {
             ToolOutcome::Completed {
+                structured: None,
                 content: ToolResultContent::Text(format!("{} [2]", text_of(&outcome))),
             }
         });
@@ -392,6 +396,7 @@ async fn chained_tool_rewrites_reach_the_handler_and_after_hooks_chain_their_out
     assert_eq!(
         result.steps[0].outcomes,
         [ToolOutcome::Completed {
+            structured: None,
             content: ToolResultContent::Text("Paris, FR: 18 °C [1] [2]".into())
         }]
     );
@@ -404,7 +409,7 @@ async fn chained_tool_rewrites_reach_the_handler_and_after_hooks_chain_their_out
 
 fn text_of(outcome: &ToolOutcome) -> String {
     match outcome {
-        ToolOutcome::Completed { content } => content.to_text(),
+        ToolOutcome::Completed { content, .. } => content.to_text(),
         other => other.kind().to_owned(),
     }
 }
@@ -539,7 +544,8 @@ async fn tool_hooks_rewrite_block_and_replace_in_a_streamed_run() {
         })
         .after_tool(|call, outcome| async move {
             match outcome {
-                ToolOutcome::Completed { content } => ToolOutcome::Completed {
+                ToolOutcome::Completed { content, .. } => ToolOutcome::Completed {
+                    structured: None,
                     content: ToolResultContent::Text(format!(
                         "{} (asked: {})",
                         content.to_text(),

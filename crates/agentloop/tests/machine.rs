@@ -43,6 +43,7 @@ fn text_response(text: &str) -> Response {
 
 fn completed(text: &str) -> ToolOutcome {
     ToolOutcome::Completed {
+        structured: None,
         content: ToolResultContent::Text(text.into()),
     }
 }

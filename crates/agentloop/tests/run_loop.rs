@@ -849,6 +849,7 @@ async fn tool_hooks_rewrite_block_and_replace() {
             async move {
                 if call.name == "get_weather" {
                     ToolOutcome::Completed {
+                        structured: None,
                         content: ToolResultContent::Text("replaced by hook".into()),
                     }
                 } else {

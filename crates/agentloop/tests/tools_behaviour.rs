@@ -427,6 +427,7 @@ async fn a_typed_tool_gets_vecs_floats_maps_and_defaults_for_skipped_fields() {
     assert_eq!(
         result.steps[0].outcomes,
         [ToolOutcome::Completed {
+            structured: None,
             content: ToolResultContent::Text(
                 r#"total 3.375 after 0.25 off, 1.5 kg, notes {"gift": "yes"}, internal id 0"#
                     .into()

@@ -48,7 +48,7 @@ fn shell_word(word: &str) -> String {
 }
 
 /// Until Ctrl-C or (on Unix) SIGTERM.
-async fn stopped() -> Result<(), String> {
+pub async fn stopped() -> Result<(), String> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

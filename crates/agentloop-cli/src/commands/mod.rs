@@ -2,6 +2,7 @@
 
 pub mod approve;
 pub mod chat;
+pub mod mcp;
 pub mod mock_server;
 pub mod replay;
 pub mod run;

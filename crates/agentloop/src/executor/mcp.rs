@@ -1,25 +1,35 @@
 //! MCP servers as tool sources, through the official Rust SDK (`rmcp`): connect over stdio (a
 //! child process) or streamable HTTP, list the server's tools as descriptors, call them.
 //!
+//! Protocol revisions (through rmcp 3.9): the stateless 2026-07-28 (`server/discover`, then
+//! per-request `_meta`, no session) and the handshake revisions 2024-11-05, 2025-03-26,
+//! 2025-06-18 and 2025-11-25 (`initialize`, a session). By default the server's generation is
+//! detected ([`McpProtocol::Auto`]); [`McpStdio::protocol`] and [`McpHttp::protocol`] pin one.
+//! [`McpServerInfo::protocol_version`] says which revision was agreed.
+//!
 //! One connection per server, shared by its tools and reused across calls. A stdio server
 //! runs in its own process group and is killed with it when the connection goes away (the
-//! registry and every tool taken from it dropped), so no child outlives its registry.
+//! registry and every tool taken from it dropped, or [`crate::registry::Registry::close`]),
+//! so neither the child nor anything it started outlives its registry. A call in flight when
+//! its run is cancelled is cancelled at the server too (`notifications/cancelled`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, ResourceContents,
+    Implementation, ProtocolVersion, ResourceContents,
 };
+use rmcp::service::ClientInitializeError;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{Peer, RoleClient, ServiceExt};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -51,6 +61,7 @@ pub struct McpStdio {
     current_dir: Option<PathBuf>,
     prefix: Option<String>,
     connect_timeout: Duration,
+    protocol: McpProtocol,
 }
 
 impl McpStdio {
@@ -63,6 +74,7 @@ impl McpStdio {
             current_dir: None,
             prefix: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            protocol: McpProtocol::Auto,
         }
     }
 
@@ -102,6 +114,12 @@ impl McpStdio {
         self
     }
 
+    /// Which protocol generation to speak ([`McpProtocol::Auto`] by default).
+    pub fn protocol(mut self, protocol: McpProtocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
     pub(crate) fn label(&self) -> String {
         std::iter::once(self.command.as_str())
             .chain(self.args.iter().map(String::as_str))
@@ -117,6 +135,7 @@ pub struct McpHttp {
     headers: BTreeMap<String, String>,
     prefix: Option<String>,
     connect_timeout: Duration,
+    protocol: McpProtocol,
 }
 
 impl std::fmt::Debug for McpHttp {
@@ -126,6 +145,7 @@ impl std::fmt::Debug for McpHttp {
             .field("url", &self.url)
             .field("headers", &headers)
             .field("prefix", &self.prefix)
+            .field("protocol", &self.protocol)
             .finish_non_exhaustive()
     }
 }
@@ -138,6 +158,7 @@ impl McpHttp {
             headers: BTreeMap::new(),
             prefix: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            protocol: McpProtocol::Auto,
         }
     }
 
@@ -146,6 +167,12 @@ impl McpHttp {
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.insert(name.into(), value.into());
         self
+    }
+
+    /// Authenticate with `Authorization: Bearer <token>`, the token read from the environment
+    /// variable `var` when connecting: it is never kept in this value, so never printed.
+    pub fn bearer_token_env(self, var: impl AsRef<str>) -> Self {
+        self.header("Authorization", format!("Bearer ${{{}}}", var.as_ref()))
     }
 
     /// Register the server's tools as `<prefix><name>`.
@@ -157,6 +184,12 @@ impl McpHttp {
     /// How long the server gets to complete the handshake (default 30 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Which protocol generation to speak ([`McpProtocol::Auto`] by default).
+    pub fn protocol(mut self, protocol: McpProtocol) -> Self {
+        self.protocol = protocol;
         self
     }
 }
@@ -177,6 +210,68 @@ impl McpStdio {
     }
 }
 
+/// Which generation of the MCP protocol to speak with a server.
+///
+/// Revisions up to 2025-11-25 open a session with the `initialize` handshake; the 2026-07-28
+/// revision is stateless (`server/discover`, then every request carries its protocol version
+/// and client details in `_meta`; no session id over HTTP).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum McpProtocol {
+    /// Ask with `server/discover` for 2026-07-28; a server that does not know the method (an
+    /// older one), or lists only handshake revisions, gets the `initialize` handshake instead
+    /// (for 2025-11-25, or the newest it listed; it may answer with an older revision it
+    /// speaks). A server that does not answer the discovery within 10 s is treated as older.
+    #[default]
+    Auto,
+    /// Only the stateless 2026-07-28 revision.
+    Stateless,
+    /// Only the handshake, offering this revision: `2024-11-05`, `2025-03-26`, `2025-06-18` or
+    /// `2025-11-25` (the server may answer with an older one it speaks).
+    Handshake(String),
+}
+
+impl McpProtocol {
+    fn lifecycle(&self) -> Result<(ClientLifecycleMode, ClientConfig), String> {
+        let config = client_config();
+        Ok(match self {
+            Self::Auto => (
+                ClientLifecycleMode::Auto {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                    legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+                },
+                config,
+            ),
+            Self::Stateless => (
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                },
+                config,
+            ),
+            Self::Handshake(version) => {
+                let known = ProtocolVersion::KNOWN_VERSIONS
+                    .iter()
+                    .find(|v| v.as_str() == version && v.has_initialize())
+                    .ok_or_else(|| {
+                        format!(
+                            "`{version}` is not an MCP revision with a handshake; use one of {}",
+                            ProtocolVersion::KNOWN_VERSIONS
+                                .iter()
+                                .filter(|v| v.has_initialize())
+                                .map(ProtocolVersion::as_str)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    })?;
+                (
+                    ClientLifecycleMode::Initialize,
+                    config.with_protocol_version(known.clone()),
+                )
+            }
+        })
+    }
+}
+
 /// What connecting to an MCP server added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerInfo {
@@ -190,9 +285,27 @@ pub struct McpServerInfo {
     pub tools: Vec<String>,
     /// The child's process id (stdio servers).
     pub process_id: Option<u32>,
+    /// The protocol revision agreed with the server, e.g. `2026-07-28` or `2025-06-18`.
+    pub protocol_version: Option<String>,
 }
 
-type Service = RunningService<RoleClient, ClientConfig>;
+type Service = RunningService<RoleClient, ClientState>;
+
+/// Our side of a session: who we are, and whether the server said its tools changed.
+struct ClientState {
+    config: ClientConfig,
+    tools_changed: Arc<AtomicBool>,
+}
+
+impl rmcp::ClientHandler for ClientState {
+    fn get_info(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
+        self.tools_changed.store(true, Ordering::Release);
+    }
+}
 
 /// One live MCP session.
 pub(crate) struct McpConnection {
@@ -201,6 +314,14 @@ pub(crate) struct McpConnection {
     /// Held so that dropping the connection ends the session (and kills a stdio child).
     service: tokio::sync::Mutex<Option<Service>>,
     process_id: Option<u32>,
+    /// Set by the server's `notifications/tools/list_changed`.
+    tools_changed: Arc<AtomicBool>,
+}
+
+impl Drop for McpConnection {
+    fn drop(&mut self) {
+        self.kill_process_group();
+    }
 }
 
 fn client_config() -> ClientConfig {
@@ -210,8 +331,88 @@ fn client_config() -> ClientConfig {
     )
 }
 
+/// Why a connection attempt failed, and whether another generation is worth a try.
+struct Failed {
+    reason: String,
+    /// In [`McpProtocol::Auto`], a server that answered `server/discover` without 2026-07-28
+    /// but with a handshake revision (an rmcp server narrowed to older revisions does): the
+    /// handshake at that revision.
+    retry: Option<McpProtocol>,
+}
+
+impl Failed {
+    fn new(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            retry: None,
+        }
+    }
+}
+
+/// Open the session in the configured generation, within the connect timeout.
+async fn open<T, E, A>(
+    protocol: &McpProtocol,
+    timeout: Duration,
+    transport: T,
+    tools_changed: &Arc<AtomicBool>,
+) -> Result<Service, Failed>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let (lifecycle, config) = protocol.lifecycle().map_err(Failed::new)?;
+    let client = ClientState {
+        config,
+        tools_changed: tools_changed.clone(),
+    };
+    match tokio::time::timeout(timeout, client.serve_with_lifecycle(transport, lifecycle)).await {
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(error)) if error.is_authorization_required() => Err(Failed::new(format!(
+            "the server requires authorization (HTTP 401{}): give it a bearer token with `McpHttp::bearer_token_env`, or the header it expects with `McpHttp::header`",
+            error
+                .auth_challenge()
+                .map(|c| format!(", `WWW-Authenticate: {c}`"))
+                .unwrap_or_default()
+        ))),
+        Ok(Err(error)) => {
+            let retry = match (&error, protocol) {
+                (
+                    ClientInitializeError::NoCompatibleProtocolVersion {
+                        server_supported, ..
+                    },
+                    McpProtocol::Auto,
+                ) => server_supported
+                    .iter()
+                    .filter(|v| v.has_initialize())
+                    .max_by(|a, b| a.as_str().cmp(b.as_str()))
+                    .map(|v| McpProtocol::Handshake(v.as_str().to_owned())),
+                _ => None,
+            };
+            Err(Failed {
+                reason: format!("the MCP handshake failed: {error}"),
+                retry,
+            })
+        }
+        Err(_) => Err(Failed::new(format!(
+            "the server did not complete the MCP handshake within {} ms",
+            timeout.as_millis()
+        ))),
+    }
+}
+
 impl McpConnection {
     pub(crate) async fn connect_stdio(spec: &McpStdio) -> Result<Self, String> {
+        match Self::connect_stdio_as(spec, &spec.protocol).await {
+            Err(Failed {
+                retry: Some(protocol),
+                ..
+            }) => Self::connect_stdio_as(spec, &protocol).await,
+            other => other,
+        }
+        .map_err(|f| f.reason)
+    }
+
+    async fn connect_stdio_as(spec: &McpStdio, protocol: &McpProtocol) -> Result<Self, Failed> {
         let label = spec.label();
         let mut command = tokio::process::Command::new(&spec.command);
         command.args(&spec.args).envs(&spec.env);
@@ -227,19 +428,19 @@ impl McpConnection {
         let (transport, stderr) = TokioChildProcess::builder(wrapped)
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("could not start `{}`: {e}", spec.command))?;
+            .map_err(|e| Failed::new(format!("could not start `{}`: {e}", spec.command)))?;
         let process_id = transport.id();
         let stderr_tail = stderr.map(read_stderr);
-        let handshake =
-            tokio::time::timeout(spec.connect_timeout, client_config().serve(transport));
-        let reason = match handshake.await {
-            Ok(Ok(service)) => return Ok(Self::new(label, service, process_id)),
-            Ok(Err(e)) => format!("the MCP handshake failed: {e}"),
-            Err(_) => format!(
-                "the server did not complete the MCP handshake within {} ms",
-                spec.connect_timeout.as_millis()
-            ),
+        let tools_changed = Arc::new(AtomicBool::new(false));
+        let failed = match open(protocol, spec.connect_timeout, transport, &tools_changed).await {
+            Ok(service) => return Ok(Self::new(label, service, process_id, tools_changed)),
+            Err(failed) => failed,
         };
+        if failed.retry.is_some() {
+            // A server that is fine, only older: this child goes, a new one gets the handshake.
+            kill_group(process_id);
+            return Err(failed);
+        }
         let tail = match stderr_tail {
             Some((lines, reader)) => {
                 // A server that died has closed stderr; give the reader a moment to drain
@@ -252,11 +453,12 @@ impl McpConnection {
             }
             None => Vec::new(),
         };
-        Err(if tail.is_empty() {
+        let reason = failed.reason;
+        Err(Failed::new(if tail.is_empty() {
             reason
         } else {
             format!("{reason}; its stderr ended with:\n{}", tail.join("\n"))
-        })
+        }))
     }
 
     pub(crate) async fn connect_http(spec: &McpHttp) -> Result<Self, String> {
@@ -272,28 +474,55 @@ impl McpConnection {
             value.set_sensitive(true);
             headers.insert(header, value);
         }
-        let config = StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
-            .custom_headers(headers);
-        let transport = StreamableHttpClientTransport::from_config(config);
-        let service = tokio::time::timeout(spec.connect_timeout, client_config().serve(transport))
-            .await
-            .map_err(|_| {
-                format!(
-                    "the server did not complete the MCP handshake within {} ms",
-                    spec.connect_timeout.as_millis()
-                )
-            })?
-            .map_err(|e| format!("the MCP handshake failed: {e}"))?;
-        Ok(Self::new(spec.url.clone(), service, None))
+        let transport = || {
+            StreamableHttpClientTransport::from_config(
+                StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
+                    .custom_headers(headers.clone()),
+            )
+        };
+        let changed = Arc::new(AtomicBool::new(false));
+        let service = match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await
+        {
+            Err(Failed {
+                retry: Some(protocol),
+                ..
+            }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
+            other => other,
+        }
+        .map_err(|f| f.reason)?;
+        Ok(Self::new(spec.url.clone(), service, None, changed))
     }
 
-    fn new(label: String, service: Service, process_id: Option<u32>) -> Self {
+    fn new(
+        label: String,
+        service: Service,
+        process_id: Option<u32>,
+        tools_changed: Arc<AtomicBool>,
+    ) -> Self {
         Self {
             label,
             peer: service.peer().clone(),
             service: tokio::sync::Mutex::new(Some(service)),
             process_id,
+            tools_changed,
         }
+    }
+
+    /// Whether the tools should be listed again: the server sent
+    /// `notifications/tools/list_changed` since the last call (a session of a handshake
+    /// revision), or it is stateless (2026-07-28 sends that notification only on a
+    /// `subscriptions/listen` stream, which is not opened, so every refresh asks).
+    pub(crate) fn tools_changed_pending(&self) -> bool {
+        self.tools_changed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn take_tools_changed(&self) -> bool {
+        let announced = self.tools_changed.swap(false, Ordering::AcqRel);
+        let stateless = self
+            .peer
+            .peer_info()
+            .is_some_and(|p| !p.protocol_version.has_initialize());
+        announced || stateless
     }
 
     /// The server's tools as descriptors (registered as `<prefix><name>`).
@@ -334,17 +563,45 @@ impl McpConnection {
             version: implementation.map(|i| i.version),
             tools,
             process_id: self.process_id,
+            protocol_version: self
+                .peer
+                .peer_info()
+                .map(|p| p.protocol_version.as_str().to_owned()),
         }
     }
 
     /// End the session: stdin closed, then (for a child that does not exit) SIGTERM and
-    /// SIGKILL, as the MCP stdio shutdown sequence says. Later calls fail cleanly.
+    /// SIGKILL, as the MCP stdio shutdown sequence says; then whatever the child started and
+    /// left behind in its process group. Later calls fail cleanly.
     pub(crate) async fn close(&self) {
         let service = self.service.lock().await.take();
         if let Some(service) = service {
             let _ = service.cancel().await;
         }
+        self.kill_process_group();
     }
+
+    /// SIGKILL to a stdio server's process group. The rmcp transport stops only the child it
+    /// started: a server that exits on its own when stdin closes leaves the processes it
+    /// started (a shell's background job, `npx`'s node) running, so the group is killed
+    /// whatever the child did. The child leads the group, so its pid is the group id; a group
+    /// whose members are all gone is an error we ignore.
+    fn kill_process_group(&self) {
+        kill_group(self.process_id);
+    }
+}
+
+/// SIGKILL to the process group led by `pid` (see [`McpConnection::kill_process_group`]).
+fn kill_group(pid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
 }
 
 /// Keep the last lines a child writes to stderr (and log them), so a failed start can say why.
@@ -436,7 +693,8 @@ impl ToolHandler for McpExecutor {
 }
 
 /// An MCP result as tool output: `isError` becomes an error result; structured content is
-/// checked against the output schema; content blocks become text (and images).
+/// checked against the output schema and kept beside the content blocks, which become text and
+/// images for the model (the structured value's JSON text when there are none).
 fn convert_result(
     result: CallToolResult,
     output: Option<&OutputCheck>,
@@ -457,39 +715,128 @@ fn convert_result(
     if let (Some(check), Some(structured)) = (output, &result.structured_content) {
         check.check(structured)?;
     }
-    if blocks.is_empty() {
-        return Ok(ToolOutput::json(
-            result.structured_content.unwrap_or(Value::Null),
-        ));
-    }
-    if let [ContentBlock::Text { text }] = blocks.as_slice() {
-        return Ok(ToolOutput::text(text.clone()));
-    }
-    Ok(ToolOutput::blocks(blocks))
+    let content = match blocks.as_slice() {
+        [] => ToolOutput::json(result.structured_content.clone().unwrap_or(Value::Null)),
+        [ContentBlock::Text { text }] => ToolOutput::text(text.clone()),
+        _ => ToolOutput::blocks(blocks),
+    };
+    Ok(match result.structured_content {
+        Some(structured) => content.with_structured(structured),
+        None => content,
+    })
 }
 
+/// An MCP content block as one the providers take: text and images as they are, an embedded
+/// image as an image; what no provider takes in a tool result (audio, other binary resources,
+/// links) as text that says what it was and where to find it.
 fn convert_block(block: rmcp::model::ContentBlock) -> ContentBlock {
     use rmcp::model::ContentBlock as Mcp;
     match block {
         Mcp::Text(text) => ContentBlock::text(text.text),
         Mcp::Image(image) => ContentBlock::image_base64(image.mime_type, image.data),
-        Mcp::Audio(audio) => {
-            ContentBlock::text(format!("[audio content of type {}]", audio.mime_type))
-        }
+        Mcp::Audio(audio) => ContentBlock::text(format!(
+            "[audio content of type {}, {} bytes]",
+            audio.mime_type,
+            base64_len(&audio.data)
+        )),
         Mcp::Resource(embedded) => match embedded.resource {
             ResourceContents::TextResourceContents { text, .. } => ContentBlock::text(text),
-            ResourceContents::BlobResourceContents { uri, mime_type, .. } => {
-                ContentBlock::text(format!(
-                    "[binary resource {uri}{}]",
-                    mime_type.map(|m| format!(" ({m})")).unwrap_or_default()
-                ))
-            }
+            ResourceContents::BlobResourceContents {
+                mime_type: Some(mime_type),
+                blob,
+                ..
+            } if mime_type.starts_with("image/") => ContentBlock::image_base64(mime_type, blob),
+            ResourceContents::BlobResourceContents {
+                uri,
+                mime_type,
+                blob,
+                ..
+            } => ContentBlock::text(format!(
+                "[binary resource {uri}{}, {} bytes]",
+                mime_type.map(|m| format!(" ({m})")).unwrap_or_default(),
+                base64_len(&blob)
+            )),
             other => ContentBlock::text(serde_json::to_string(&other).unwrap_or_default()),
         },
         Mcp::ResourceLink(link) => {
-            ContentBlock::text(format!("[resource {}: {}]", link.name, link.uri))
+            let mut text = format!("[resource link {}: {}", link.name, link.uri);
+            if let Some(mime_type) = &link.mime_type {
+                text.push_str(&format!(" ({mime_type})"));
+            }
+            if let Some(description) = &link.description {
+                text.push_str(&format!(": {description}"));
+            }
+            text.push(']');
+            ContentBlock::text(text)
         }
         // Kinds newer than this code: their JSON is the most faithful text we can give.
         other => ContentBlock::text(serde_json::to_string(&other).unwrap_or_default()),
+    }
+}
+
+/// The decoded size of base64 text, without decoding it.
+fn base64_len(data: &str) -> usize {
+    let data = data.trim_end();
+    let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
+    (data.len() / 4 * 3).saturating_sub(padding)
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{CallToolResult, ContentBlock as Mcp, Resource, ResourceContents};
+    use serde_json::json;
+
+    use super::*;
+
+    // Shapes from MCP 2025-11-25 "Tools > Tool Result": image, audio, resource link and
+    // embedded resource content, and structuredContent beside them.
+    #[test]
+    fn every_content_kind_maps_to_what_providers_take_and_structured_content_stays() {
+        let mut link = Resource::new("file:///data/report.csv", "report.csv");
+        link.mime_type = Some("text/csv".to_owned());
+        link.description = Some("the full table".to_owned());
+        let mut result = CallToolResult::success(vec![
+            Mcp::text("summary"),
+            Mcp::image("iVBORw0KGgo=", "image/png"),
+            Mcp::audio("UklGRg==", "audio/wav"),
+            Mcp::resource(ResourceContents::BlobResourceContents {
+                uri: "file:///chart.png".to_owned(),
+                mime_type: Some("image/png".to_owned()),
+                blob: "AAAA".to_owned(),
+                meta: None,
+            }),
+            Mcp::resource(ResourceContents::BlobResourceContents {
+                uri: "file:///data.bin".to_owned(),
+                mime_type: Some("application/octet-stream".to_owned()),
+                blob: "AAECAw==".to_owned(),
+                meta: None,
+            }),
+            Mcp::resource_link(link),
+        ]);
+        result.structured_content = Some(json!({"rows": 3}));
+        let output = convert_result(result, None).unwrap();
+        assert_eq!(output.structured(), Some(&json!({"rows": 3})));
+        assert_eq!(
+            output.0,
+            crate::ToolResultContent::Blocks(vec![
+                ContentBlock::text("summary"),
+                ContentBlock::image_base64("image/png", "iVBORw0KGgo="),
+                ContentBlock::text("[audio content of type audio/wav, 4 bytes]"),
+                ContentBlock::image_base64("image/png", "AAAA"),
+                ContentBlock::text(
+                    "[binary resource file:///data.bin (application/octet-stream), 4 bytes]"
+                ),
+                ContentBlock::text(
+                    "[resource link report.csv: file:///data/report.csv (text/csv): the full table]"
+                ),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_structured_only_result_is_its_json_text_and_its_value() {
+        let output = convert_result(CallToolResult::structured(json!({"sum": 5})), None).unwrap();
+        assert_eq!(output.0.to_text(), r#"{"sum":5}"#);
+        assert_eq!(output.structured(), Some(&json!({"sum": 5})));
     }
 }

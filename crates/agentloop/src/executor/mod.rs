@@ -23,7 +23,7 @@ pub use function::FunctionExecutor;
 pub use http::HttpExecutor;
 pub(crate) use http::http_client;
 #[cfg(feature = "mcp")]
-pub use mcp::{McpExecutor, McpHttp, McpServerInfo, McpStdio};
+pub use mcp::{McpExecutor, McpHttp, McpProtocol, McpServerInfo, McpStdio};
 pub use mock::MockExecutor;
 
 /// A tool's output schema, compiled once, checked against every successful result.

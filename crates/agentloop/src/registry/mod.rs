@@ -210,7 +210,7 @@ pub struct Registry {
     entries: Vec<Entry>,
     http: OnceLock<reqwest::Client>,
     #[cfg(feature = "mcp")]
-    mcp: Vec<Arc<crate::executor::mcp::McpConnection>>,
+    mcp: Vec<mcp_sources::McpServer>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -603,6 +603,13 @@ mod mcp_sources {
     use crate::executor::mcp::McpConnection;
     use crate::executor::{McpExecutor, McpHttp, McpServerInfo, McpStdio};
 
+    /// A connected server: its session, the prefix of its tools, and their names now.
+    pub(super) struct McpServer {
+        connection: Arc<McpConnection>,
+        prefix: Option<String>,
+        names: Vec<String>,
+    }
+
     impl Registry {
         /// Start an MCP server as a child process (stdio), list its tools and register them.
         /// The connection is shared by its tools and reused across calls; the child is
@@ -631,12 +638,18 @@ mod mcp_sources {
             prefix: Option<&str>,
         ) -> Result<McpServerInfo> {
             let connection = Arc::new(connection);
+            // The listing below is the current one, whatever was announced before it.
+            connection.take_tools_changed();
             match self.mcp_entries(&connection, prefix).await {
                 Ok(entries) => {
                     let names: Vec<String> =
                         entries.iter().map(|e| e.descriptor.name.clone()).collect();
                     self.entries.extend(entries);
-                    self.mcp.push(connection.clone());
+                    self.mcp.push(McpServer {
+                        connection: connection.clone(),
+                        prefix: prefix.map(str::to_owned),
+                        names: names.clone(),
+                    });
                     Ok(connection.info(names))
                 }
                 Err(error) => {
@@ -688,8 +701,69 @@ mod mcp_sources {
         /// Close every MCP connection (stdio children are asked to exit, then stopped).
         /// Their tools stay registered but fail with a clear error when called.
         pub async fn close(&mut self) {
-            for connection in self.mcp.drain(..) {
-                connection.close().await;
+            for server in self.mcp.drain(..) {
+                server.connection.close().await;
+            }
+        }
+
+        /// List the tools again of every MCP server whose tools may have changed: one that
+        /// sent `notifications/tools/list_changed` since it was last listed, and any
+        /// stateless (2026-07-28) server. Its tools are replaced where they were (new ones
+        /// after them, gone ones removed); every page of `tools/list` is read. Returns
+        /// whether any name, description or schema changed. Call it between runs, or
+        /// between the steps of a conversation, then hand the agent [`Registry::tools`]
+        /// again. When listing fails, that server keeps the tools it had and the error
+        /// names it.
+        pub async fn refresh(&mut self) -> Result<bool> {
+            let mut changed = false;
+            for index in 0..self.mcp.len() {
+                if !self.mcp[index].connection.take_tools_changed() {
+                    continue;
+                }
+                changed |= self.relist(index).await?;
+            }
+            Ok(changed)
+        }
+
+        /// Whether a server announced that its tools changed since they were last listed
+        /// (without clearing it; [`Registry::refresh`] does).
+        pub fn mcp_tools_changed(&self) -> bool {
+            self.mcp
+                .iter()
+                .any(|server| server.connection.tools_changed_pending())
+        }
+
+        async fn relist(&mut self, index: usize) -> Result<bool> {
+            let connection = self.mcp[index].connection.clone();
+            let prefix = self.mcp[index].prefix.clone();
+            let old_names = std::mem::take(&mut self.mcp[index].names);
+            let at = self
+                .entries
+                .iter()
+                .position(|e| old_names.contains(&e.descriptor.name))
+                .unwrap_or(self.entries.len());
+            let (old, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
+                .into_iter()
+                .partition(|e| old_names.contains(&e.descriptor.name));
+            self.entries = kept;
+            match self.mcp_entries(&connection, prefix.as_deref()).await {
+                Ok(new) => {
+                    let changed = old.len() != new.len()
+                        || old
+                            .iter()
+                            .zip(&new)
+                            .any(|(a, b)| a.descriptor != b.descriptor);
+                    self.mcp[index].names = new.iter().map(|e| e.descriptor.name.clone()).collect();
+                    let at = at.min(self.entries.len());
+                    self.entries.splice(at..at, new);
+                    Ok(changed)
+                }
+                Err(error) => {
+                    let at = at.min(self.entries.len());
+                    self.entries.splice(at..at, old);
+                    self.mcp[index].names = old_names;
+                    Err(error)
+                }
             }
         }
     }

@@ -845,7 +845,13 @@ async fn poll_once_catching(call: &mut ToolFuture) -> FirstPoll {
 
 fn returned(result: Result<ToolOutput, ToolError>) -> ToolOutcome {
     match result {
-        Ok(output) => ToolOutcome::Completed { content: output.0 },
+        Ok(output) => {
+            let (content, structured) = output.into_parts();
+            ToolOutcome::Completed {
+                content,
+                structured,
+            }
+        }
         Err(ToolError::Failed(message)) => ToolOutcome::Failed { message },
         Err(ToolError::InvalidArguments(violations)) => {
             ToolOutcome::InvalidArguments { violations }

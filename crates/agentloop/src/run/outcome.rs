@@ -15,6 +15,10 @@ pub enum ToolOutcome {
     Completed {
         /// What it returned.
         content: ToolResultContent,
+        /// The structured value behind the content, when the tool gave one (an MCP tool's
+        /// `structuredContent`); the model sees only `content`. Boxed to keep outcomes small.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        structured: Option<Box<serde_json::Value>>,
     },
     /// The handler returned an error (or panicked).
     Failed {
@@ -70,7 +74,7 @@ impl ToolOutcome {
     /// The tool result the model sees for call `id` of tool `name`.
     pub fn to_result(&self, id: &str, name: &str) -> ToolResult {
         match self {
-            Self::Completed { content } => ToolResult {
+            Self::Completed { content, .. } => ToolResult {
                 tool_use_id: id.to_owned(),
                 content: content.clone(),
                 is_error: false,

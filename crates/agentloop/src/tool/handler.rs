@@ -65,24 +65,43 @@ pub enum ToolError {
     Failed(String),
 }
 
-/// Handler output that converts into tool-result content.
+/// Handler output that converts into tool-result content, with the structured value behind it
+/// when the tool has one (an MCP tool's `structuredContent`): the model reads the content,
+/// applications read the value from the run's outcome.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutput(pub ToolResultContent);
+pub struct ToolOutput(pub ToolResultContent, Option<Box<Value>>);
 
 impl ToolOutput {
     /// Text output.
     pub fn text(text: impl Into<String>) -> Self {
-        Self(ToolResultContent::Text(text.into()))
+        Self(ToolResultContent::Text(text.into()), None)
     }
 
     /// Content blocks, passed through as they are.
     pub fn blocks(blocks: Vec<ContentBlock>) -> Self {
-        Self(ToolResultContent::Blocks(blocks))
+        Self(ToolResultContent::Blocks(blocks), None)
     }
 
     /// Strings become text, any other JSON value its JSON text.
     pub fn json(value: Value) -> Self {
-        Self(content_from_value(value))
+        Self(content_from_value(value), None)
+    }
+
+    /// Attach the structured value this content renders (kept in
+    /// [`crate::run::ToolOutcome::Completed`]).
+    pub fn with_structured(mut self, value: Value) -> Self {
+        self.1 = Some(Box::new(value));
+        self
+    }
+
+    /// The structured value, when the tool gave one.
+    pub fn structured(&self) -> Option<&Value> {
+        self.1.as_deref()
+    }
+
+    /// The content and the structured value.
+    pub fn into_parts(self) -> (ToolResultContent, Option<Box<Value>>) {
+        (self.0, self.1)
     }
 }
 
