@@ -1,5 +1,5 @@
-//! A small JSON scanner for the providers' hand-written stream readers (`openai::stream::fast`,
-//! `anthropic::stream::fast`).
+//! A small JSON scanner for the hand-written OpenAI readers (`openai::stream::fast`,
+//! `openai::response::fast`).
 //!
 //! It reads exactly the JSON that serde_json reads, with one difference: wherever serde_json
 //! would do more than check and skip (decode an escaped key, range-check a number, recurse
@@ -204,14 +204,6 @@ fn hex4(digits: &[u8]) -> Option<u32> {
     })
 }
 
-/// A place in the text, with the nesting there: see [`Scanner::mark`].
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Mark {
-    at: usize,
-    depth: u8,
-    member_start: usize,
-}
-
 /// A cursor over one JSON text.
 pub(super) struct Scanner<'a> {
     text: &'a str,
@@ -250,23 +242,6 @@ impl<'a> Scanner<'a> {
     /// Where the cursor is: the byte after the last value read.
     pub fn position(&self) -> usize {
         self.at
-    }
-
-    /// Where the scanner stands, to come back to with [`Self::rewind`] after a reading that
-    /// gave up half-way.
-    pub fn mark(&self) -> Mark {
-        Mark {
-            at: self.at,
-            depth: self.depth,
-            member_start: self.member_start,
-        }
-    }
-
-    /// Go back to `mark`.
-    pub fn rewind(&mut self, mark: Mark) {
-        self.at = mark.at;
-        self.depth = mark.depth;
-        self.member_start = mark.member_start;
     }
 
     /// Where the current object member's key starts (whitespace before it included).
@@ -403,13 +378,6 @@ impl<'a> Scanner<'a> {
     /// to serde.
     pub fn optional_count(&mut self) -> Option<Option<u64>> {
         self.optional(Self::count)
-    }
-
-    /// A string as `Option<Cow<str>>` reads it: `null` is `None`; anything but a string is
-    /// left to serde.
-    #[inline]
-    pub fn optional_string(&mut self) -> Option<Option<Cow<'a, str>>> {
-        self.optional(Self::string)
     }
 
     /// Skip a number as serde_json does when it ignores one (no range check).
