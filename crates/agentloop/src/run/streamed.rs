@@ -1,11 +1,9 @@
 //! A streamed run's model call, read by the run's stream itself.
 //!
-//! The driver starts the call and leaves it with the [`RunStream`](super::RunStream), which
-//! polls the provider's events directly and hands each one out as it is, in
-//! [`RunEvent::Model`]. An event thus passes no layer of the driver's nested futures, no queue
-//! and no thread-local, and no copy of its text. The call ends by its
-//! events, a first-chunk or idle timeout, or the run's stop (cancellation, deadlines); the
-//! driver then takes it back to finish the response.
+//! The driver starts the call and hands it to the [`RunStream`](super::RunStream) (see
+//! `events`), which polls the provider's events directly and hands each one out as it is, in
+//! [`RunEvent::Model`]. The call ends by its events, a first-chunk or idle timeout, or the
+//! run's stop (cancellation, deadlines); the driver then takes it back to finish the response.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -64,13 +62,8 @@ impl StreamedCall {
         }
     }
 
-    /// Whether the call ended.
-    pub(crate) fn has_ended(&self) -> bool {
-        self.end.is_some()
-    }
-
     /// The response assembled, and how the call ended. Taken only once it ended (see
-    /// `events::take_ended_call`).
+    /// `events::Outbox::take_ended_call`).
     pub(crate) fn finish(self, provider: &str) -> (Response, CallEnd) {
         let mut acc = self.acc;
         acc.set_provider(provider);
