@@ -84,9 +84,7 @@
 #![warn(missing_docs)]
 
 mod agent;
-mod armed;
 pub mod conversation;
-mod deadline;
 pub mod error;
 #[cfg(feature = "registry")]
 pub mod executor;

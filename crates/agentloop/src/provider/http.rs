@@ -17,13 +17,14 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::armed::Armed;
-use crate::deadline::later;
 use crate::error::{Error, Result, TimeoutKind};
 use crate::provider::EventStream;
 use crate::provider::rendered::RenderedTools;
 use crate::sse::{SseEvent, SseParser};
 use crate::stream::StreamEvent;
+use deadline::later;
+
+pub(crate) mod deadline;
 
 /// An API key. Its `Debug` and `Display` never show the key.
 #[derive(Clone, PartialEq, Eq)]
@@ -518,9 +519,9 @@ struct Reading<D, B> {
     /// The events decoded from one SSE event (usually one), not handed out yet.
     pending: VecDeque<StreamEvent>,
     idle: Duration,
-    /// Armed for `idle` after the last chunk known when it was last set; see
+    /// Set to fire `idle` after the last chunk known when it was last set; see
     /// [`Reading::poll_read`].
-    timer: Armed<Pin<Box<tokio::time::Sleep>>>,
+    timer: Pin<Box<tokio::time::Sleep>>,
     last_chunk: Instant,
     got_first: bool,
     /// The body ended; what is pending is the last of it.
@@ -594,7 +595,7 @@ impl<D, B> Reading<D, B> {
             decoder,
             pending: VecDeque::new(),
             idle,
-            timer: Armed::new(Box::pin(tokio::time::sleep(idle))),
+            timer: Box::pin(tokio::time::sleep(idle)),
             last_chunk: Instant::now(),
             got_first: false,
             ended: false,
@@ -669,7 +670,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
                 }
                 Poll::Pending => {}
             }
-            ready!(self.timer.poll(cx));
+            ready!(self.timer.as_mut().poll(cx));
             let deadline = later(self.last_chunk, self.idle);
             if deadline <= Instant::now() {
                 let kind = if self.got_first {
@@ -682,7 +683,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
                     after: self.idle,
                 }));
             }
-            self.timer.get_mut().as_mut().reset(deadline);
+            self.timer.as_mut().reset(deadline);
         }
         Poll::Ready(self.decode_chunk())
     }

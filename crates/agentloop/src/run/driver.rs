@@ -20,10 +20,10 @@ use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
 use super::streamed::{CallEnd, StreamedCall};
-use crate::deadline::later;
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
 use crate::provider::Provider;
+use crate::provider::http::deadline::later;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
 /// The tools of a run, by name. Shared: an agent builds it once, and its runs clone a pointer.

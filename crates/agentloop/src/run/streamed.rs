@@ -14,11 +14,10 @@ use futures::future::BoxFuture;
 use tokio::time::{Instant, Sleep};
 
 use super::result::{RunEvent, RunStopReason};
-use crate::armed::Armed;
-use crate::deadline::{FAR, later};
 use crate::error::{Error, TimeoutKind};
 use crate::message::Response;
 use crate::provider::EventStream;
+use crate::provider::http::deadline::{FAR, later};
 use crate::stream::Accumulator;
 
 /// How a model call ended.
@@ -38,7 +37,7 @@ pub(crate) struct StreamedCall {
     acc: Accumulator,
     timeouts: Option<Timeouts>,
     /// Checked before every event: a stop ends the call at the next event.
-    stop: Armed<BoxFuture<'static, RunStopReason>>,
+    stop: BoxFuture<'static, RunStopReason>,
     /// Set when the call ended; the driver then takes it back.
     end: Option<CallEnd>,
 }
@@ -57,7 +56,7 @@ impl StreamedCall {
             events,
             acc: Accumulator::new(),
             timeouts,
-            stop: Armed::new(stop),
+            stop,
             end: None,
         }
     }
@@ -76,12 +75,7 @@ impl StreamedCall {
     #[inline(always)]
     pub(crate) fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         while self.end.is_none() {
-            // Between events the stop is polled only once it woke: one atomic load, even for a
-            // task that `will_wake` cannot recognize. While the events are pending it is
-            // polled as well, which makes its wake-ups reach the task polling now.
-            if self.stop.woke()
-                && let Poll::Ready(reason) = self.stop.poll(cx)
-            {
+            if let Poll::Ready(reason) = self.stop.as_mut().poll(cx) {
                 self.end = Some(CallEnd::Stopped(reason));
                 break;
             }
@@ -97,10 +91,6 @@ impl StreamedCall {
                 Poll::Ready(Some(Err(error))) => self.end = Some(CallEnd::Failed(error)),
                 Poll::Ready(None) => self.end = Some(CallEnd::Finished),
                 Poll::Pending => {
-                    if let Poll::Ready(reason) = self.stop.poll(cx) {
-                        self.end = Some(CallEnd::Stopped(reason));
-                        break;
-                    }
                     let Some(timeouts) = &mut self.timeouts else {
                         return Poll::Pending;
                     };
@@ -117,7 +107,7 @@ impl StreamedCall {
 struct Timeouts {
     first_chunk: Option<Duration>,
     idle: Option<Duration>,
-    timer: Armed<Pin<Box<Sleep>>>,
+    timer: Pin<Box<Sleep>>,
     last_event: Option<Instant>,
 }
 
@@ -127,7 +117,7 @@ impl Timeouts {
         Self {
             first_chunk,
             idle,
-            timer: Armed::new(Box::pin(tokio::time::sleep(first))),
+            timer: Box::pin(tokio::time::sleep(first)),
             last_event: None,
         }
     }
@@ -136,7 +126,7 @@ impl Timeouts {
         let now = Instant::now();
         if self.last_event.is_none() {
             let next = later(now, self.idle.unwrap_or(FAR));
-            self.timer.get_mut().as_mut().reset(next);
+            self.timer.as_mut().reset(next);
         }
         self.last_event = Some(now);
     }
@@ -144,7 +134,7 @@ impl Timeouts {
     /// Ready with the timeout error once no event came in time.
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Error> {
         loop {
-            ready!(self.timer.poll(cx));
+            ready!(self.timer.as_mut().poll(cx));
             let next = match (self.last_event, self.idle) {
                 (None, _) => {
                     let kind = if self.first_chunk.is_some() {
@@ -166,7 +156,7 @@ impl Timeouts {
                 }
                 (Some(_), None) => later(Instant::now(), FAR),
             };
-            self.timer.get_mut().as_mut().reset(next);
+            self.timer.as_mut().reset(next);
         }
     }
 }
