@@ -63,6 +63,7 @@
 //! # }
 //! ```
 
+mod armed;
 mod driver;
 mod events;
 mod hooks;

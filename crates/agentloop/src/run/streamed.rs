@@ -13,6 +13,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use tokio::time::{Instant, Sleep};
 
+use super::armed::Armed;
 use super::result::{RunEvent, RunStopReason};
 use crate::error::{Error, TimeoutKind};
 use crate::message::Response;
@@ -37,7 +38,7 @@ pub(crate) struct StreamedCall {
     acc: Accumulator,
     timeouts: Option<Timeouts>,
     /// Checked before every event: a stop ends the call at the next event.
-    stop: BoxFuture<'static, RunStopReason>,
+    stop: Armed<BoxFuture<'static, RunStopReason>>,
     /// Set when the call ended; the driver then takes it back.
     end: Option<CallEnd>,
 }
@@ -56,7 +57,7 @@ impl StreamedCall {
             events,
             acc: Accumulator::new(),
             timeouts,
-            stop,
+            stop: Armed::new(stop),
             end: None,
         }
     }
@@ -75,7 +76,12 @@ impl StreamedCall {
     #[inline(always)]
     pub(crate) fn poll_event(&mut self, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         while self.end.is_none() {
-            if let Poll::Ready(reason) = self.stop.as_mut().poll(cx) {
+            // Between events the stop is polled only once it woke: one atomic load, even for a
+            // task that `will_wake` cannot recognize. While the events are pending it is
+            // polled as well, which makes its wake-ups reach the task polling now.
+            if self.stop.woke()
+                && let Poll::Ready(reason) = self.stop.poll(cx)
+            {
                 self.end = Some(CallEnd::Stopped(reason));
                 break;
             }
@@ -91,6 +97,10 @@ impl StreamedCall {
                 Poll::Ready(Some(Err(error))) => self.end = Some(CallEnd::Failed(error)),
                 Poll::Ready(None) => self.end = Some(CallEnd::Finished),
                 Poll::Pending => {
+                    if let Poll::Ready(reason) = self.stop.poll(cx) {
+                        self.end = Some(CallEnd::Stopped(reason));
+                        break;
+                    }
                     let Some(timeouts) = &mut self.timeouts else {
                         return Poll::Pending;
                     };
