@@ -1,9 +1,9 @@
-//! Stream chunks on arbitrary text, for both providers: the hand-written readers (OpenAI's
-//! chunk reader, Anthropic's event reader) must agree with serde wherever they answer. The
-//! decoders check that themselves in fuzz builds (`cfg(fuzzing)`) and panic on any
-//! disagreement; this target feeds them single chunks so the fuzzer mutates chunk shapes
-//! directly instead of whole recorded streams. Each line is one chunk of one stream, so later
-//! chunks are read after the header and fragment the earlier ones left.
+//! Stream chunks on arbitrary text, for both providers: neither decoder panics, and OpenAI's
+//! hand-written chunk reader must agree with serde wherever it answers. The decoder checks that
+//! itself in fuzz builds (`cfg(fuzzing)`) and panics on any disagreement; this target feeds
+//! them single chunks so the fuzzer mutates chunk shapes directly instead of whole recorded
+//! streams. Each line is one chunk of one stream, so later chunks are read after the header and
+//! fragment the earlier ones left.
 #![no_main]
 
 use std::borrow::Cow;

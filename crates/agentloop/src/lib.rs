@@ -86,10 +86,8 @@
 #![warn(missing_docs)]
 
 mod agent;
-mod armed;
 pub mod conversation;
 pub mod cost;
-mod deadline;
 pub mod error;
 #[cfg(feature = "registry")]
 pub mod executor;

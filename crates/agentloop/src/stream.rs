@@ -325,9 +325,7 @@ pub fn parse_arguments(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
         return Value::Object(Default::default());
     }
-    crate::provider::scan::read_value(arguments)
-        .or_else(|| serde_json::from_str(arguments).ok())
-        .unwrap_or_else(|| Value::String(arguments.to_owned()))
+    serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_owned()))
 }
 
 /// Collect a whole stream into a response.

@@ -17,13 +17,14 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::armed::Armed;
-use crate::deadline::later;
 use crate::error::{Error, Result, TimeoutKind};
 use crate::provider::EventStream;
 use crate::provider::rendered::RenderedTools;
 use crate::sse::{SseEvent, SseParser};
 use crate::stream::StreamEvent;
+use deadline::later;
+
+pub(crate) mod deadline;
 
 /// An API key. Its `Debug` and `Display` never show the key.
 #[derive(Clone, PartialEq, Eq)]
@@ -535,9 +536,9 @@ struct Reading<D, B> {
     /// The events decoded from one SSE event (usually one), not handed out yet.
     pending: VecDeque<StreamEvent>,
     silence: Silence,
-    /// Armed for the allowed silence after the last chunk known when it was last set; see
+    /// Set to fire the allowed silence after the last chunk known when it was last set; see
     /// [`Reading::poll_read`].
-    timer: Armed<Pin<Box<tokio::time::Sleep>>>,
+    timer: Pin<Box<tokio::time::Sleep>>,
     last_chunk: Instant,
     got_first: bool,
     /// The body ended; what is pending is the last of it.
@@ -611,7 +612,7 @@ impl<D, B> Reading<D, B> {
             decoder,
             pending: VecDeque::new(),
             silence,
-            timer: Armed::new(Box::pin(tokio::time::sleep(silence.first_chunk))),
+            timer: Box::pin(tokio::time::sleep(silence.first_chunk)),
             last_chunk: Instant::now(),
             got_first: false,
             ended: false,
@@ -686,7 +687,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
                 }
                 Poll::Pending => {}
             }
-            ready!(self.timer.poll(cx));
+            ready!(self.timer.as_mut().poll(cx));
             let (kind, after) = if self.got_first {
                 (TimeoutKind::Idle, self.silence.idle)
             } else {
@@ -696,7 +697,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
             if deadline <= Instant::now() {
                 return Poll::Ready(Err(Error::Timeout { kind, after }));
             }
-            self.timer.get_mut().as_mut().reset(deadline);
+            self.timer.as_mut().reset(deadline);
         }
         Poll::Ready(self.decode_chunk())
     }

@@ -1,5 +1,5 @@
-//! A small JSON scanner for the providers' hand-written stream readers (`openai::stream::fast`,
-//! `anthropic::stream::fast`).
+//! A small JSON scanner for the hand-written OpenAI readers (`openai::stream::fast`,
+//! `openai::response::fast`).
 //!
 //! It reads exactly the JSON that serde_json reads, with one difference: wherever serde_json
 //! would do more than check and skip (decode an escaped key, range-check a number, recurse
@@ -7,8 +7,6 @@
 //! what serde_json rejects, and it never reads a value differently.
 
 use std::borrow::Cow;
-
-use serde_json::{Map, Number, Value};
 
 #[cfg(test)]
 pub(super) mod strategies;
@@ -204,14 +202,6 @@ fn hex4(digits: &[u8]) -> Option<u32> {
     })
 }
 
-/// A place in the text, with the nesting there: see [`Scanner::mark`].
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Mark {
-    at: usize,
-    depth: u8,
-    member_start: usize,
-}
-
 /// A cursor over one JSON text.
 pub(super) struct Scanner<'a> {
     text: &'a str,
@@ -250,23 +240,6 @@ impl<'a> Scanner<'a> {
     /// Where the cursor is: the byte after the last value read.
     pub fn position(&self) -> usize {
         self.at
-    }
-
-    /// Where the scanner stands, to come back to with [`Self::rewind`] after a reading that
-    /// gave up half-way.
-    pub fn mark(&self) -> Mark {
-        Mark {
-            at: self.at,
-            depth: self.depth,
-            member_start: self.member_start,
-        }
-    }
-
-    /// Go back to `mark`.
-    pub fn rewind(&mut self, mark: Mark) {
-        self.at = mark.at;
-        self.depth = mark.depth;
-        self.member_start = mark.member_start;
     }
 
     /// Where the current object member's key starts (whitespace before it included).
@@ -405,13 +378,6 @@ impl<'a> Scanner<'a> {
         self.optional(Self::count)
     }
 
-    /// A string as `Option<Cow<str>>` reads it: `null` is `None`; anything but a string is
-    /// left to serde.
-    #[inline]
-    pub fn optional_string(&mut self) -> Option<Option<Cow<'a, str>>> {
-        self.optional(Self::string)
-    }
-
     /// Skip a number as serde_json does when it ignores one (no range check).
     fn skip_number(&mut self) -> Option<()> {
         let bytes = self.bytes();
@@ -466,48 +432,6 @@ impl<'a> Scanner<'a> {
             b'f' => self.literal("false"),
             _ => self.skip_number(),
         }
-    }
-
-    /// Any value, built as serde_json builds a [`Value`]; `None` where the scanner leaves the
-    /// text to serde (escaped keys, depth, invalid JSON).
-    pub fn value(&mut self) -> Option<Value> {
-        Some(match self.peek()? {
-            b'{' => {
-                let mut map = Map::new();
-                self.object(|s, key| {
-                    let value = s.value()?;
-                    // As serde_json's own visitor: a repeated key keeps its place and takes the
-                    // later value.
-                    map.insert(key.to_owned(), value);
-                    Some(())
-                })?;
-                Value::Object(map)
-            }
-            b'[' => {
-                let mut items = Vec::new();
-                self.array(|s| {
-                    items.push(s.value()?);
-                    Some(())
-                })?;
-                Value::Array(items)
-            }
-            b'"' => Value::String(self.string()?.into_owned()),
-            b'n' => self.literal("null").map(|()| Value::Null)?,
-            b't' => self.literal("true").map(|()| Value::Bool(true))?,
-            b'f' => self.literal("false").map(|()| Value::Bool(false))?,
-            _ => Value::Number(self.number()?),
-        })
-    }
-
-    /// A number: plain non-negative integers directly, any other by serde_json from its text
-    /// alone (its reading of a number does not depend on what surrounds it).
-    fn number(&mut self) -> Option<Number> {
-        let start = self.at;
-        if let Some(count) = self.count() {
-            return Some(Number::from(count));
-        }
-        self.skip_number()?;
-        serde_json::from_str(self.text.get(start..self.at)?).ok()
     }
 
     fn enter(&mut self) -> Option<()> {
@@ -594,18 +518,6 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// A whole JSON text as serde_json reads it into a [`Value`]; `None` where the scanner leaves
-/// it to serde (escaped keys, nesting deeper than 64, invalid JSON). Tool arguments are read
-/// with it because it skips serde's visitor dispatch per value.
-pub(crate) fn read_value(text: &str) -> Option<Value> {
-    let mut s = Scanner::new(text);
-    let value = s.value()?;
-    s.finish()?;
-    #[cfg(any(debug_assertions, fuzzing))]
-    check_against_serde(text, &value);
-    Some(value)
-}
-
 /// Debug builds and fuzz targets hold a hand-written reader to serde's answer on every input it
 /// reads: `fast` must be what serde makes of `data`.
 #[cfg(any(debug_assertions, fuzzing))]
@@ -620,31 +532,17 @@ where
     );
 }
 
-/// A member the hand-written readers take only as `null` (anything else is left to serde);
-/// `field` is its bit in the object's `seen`.
-pub(super) fn null_only(s: &mut Scanner<'_>, seen: &mut Seen, field: u8) -> Option<()> {
-    seen.first(field)?;
-    s.null()?.then_some(())
+/// Note a known member as read, in its own flag; `None` if it was read before: serde rejects a
+/// known member given twice.
+pub(super) fn first(read: &mut bool) -> Option<()> {
+    (!std::mem::replace(read, true)).then_some(())
 }
 
-/// Which known fields of one object were read: serde rejects a known field given twice.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Seen(u8);
-
-impl Seen {
-    /// Note `field` as read; `None` if it was read before.
-    pub fn first(&mut self, field: u8) -> Option<()> {
-        if self.has(field) {
-            return None;
-        }
-        self.0 |= 1 << field;
-        Some(())
-    }
-
-    /// Whether `field` was read.
-    pub fn has(self, field: u8) -> bool {
-        self.0 & (1 << field) != 0
-    }
+/// A member the hand-written readers take only as `null` (anything else is left to serde);
+/// `read` is its flag (see [`first`]).
+pub(super) fn null_only(s: &mut Scanner<'_>, read: &mut bool) -> Option<()> {
+    first(read)?;
+    s.null()?.then_some(())
 }
 
 #[cfg(test)]
@@ -777,34 +675,8 @@ mod tests {
         .prop_map(|body| format!("\"{body}"))
     }
 
-    /// Any JSON value with a few keys (an escaped one and a repeated one among them), sometimes
-    /// with whitespace or a stray byte put in or a byte cut out.
-    fn document() -> impl Strategy<Value = String> {
-        const KEYS: strategies::Keys =
-            strategies::Keys(&["city", "units", "c\\u0069ty", "lines", ""]);
-        strategies::mangled(
-            KEYS.value(),
-            vec![" ", "\n", ",", "}", "]", "\"", "-", "0", "1e3"],
-        )
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
-
-        /// Where the scanner reads a document into a value, serde_json reads the same value;
-        /// where serde_json rejects it, the scanner leaves it to serde too.
-        ///
-        /// Padded, every string has more than [`EXACT_BELOW`] bytes after it, so it is decoded
-        /// through the scanner's scratch buffer, which one string leaves to the next.
-        #[test]
-        fn documents_read_as_serde_json_reads_them(json in document(), padded in any::<bool>()) {
-            let json = if padded { format!("{json}{:300}", "") } else { json };
-            let fast = read_value(&json);
-            let serde = serde_json::from_str::<Value>(&json).ok();
-            if fast.is_some() || serde.is_none() {
-                prop_assert_eq!(&fast, &serde, "{}", json);
-            }
-        }
 
         /// Where the scanner reads a string, it reads what serde_json reads, and it reads every
         /// string serde_json accepts.
@@ -827,41 +699,6 @@ mod tests {
                 prop_assert_eq!(json.len() - rest.len(), values.byte_offset(), "{}", json);
             }
         }
-    }
-
-    #[test]
-    fn documents_read_into_the_values_serde_json_makes() {
-        for json in [
-            r#"{"city":"Paris","units":"celsius"}"#,
-            r#" { "a" : [ 1 , -2 , 3.5 , -0 , 0.0 , 1e3 , 18446744073709551615 , -9223372036854775808 ] } "#,
-            r#"{"a":1,"b":2,"a":3}"#,
-            r#"{"lines":["fn x() { println!(\"1\"); }","\u00e9\ud83d\ude00"],"n":null,"t":true,"f":false}"#,
-            r#"[[],{},"",[[["deep"]]]]"#,
-            "18446744073709551616",
-            "\"plain\"",
-        ] {
-            let expected: Value = serde_json::from_str(json).unwrap();
-            assert_eq!(read_value(json), Some(expected), "{json}");
-        }
-        // A repeated key keeps its first place, as serde_json's own reading does.
-        let keys: Vec<String> = read_value(r#"{"a":1,"b":2,"a":3}"#)
-            .and_then(|v| v.as_object().map(|m| m.keys().cloned().collect()))
-            .unwrap();
-        assert_eq!(keys, ["a", "b"]);
-        // Left to serde: escaped keys, deep nesting, and anything serde rejects.
-        for json in [
-            r#"{"c\u0069ty":"Paris"}"#,
-            &format!("{}{}", "[".repeat(65), "]".repeat(65)),
-            "",
-            "{} x",
-            "[1,]",
-            "1e999",
-            "\"\\ud800\"",
-        ] {
-            assert_eq!(read_value(json), None, "{json}");
-        }
-        let share = strategies::share_read(document(), |json| read_value(json).is_some());
-        assert!(share > 0.3, "only {share} of generated documents were read");
     }
 
     #[test]

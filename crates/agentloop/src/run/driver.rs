@@ -1,6 +1,6 @@
 //! The driver: performs the machine's actions (model calls, tools) and reports back. One
 //! driver serves blocking and streamed runs; a streamed run also gets the driver's events and
-//! reads its model calls' events itself (see `streamed`).
+//! reads its model calls' events itself (see `events`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{Approval, ApprovalContext};
-use super::events;
+use super::events::Outbox;
 use super::hooks::{StepRequest, StopInfo, ToolDecision, WithHistory};
 use super::machine::{Action, Gate, Machine};
 use super::options::{RunOptions, StopMoment};
@@ -23,10 +23,10 @@ use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
 use super::streamed::{CallEnd, StreamedCall};
 use crate::cost::{Cost, Prices};
-use crate::deadline::later;
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
 use crate::provider::Provider;
+use crate::provider::http::deadline::later;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
 /// The tools of a run, by name. Shared: an agent builds it once, and its runs clone a pointer.
@@ -93,8 +93,8 @@ pub(crate) struct Driver {
     /// This run's own token: a child of the options' token, if they have one, so cancelling
     /// the run stops no other run of the same options.
     cancel: CancellationToken,
-    /// Whether events are wanted: a streamed run's driver pushes them to [`events`].
-    streamed: bool,
+    /// Where a streamed run's events go; `None` for a blocking run.
+    events: Option<Outbox>,
     /// Calls whose results were reported before the run paused for approval: a resumed run
     /// does not report them again.
     reported: Box<[String]>,
@@ -187,7 +187,7 @@ impl Driver {
         provider: Arc<dyn Provider>,
         tools: ToolSet,
         options: Arc<RunOptions>,
-        streamed: bool,
+        events: Option<Outbox>,
     ) -> Self {
         let cancel = options
             .cancel
@@ -198,7 +198,7 @@ impl Driver {
             tools,
             options,
             cancel,
-            streamed,
+            events,
             reported: Box::default(),
         }
     }
@@ -216,8 +216,8 @@ impl Driver {
     }
 
     fn emit(&self, event: impl FnOnce() -> RunEvent) {
-        if self.streamed {
-            events::push(event());
+        if let Some(events) = &self.events {
+            events.send(event());
         }
     }
 
@@ -423,9 +423,9 @@ impl Driver {
             })
             .collect();
         machine.gate(gates, self.options.hold_for_approval);
-        if self.streamed {
+        if let Some(events) = &self.events {
             for pending in machine.pending_approvals() {
-                events::push(RunEvent::ApprovalRequested(Box::new(pending.clone())));
+                events.send(RunEvent::ApprovalRequested(Box::new(pending.clone())));
             }
         }
     }
@@ -534,21 +534,21 @@ impl Driver {
     /// answered without running (past a limit, or stopped), so that every call gets the same
     /// events: the model's `tool_call_start`/`tool_call_delta`s, then ready, then its result.
     fn calls_ready(&self, machine: &Machine, step: usize) {
-        if !self.streamed {
+        if self.events.is_none() {
             return;
         }
         let Some(last) = machine.steps().get(step) else {
             return;
         };
         for call in &last.tool_calls {
-            events::push(RunEvent::ToolCallReady { call: call.clone() });
+            self.emit(|| RunEvent::ToolCallReady { call: call.clone() });
         }
     }
 
     /// The events that end `step`: a result per call it answered, then `step_finish` with its
     /// response.
     fn step_finished(&self, machine: &Machine, step: usize) {
-        if !self.streamed {
+        if self.events.is_none() {
             return;
         }
         if machine.is_paused() {
@@ -558,7 +558,7 @@ impl Driver {
                 .iter()
                 .filter(|(call, _)| !self.reported.contains(&call.id))
             {
-                events::push(RunEvent::ToolCallResult {
+                self.emit(|| RunEvent::ToolCallResult {
                     id: call.id.clone(),
                     name: call.name.clone(),
                     outcome: outcome.clone(),
@@ -577,14 +577,14 @@ impl Driver {
             .zip(&last.tool_results)
             .filter(|((call, _), _)| !self.reported.contains(&call.id))
         {
-            events::push(RunEvent::ToolCallResult {
+            self.emit(|| RunEvent::ToolCallResult {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 outcome: outcome.clone(),
                 result: Box::new(result.clone()),
             });
         }
-        events::push(RunEvent::StepFinish {
+        self.emit(|| RunEvent::StepFinish {
             step,
             stop_reason: last.response.stop_reason.clone(),
             usage: last.response.usage,
@@ -638,24 +638,24 @@ impl Driver {
         request: &Request,
         stop: &StopSignal<'_>,
     ) -> Result<Response, ModelFailure> {
-        if !self.streamed {
+        let Some(events) = &self.events else {
             let call = self.provider.complete(request);
             return tokio::select! {
                 biased;
                 reason = stop.wait() => Err(ModelFailure::Stopped(reason, None)),
                 response = call => response.map_err(ModelFailure::Failed),
             };
-        }
+        };
 
         // The run's stream reads the call itself (see `streamed`), the run's stop included,
         // and polls the driver again once the call ended: nothing else can wake it meanwhile.
-        events::start_call(StreamedCall::new(
+        events.start_call(StreamedCall::new(
             self.provider.stream(request),
             stop.owned(),
             self.options.first_chunk_timeout,
             self.options.idle_timeout,
         ));
-        let call = std::future::poll_fn(|_| match events::take_ended_call() {
+        let call = std::future::poll_fn(|_| match events.take_ended_call() {
             Some(call) => Poll::Ready(call),
             None => Poll::Pending,
         })

@@ -111,6 +111,7 @@
 //! ```
 
 mod approval;
+mod armed;
 mod driver;
 mod events;
 mod hooks;
@@ -143,14 +144,14 @@ pub use result::{RunEvent, RunResult, RunStopReason, Step};
 #[cfg(doc)]
 use crate::stream::StreamEvent;
 
-use crate::armed::Armed;
 use crate::error::{Error, Result};
 use crate::message::Request;
 use crate::provider::Provider;
 use crate::tool::{Tool, ToolDefinition};
 use driver::Driver;
 pub(crate) use driver::ToolSet;
-use events::Lent;
+use events::{Delivery, Outbox};
+use streamed::StreamedCall;
 
 /// A new run's machine: `request` with the tools' definitions it does not list yet. The prompt
 /// hooks run later, inside the run (see [`Driver::drive_new`]), so that a run's future is one
@@ -195,7 +196,7 @@ pub(crate) fn run_set(
     options: Arc<RunOptions>,
 ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
     let machine = new_machine(request, &tools, &options);
-    Driver::new(provider, tools, options, false).drive_new(machine)
+    Driver::new(provider, tools, options, None).drive_new(machine)
 }
 
 /// Continue a saved machine (see [`Machine`]) to the end.
@@ -205,7 +206,7 @@ pub fn run_machine(
     tools: Vec<Tool>,
     options: RunOptions,
 ) -> impl Future<Output = RunResult> + Send + 'static {
-    Driver::new(provider, ToolSet::new(tools), Arc::new(options), false).drive(machine)
+    Driver::new(provider, ToolSet::new(tools), Arc::new(options), None).drive(machine)
 }
 
 /// Run and stream [`RunEvent`]s. The stream ends after `run_finish` (or after an `error` event
@@ -227,28 +228,34 @@ pub(crate) fn stream_set(
     options: Arc<RunOptions>,
 ) -> RunStream {
     let machine = new_machine(request, &tools, &options);
-    let driver = Driver::new(provider, tools, options, true);
+    let events = Outbox::default();
+    let driver = Driver::new(provider, tools, options, Some(events.clone()));
     let cancel = driver.cancel_token().clone();
-    streaming(driver.drive_new(machine), cancel)
+    streaming(driver.drive_new(machine), events, cancel)
 }
 
-/// A stream over a driver's run.
+/// A stream over a driver's run, whose events go to `events`.
 fn streaming(
     run: impl Future<Output = Result<RunResult>> + Send + 'static,
+    events: Outbox,
     cancel: CancellationToken,
 ) -> RunStream {
+    let outbox = events.clone();
     // `map`, not an `async` block awaiting the run: that would hold the run's future twice,
     // once as the block's capture and once as what it awaits.
-    let driver = run.map(|ended| match ended {
-        // The result is moved into `run_finish`, not cloned.
-        Ok(result) => events::push(RunEvent::RunFinish {
-            result: Box::new(result),
-        }),
-        Err(error) => events::push(RunEvent::Error { error }),
+    let driver = run.map(move |ended| {
+        outbox.send(match ended {
+            // The result is moved into `run_finish`, not cloned.
+            Ok(result) => RunEvent::RunFinish {
+                result: Box::new(result),
+            },
+            Err(error) => RunEvent::Error { error },
+        });
     });
     RunStream {
-        lent: Lent::new(),
-        driver: Some(Armed::new(driver.boxed())),
+        events,
+        call: None,
+        driver: Some(driver.boxed()),
         cancel,
     }
 }
@@ -260,7 +267,7 @@ pub(crate) fn resume_set(
     tools: ToolSet,
     options: Arc<RunOptions>,
 ) -> impl Future<Output = RunResult> + Send + 'static {
-    Driver::new(provider, tools, options, false)
+    Driver::new(provider, tools, options, None)
         .resuming(&machine)
         .drive(machine)
 }
@@ -272,18 +279,20 @@ pub(crate) fn resume_stream_set(
     tools: ToolSet,
     options: Arc<RunOptions>,
 ) -> RunStream {
-    let driver = Driver::new(provider, tools, options, true).resuming(&machine);
+    let events = Outbox::default();
+    let driver = Driver::new(provider, tools, options, Some(events.clone())).resuming(&machine);
     let cancel = driver.cancel_token().clone();
-    streaming(driver.drive(machine).map(Ok), cancel)
+    streaming(driver.drive(machine).map(Ok), events, cancel)
 }
 
 /// A streamed run. Polling it drives the run; no task is spawned for the loop itself.
 pub struct RunStream {
-    /// Events made by the driver, not handed out yet, and the model call in flight.
-    lent: Lent,
-    /// Armed: a poll that finds no event left re-enters the run only if it woke since, not
-    /// after every event it handed out.
-    driver: Option<Armed<BoxFuture<'static, ()>>>,
+    /// What the driver hands over: its events and model calls.
+    events: Outbox,
+    /// The model call being read; the driver waits for it meanwhile.
+    call: Option<Box<StreamedCall>>,
+    /// The run; `None` once it ended.
+    driver: Option<BoxFuture<'static, ()>>,
     /// This run's own token.
     cancel: CancellationToken,
 }
@@ -329,37 +338,33 @@ impl Stream for RunStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         let this = &mut *self;
         loop {
-            if let Some(event) = this.lent.events.pop_front() {
-                return Poll::Ready(Some(event));
+            if this.call.is_none() {
+                match this.events.deliver() {
+                    Delivery::Event(event) => return Poll::Ready(Some(event)),
+                    Delivery::Call(call) => this.call = Some(call),
+                    Delivery::Nothing => {}
+                }
+            }
+            if let Some(call) = this.call.as_mut() {
+                match call.poll_event(cx) {
+                    Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
+                    Poll::Pending => return Poll::Pending,
+                    // The driver, waiting for the call, is polled next to finish it.
+                    Poll::Ready(None) => {
+                        if let Some(call) = this.call.take() {
+                            this.events.end_call(call);
+                        }
+                    }
+                }
             }
             let Some(driver) = this.driver.as_mut() else {
                 return Poll::Ready(None);
             };
-            // While the driver waits for its model call, the stream reads the call; the driver
-            // is polled again once the call ended.
-            let call_ended = match this.lent.call.as_mut() {
-                Some(call) if !call.has_ended() => match call.poll_event(cx) {
-                    Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
-                    Poll::Ready(None) => true,
-                    Poll::Pending => return Poll::Pending,
-                },
-                Some(_) => true,
-                None => false,
-            };
-            // Always asked, so the driver's wake-ups reach the task polling now.
-            let woken = driver.wants_poll(cx);
-            if !woken && !call_ended {
-                return Poll::Pending;
-            }
-            match events::lend(&mut this.lent, || driver.poll_now()) {
+            match driver.as_mut().poll(cx) {
                 Poll::Ready(()) => this.driver = None,
-                // Events made before the driver paused are handed out first, then a call it
-                // started is read. A driver that is pending with neither is not polled again
-                // in this poll: one that woke itself, or whose task `will_wake` does not
-                // recognize (tokio's `block_on` in release builds), would be polled forever.
-                Poll::Pending
-                    if !this.lent.events.is_empty()
-                        || this.lent.call.as_ref().is_some_and(|c| !c.has_ended()) => {}
+                // Hand out what it left before pausing; with nothing left, it woke `cx` or
+                // will.
+                Poll::Pending if this.events.has_mail() => {}
                 Poll::Pending => return Poll::Pending,
             }
         }

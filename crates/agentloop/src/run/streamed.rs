@@ -1,11 +1,9 @@
 //! A streamed run's model call, read by the run's stream itself.
 //!
-//! The driver starts the call and leaves it with the [`RunStream`](super::RunStream), which
-//! polls the provider's events directly and hands each one out as it is, in
-//! [`RunEvent::Model`]. An event thus passes no layer of the driver's nested futures, no queue
-//! and no thread-local, and no copy of its text. The call ends by its
-//! events, a first-chunk or idle timeout, or the run's stop (cancellation, deadlines); the
-//! driver then takes it back to finish the response.
+//! The driver starts the call and hands it to the [`RunStream`](super::RunStream) (see
+//! `events`), which polls the provider's events directly and hands each one out as it is, in
+//! [`RunEvent::Model`]. The call ends by its events, a first-chunk or idle timeout, or the
+//! run's stop (cancellation, deadlines); the driver then takes it back to finish the response.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -15,12 +13,12 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use tokio::time::{Instant, Sleep};
 
+use super::armed::Armed;
 use super::result::{RunEvent, RunStopReason};
-use crate::armed::Armed;
-use crate::deadline::{FAR, later};
 use crate::error::{Error, TimeoutKind};
 use crate::message::Response;
 use crate::provider::EventStream;
+use crate::provider::http::deadline::{FAR, later};
 use crate::stream::Accumulator;
 
 /// How a model call ended.
@@ -64,13 +62,8 @@ impl StreamedCall {
         }
     }
 
-    /// Whether the call ended.
-    pub(crate) fn has_ended(&self) -> bool {
-        self.end.is_some()
-    }
-
     /// The response assembled, and how the call ended. Taken only once it ended (see
-    /// `events::take_ended_call`).
+    /// `events::Outbox::take_ended_call`).
     pub(crate) fn finish(self, provider: &str) -> (Response, CallEnd) {
         let mut acc = self.acc;
         acc.set_provider(provider);
@@ -124,7 +117,7 @@ impl StreamedCall {
 struct Timeouts {
     first_chunk: Option<Duration>,
     idle: Option<Duration>,
-    timer: Armed<Pin<Box<Sleep>>>,
+    timer: Pin<Box<Sleep>>,
     last_event: Option<Instant>,
 }
 
@@ -134,7 +127,7 @@ impl Timeouts {
         Self {
             first_chunk,
             idle,
-            timer: Armed::new(Box::pin(tokio::time::sleep(first))),
+            timer: Box::pin(tokio::time::sleep(first)),
             last_event: None,
         }
     }
@@ -143,7 +136,7 @@ impl Timeouts {
         let now = Instant::now();
         if self.last_event.is_none() {
             let next = later(now, self.idle.unwrap_or(FAR));
-            self.timer.get_mut().as_mut().reset(next);
+            self.timer.as_mut().reset(next);
         }
         self.last_event = Some(now);
     }
@@ -151,7 +144,7 @@ impl Timeouts {
     /// Ready with the timeout error once no event came in time.
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Error> {
         loop {
-            ready!(self.timer.poll(cx));
+            ready!(self.timer.as_mut().poll(cx));
             let next = match (self.last_event, self.idle) {
                 (None, _) => {
                     let kind = if self.first_chunk.is_some() {
@@ -173,7 +166,7 @@ impl Timeouts {
                 }
                 (Some(_), None) => later(Instant::now(), FAR),
             };
-            self.timer.get_mut().as_mut().reset(next);
+            self.timer.as_mut().reset(next);
         }
     }
 }

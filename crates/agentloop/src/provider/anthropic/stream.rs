@@ -6,8 +6,6 @@
 //! event types to be ignored. Events are deserialized into lenient borrowed structs: deltas,
 //! the hot path, copy only the text they hand on.
 
-mod fast;
-
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
@@ -21,7 +19,28 @@ use crate::message::{StopReason, Usage};
 use crate::provider::http::{SseDecoder, excerpt};
 use crate::sse::SseEvent;
 use crate::stream::StreamEvent;
-use fast::DeltaField;
+
+/// The delta kinds the decoder streams, by the field that carries their value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeltaField {
+    Text,
+    PartialJson,
+    Thinking,
+    Signature,
+}
+
+impl DeltaField {
+    /// The kind that `type` names, if the decoder streams it.
+    fn from_kind(kind: &str) -> Option<Self> {
+        match kind {
+            "text_delta" => Some(DeltaField::Text),
+            "input_json_delta" => Some(DeltaField::PartialJson),
+            "thinking_delta" => Some(DeltaField::Thinking),
+            "signature_delta" => Some(DeltaField::Signature),
+            _ => None,
+        }
+    }
+}
 
 /// Event names the API sends. Data under an unknown name that is not JSON is skipped; under
 /// one of these it is an error.
@@ -113,8 +132,7 @@ impl StartBlock<'_> {
     }
 }
 
-/// Read through a [`Value`]: serde's path is the rare one (the scanner reads the blocks the API
-/// writes), so it need not be fast.
+/// Read through a [`Value`]: there is one per content block, so it need not be fast.
 impl<'de> Deserialize<'de> for StartBlock<'_> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Value::deserialize(deserializer).map(StartBlock::from_value)
@@ -317,7 +335,7 @@ impl AnthropicDecoder {
         self.on_delta(index, field, value, out);
     }
 
-    /// One delta's value, whether the event was read whole or as a [`fast::Delta`].
+    /// One delta's value.
     fn on_delta(
         &mut self,
         index: Option<u64>,
@@ -444,24 +462,7 @@ impl SseDecoder for AnthropicDecoder {
             return Ok(());
         }
         let data = event.data.as_ref();
-        // Most events are deltas written the API's way: taken as they are, with no event
-        // struct built and moved around them.
-        if event.event != "error"
-            && let Some(delta) = fast::compact_delta(data)
-        {
-            #[cfg(any(debug_assertions, fuzzing))]
-            crate::provider::scan::check_against_serde(data, &delta.clone().into_event());
-            self.on_delta(Some(delta.index), delta.field, Some(delta.value), out);
-            return Ok(());
-        }
-        let parsed = match fast::any_event(data) {
-            Some(wire) => {
-                #[cfg(any(debug_assertions, fuzzing))]
-                crate::provider::scan::check_against_serde(data, &wire);
-                Ok(wire)
-            }
-            None => serde_json::from_str(data),
-        };
+        let parsed = serde_json::from_str(data);
         match parsed {
             Ok(wire) => self.dispatch(event.event, wire, data, out),
             Err(_) if event.event == "error" => Err(stream_error(None, data)),

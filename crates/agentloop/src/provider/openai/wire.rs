@@ -13,7 +13,7 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 use serde_json::Value;
 
 use crate::message::{StopReason, Usage};
-use crate::provider::scan::{Scanner, Seen};
+use crate::provider::scan::{Scanner, first};
 
 /// A string that reads as absent when it is `null`, missing or not a string. Borrowed from the
 /// input when the JSON string has no escapes.
@@ -335,20 +335,22 @@ impl WireUsage {
             return Some(WireUsage(None));
         }
         let (mut input, mut output, mut details, mut cache_hit) = (None, None, None, None);
-        let mut seen = Seen::default();
+        // Which known members were read: serde rejects one given twice.
+        let (mut input_read, mut output_read, mut details_read, mut cache_hit_read) =
+            (false, false, false, false);
         s.object(|s, key| {
-            let (field, target) = match key {
-                "prompt_tokens" => (0, &mut input),
-                "completion_tokens" => (1, &mut output),
-                "prompt_cache_hit_tokens" => (2, &mut cache_hit),
+            let (read, target) = match key {
+                "prompt_tokens" => (&mut input_read, &mut input),
+                "completion_tokens" => (&mut output_read, &mut output),
+                "prompt_cache_hit_tokens" => (&mut cache_hit_read, &mut cache_hit),
                 "prompt_tokens_details" => {
-                    seen.first(3)?;
+                    first(&mut details_read)?;
                     details = s.optional(prompt_details)?.flatten();
                     return Some(());
                 }
                 _ => return s.skip(),
             };
-            seen.first(field)?;
+            first(read)?;
             *target = s.optional_count()?;
             Some(())
         })?;
@@ -364,12 +366,12 @@ impl WireUsage {
 /// `prompt_tokens_details`' cached count, read as [`PromptDetails`] deserializes an object.
 fn prompt_details(s: &mut Scanner<'_>) -> Option<Option<u64>> {
     let mut cached = None;
-    let mut seen = Seen::default();
+    let mut cached_read = false;
     s.object(|s, key| {
         if key != "cached_tokens" {
             return s.skip();
         }
-        seen.first(0)?;
+        first(&mut cached_read)?;
         cached = s.optional_count()?;
         Some(())
     })?;

@@ -11,7 +11,7 @@
 
 use super::{Choice, ChoiceMessage, Completion, Function, ToolCall};
 use crate::provider::openai::wire::{Arguments, Count, Str, Text, WireUsage};
-use crate::provider::scan::{Scanner, Seen, null_only};
+use crate::provider::scan::{Scanner, first, null_only};
 
 /// Read one body, or `None` to let serde read it.
 pub(super) fn read(body: &str) -> Option<Completion<'_>> {
@@ -22,20 +22,22 @@ pub(super) fn read(body: &str) -> Option<Completion<'_>> {
         usage: WireUsage(None),
         error: None,
     };
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (mut id_read, mut model_read, mut choices_read, mut usage_read, mut error_read) =
+        (false, false, false, false, false);
     let mut s = Scanner::new(body);
     s.object(|s, key| {
         match key {
             "id" => {
-                seen.first(0)?;
+                first(&mut id_read)?;
                 completion.id = Str::scan(s)?;
             }
             "model" => {
-                seen.first(1)?;
+                first(&mut model_read)?;
                 completion.model = Str::scan(s)?;
             }
             "choices" => {
-                seen.first(2)?;
+                first(&mut choices_read)?;
                 if !s.null()? {
                     let mut choices = Vec::with_capacity(1);
                     s.array(|s| {
@@ -46,11 +48,11 @@ pub(super) fn read(body: &str) -> Option<Completion<'_>> {
                 }
             }
             "usage" => {
-                seen.first(3)?;
+                first(&mut usage_read)?;
                 completion.usage = WireUsage::scan(s)?;
             }
             // `null` if present at all; an error object is left to serde.
-            "error" => null_only(s, &mut seen, 4)?,
+            "error" => null_only(s, &mut error_read)?,
             _ => s.skip()?,
         }
         Some(())
@@ -65,19 +67,20 @@ fn choice<'a>(s: &mut Scanner<'a>) -> Option<Choice<'a>> {
         message: None,
         finish_reason: Str(None),
     };
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (mut index_read, mut message_read, mut finish_read) = (false, false, false);
     s.object(|s, key| {
         match key {
             "index" => {
-                seen.first(0)?;
+                first(&mut index_read)?;
                 choice.index = Count::scan(s)?;
             }
             "message" => {
-                seen.first(1)?;
+                first(&mut message_read)?;
                 choice.message = s.optional(message)?;
             }
             "finish_reason" => {
-                seen.first(2)?;
+                first(&mut finish_read)?;
                 choice.finish_reason = Str::scan(s)?;
             }
             _ => s.skip()?,
@@ -95,11 +98,18 @@ fn message<'a>(s: &mut Scanner<'a>) -> Option<ChoiceMessage<'a>> {
         reasoning: Str(None),
         tool_calls: None,
     };
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (
+        mut content_read,
+        mut refusal_read,
+        mut reasoning_content_read,
+        mut reasoning_read,
+        mut tool_calls_read,
+    ) = (false, false, false, false, false);
     s.object(|s, key| {
         match key {
             "content" => {
-                seen.first(0)?;
+                first(&mut content_read)?;
                 // Content parts (an array) are joined by serde's reader.
                 if s.peek()? == b'[' {
                     return None;
@@ -107,19 +117,19 @@ fn message<'a>(s: &mut Scanner<'a>) -> Option<ChoiceMessage<'a>> {
                 message.content = Text(Str::scan(s)?.0);
             }
             "refusal" => {
-                seen.first(1)?;
+                first(&mut refusal_read)?;
                 message.refusal = Str::scan(s)?;
             }
             "reasoning_content" => {
-                seen.first(2)?;
+                first(&mut reasoning_content_read)?;
                 message.reasoning_content = Str::scan(s)?;
             }
             "reasoning" => {
-                seen.first(3)?;
+                first(&mut reasoning_read)?;
                 message.reasoning = Str::scan(s)?;
             }
             "tool_calls" => {
-                seen.first(4)?;
+                first(&mut tool_calls_read)?;
                 if !s.null()? {
                     let mut calls = Vec::with_capacity(1);
                     s.array(|s| {
@@ -141,15 +151,16 @@ fn tool_call<'a>(s: &mut Scanner<'a>) -> Option<ToolCall<'a>> {
         id: Str(None),
         function: None,
     };
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (mut id_read, mut function_read) = (false, false);
     s.object(|s, key| {
         match key {
             "id" => {
-                seen.first(0)?;
+                first(&mut id_read)?;
                 call.id = Str::scan(s)?;
             }
             "function" => {
-                seen.first(1)?;
+                first(&mut function_read)?;
                 call.function = s.optional(function)?;
             }
             _ => s.skip()?,
@@ -164,15 +175,16 @@ fn function<'a>(s: &mut Scanner<'a>) -> Option<Function<'a>> {
         name: Str(None),
         arguments: Arguments(None),
     };
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (mut name_read, mut arguments_read) = (false, false);
     s.object(|s, key| {
         match key {
             "name" => {
-                seen.first(0)?;
+                first(&mut name_read)?;
                 function.name = Str::scan(s)?;
             }
             "arguments" => {
-                seen.first(1)?;
+                first(&mut arguments_read)?;
                 // Arguments sent as a JSON value are re-serialized by serde's reader.
                 if matches!(s.peek()?, b'[' | b'{') {
                     return None;

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use super::super::wire::{Arguments, Count, Str, Text, WireUsage};
 use super::{Choice, Chunk, Delta, FunctionDelta, ToolCallDelta};
-use crate::provider::scan::{Scanner, Seen, null_only};
+use crate::provider::scan::{Scanner, first, null_only};
 
 /// Read one chunk, or `None` to let serde read it.
 #[cfg(test)]
@@ -130,8 +130,8 @@ pub(super) struct Header {
     /// Where the borrowed `id` and `model` strings are in `bytes` (`None`: read as absent).
     id: Option<(usize, usize)>,
     model: Option<(usize, usize)>,
-    /// The known fields the header holds.
-    seen: Seen,
+    /// The known members the header holds.
+    seen: ChunkMembers,
     /// The `choices` of the last few chunks that were one text, reasoning or argument
     /// fragment.
     fragments: Fragments,
@@ -331,11 +331,16 @@ fn span_of(data: &str, value: &Str<'_>) -> Option<Option<(usize, usize)>> {
     }
 }
 
-/// The `Seen` bits of the chunk's members after its header.
-const CHOICES: u8 = 2;
-const USAGE: u8 = 3;
-const X_GROQ: u8 = 4;
-const ERROR: u8 = 5;
+/// Which known members of a chunk were read: serde rejects a known member given twice.
+#[derive(Debug, Default, Clone, Copy)]
+struct ChunkMembers {
+    id: bool,
+    model: bool,
+    choices: bool,
+    usage: bool,
+    x_groq: bool,
+    error: bool,
+}
 
 /// Read one chunk, or `None` to let serde read it; `header` is the last chunk's header and
 /// becomes this one's.
@@ -348,7 +353,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         x_groq: None,
         error: None,
     };
-    let mut seen = Seen::default();
+    let mut seen = ChunkMembers::default();
     // The choices' piece, when they were read as a remembered fragment.
     let mut piece = None;
     // Where the `choices` member lies, and the last text or argument string in it.
@@ -361,7 +366,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         seen = header.seen;
         match header.fragments.read(data, header.bytes.len()) {
             Some((read, end)) => {
-                seen.first(CHOICES)?;
+                first(&mut seen.choices)?;
                 piece = Some(read);
                 Scanner::inside_object(data, end)
             }
@@ -371,7 +376,7 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         Scanner::new(data)
     };
     // Where this chunk's header ends (at the first key that is not part of it), and its state.
-    let mut header_end: Option<(usize, Seen)> = None;
+    let mut header_end: Option<(usize, ChunkMembers)> = None;
     let mut header_members = 0_usize;
     let mut field = |s: &mut Scanner<'a>, key: &'a str| {
         let header_key = !matches!(key, "choices" | "usage" | "x_groq" | "error");
@@ -384,15 +389,15 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
         }
         match key {
             "id" => {
-                seen.first(0)?;
+                first(&mut seen.id)?;
                 chunk.id = Str::scan(s)?;
             }
             "model" => {
-                seen.first(1)?;
+                first(&mut seen.model)?;
                 chunk.model = Str::scan(s)?;
             }
             "choices" => {
-                seen.first(CHOICES)?;
+                first(&mut seen.choices)?;
                 let start = s.member_start();
                 if !s.null()? {
                     let mut choices = Vec::with_capacity(1);
@@ -411,11 +416,11 @@ pub(super) fn read_next<'a>(data: &'a str, header: &mut Header) -> Option<Read<'
             }
             // `null` on every chunk but the last.
             "usage" => {
-                seen.first(USAGE)?;
+                first(&mut seen.usage)?;
                 chunk.usage = WireUsage::scan(s)?;
             }
-            "x_groq" => null_only(s, &mut seen, X_GROQ)?,
-            "error" => null_only(s, &mut seen, ERROR)?,
+            "x_groq" => null_only(s, &mut seen.x_groq)?,
+            "error" => null_only(s, &mut seen.error)?,
             _ => s.skip()?,
         }
         Some(())
@@ -454,14 +459,14 @@ pub(super) fn read_fragment<'a>(data: &'a str, header: &mut Header) -> Option<Pi
     }
     let (piece, end) = header.fragments.read(data, header.bytes.len())?;
     let mut seen = header.seen;
-    seen.first(CHOICES)?;
+    first(&mut seen.choices)?;
     let mut s = Scanner::inside_object(data, end);
     s.after_member(|s, key| match key {
         // Given again: serde rejects the chunk, and `read_next` leaves it to serde.
         "id" | "model" | "choices" => None,
-        "usage" => null_only(s, &mut seen, USAGE),
-        "x_groq" => null_only(s, &mut seen, X_GROQ),
-        "error" => null_only(s, &mut seen, ERROR),
+        "usage" => null_only(s, &mut seen.usage),
+        "x_groq" => null_only(s, &mut seen.x_groq),
+        "error" => null_only(s, &mut seen.error),
         _ => s.skip(),
     })?;
     s.finish()?;
@@ -482,19 +487,21 @@ pub(super) fn fragment_chunk<'a>(data: &'a str, header: &Header, piece: Piece<'a
 }
 
 /// Keep `data`'s header up to `end` for the next chunk, if it can be found again by position.
-fn remember(data: &str, chunk: &Chunk<'_>, end: usize, seen: Seen, header: &mut Header) {
+fn remember(data: &str, chunk: &Chunk<'_>, end: usize, seen: ChunkMembers, header: &mut Header) {
     header.bytes.clear();
     // Only fields read within the header come from it; later ones are read from each chunk.
-    let span = |field: u8, value: &Str<'_>| {
-        if seen.has(field) {
+    let span = |in_header: bool, value: &Str<'_>| {
+        if in_header {
             span_of(data, value)
         } else {
             Some(None)
         }
     };
-    let (Some(id), Some(model), Some(bytes)) =
-        (span(0, &chunk.id), span(1, &chunk.model), data.get(..end))
-    else {
+    let (Some(id), Some(model), Some(bytes)) = (
+        span(seen.id, &chunk.id),
+        span(seen.model, &chunk.model),
+        data.get(..end),
+    ) else {
         return;
     };
     header.bytes.push_str(bytes);
@@ -504,15 +511,16 @@ fn remember(data: &str, chunk: &Chunk<'_>, end: usize, seen: Seen, header: &mut 
 }
 
 fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>, span: &mut Span) -> Option<()> {
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (mut index_read, mut delta_read, mut finish_read) = (false, false, false);
     s.object(|s, key| {
         match key {
             "index" => {
-                seen.first(0)?;
+                first(&mut index_read)?;
                 choice.index = Count::scan(s)?;
             }
             "delta" => {
-                seen.first(1)?;
+                first(&mut delta_read)?;
                 if !s.null()? {
                     let target = choice.delta.insert(Delta {
                         content: Text(None),
@@ -525,7 +533,7 @@ fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>, span: &mut Span) -> 
                 }
             }
             "finish_reason" => {
-                seen.first(2)?;
+                first(&mut finish_read)?;
                 choice.finish_reason = Str::scan(s)?;
             }
             _ => s.skip()?,
@@ -535,11 +543,18 @@ fn choice<'a>(s: &mut Scanner<'a>, choice: &mut Choice<'a>, span: &mut Span) -> 
 }
 
 fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>, span: &mut Span) -> Option<()> {
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (
+        mut content_read,
+        mut refusal_read,
+        mut reasoning_content_read,
+        mut reasoning_read,
+        mut tool_calls_read,
+    ) = (false, false, false, false, false);
     s.object(|s, key| {
         match key {
             "content" => {
-                seen.first(0)?;
+                first(&mut content_read)?;
                 // Content parts (an array) are joined by serde's reader.
                 if s.peek()? == b'[' {
                     return None;
@@ -547,19 +562,19 @@ fn delta<'a>(s: &mut Scanner<'a>, delta: &mut Delta<'a>, span: &mut Span) -> Opt
                 delta.content = Text(spanned(s, span)?.0);
             }
             "refusal" => {
-                seen.first(1)?;
+                first(&mut refusal_read)?;
                 delta.refusal = Str::scan(s)?;
             }
             "reasoning_content" => {
-                seen.first(2)?;
+                first(&mut reasoning_content_read)?;
                 delta.reasoning_content = spanned(s, span)?;
             }
             "reasoning" => {
-                seen.first(3)?;
+                first(&mut reasoning_read)?;
                 delta.reasoning = spanned(s, span)?;
             }
             "tool_calls" => {
-                seen.first(4)?;
+                first(&mut tool_calls_read)?;
                 if !s.null()? {
                     let mut calls = Vec::with_capacity(1);
                     s.array(|s| {
@@ -581,19 +596,20 @@ fn tool_call<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<ToolCallDelta<'
         id: Str(None),
         function: None,
     };
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (mut index_read, mut id_read, mut function_read) = (false, false, false);
     s.object(|s, key| {
         match key {
             "index" => {
-                seen.first(0)?;
+                first(&mut index_read)?;
                 call.index = Count::scan(s)?;
             }
             "id" => {
-                seen.first(1)?;
+                first(&mut id_read)?;
                 call.id = Str::scan(s)?;
             }
             "function" => {
-                seen.first(2)?;
+                first(&mut function_read)?;
                 if !s.null()? {
                     call.function = Some(function(s, span)?);
                 }
@@ -610,15 +626,16 @@ fn function<'a>(s: &mut Scanner<'a>, span: &mut Span) -> Option<FunctionDelta<'a
         name: Str(None),
         arguments: Arguments(None),
     };
-    let mut seen = Seen::default();
+    // Which known members were read: serde rejects one given twice.
+    let (mut name_read, mut arguments_read) = (false, false);
     s.object(|s, key| {
         match key {
             "name" => {
-                seen.first(0)?;
+                first(&mut name_read)?;
                 function.name = Str::scan(s)?;
             }
             "arguments" => {
-                seen.first(1)?;
+                first(&mut arguments_read)?;
                 // Arguments sent as a JSON value are re-serialized by serde's reader.
                 if matches!(s.peek()?, b'[' | b'{') {
                     return None;

@@ -1,11 +1,10 @@
 //! Futures polled again only after they woke their task.
 //!
-//! A pending future wakes the waker of its last poll. Polling it again before that only stores
-//! the same waker again, and for tokio's timers, notifications and hyper's body channel that
-//! costs a lock or an atomic exchange, or a whole descent through nested futures, and a stream
-//! races such futures against every chunk.
-//! [`Armed`] polls its future with a waker of its own that records the wake-up before passing
-//! it on, so a poll that cannot make progress costs one atomic load.
+//! A streamed model call races the run's stop (cancellation and deadlines) against every event.
+//! Polling that pending future again before it woke only stores the same waker again, which for
+//! tokio's cancellation token and timers takes locks on every event. [`Armed`] polls its future
+//! with a waker of its own that records the wake-up before passing it on, so a poll that cannot
+//! make progress costs one atomic load.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -138,12 +137,6 @@ impl<F: Future + Unpin> Armed<F> {
         self.signal.woken.store(false, Ordering::SeqCst);
         Pin::new(&mut self.future).poll(&mut Context::from_waker(&self.waker))
     }
-
-    /// The future, to change it (a timer's reset): it is polled in full next time.
-    pub(crate) fn get_mut(&mut self) -> &mut F {
-        self.signal.woken.store(true, Ordering::Release);
-        &mut self.future
-    }
 }
 
 #[cfg(test)]
@@ -257,18 +250,5 @@ mod tests {
             1,
             "only the latest task is woken"
         );
-    }
-
-    #[test]
-    fn get_mut_forces_the_next_poll() {
-        let (gate, _task, waker, mut armed) = armed_gate();
-        let mut cx = Context::from_waker(&waker);
-
-        assert!(armed.poll(&mut cx).is_pending());
-        // Changed in place, as a timer's reset is: no wake-up comes, yet the next poll must
-        // see the change.
-        armed.get_mut().0.open.store(true, Ordering::SeqCst);
-        assert!(armed.poll(&mut cx).is_ready());
-        assert_eq!(gate.polls.load(Ordering::SeqCst), 2);
     }
 }
