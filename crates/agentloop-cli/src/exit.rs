@@ -39,6 +39,7 @@ pub fn for_run(result: &RunResult) -> ExitCode {
         | RunStopReason::MaxTokens
         | RunStopReason::TokenBudget
         | RunStopReason::Custom(_)
-        | RunStopReason::RepeatedInvalidCall(_) => LIMIT,
+        | RunStopReason::RepeatedInvalidCall(_)
+        | RunStopReason::InvalidOutput => LIMIT,
     })
 }

@@ -92,6 +92,7 @@ pub mod error;
 pub mod executor;
 pub mod history;
 pub mod message;
+pub mod output;
 pub mod provider;
 #[cfg(feature = "registry")]
 pub mod registry;
@@ -106,8 +107,9 @@ pub use agentloop_macros::tool;
 pub use error::{Error, Result, TimeoutKind};
 pub use message::{
     CacheBreakpoint, CacheControl, CacheTarget, CacheTtl, ContentBlock, ImageSource, Message,
-    Request, Response, Role, StopReason, ToolResult, ToolResultContent, Usage,
+    OutputFormat, Request, Response, Role, StopReason, ToolResult, ToolResultContent, Usage,
 };
+pub use output::{Output, OutputStrategy, Typed};
 pub use provider::{EventStream, Provider};
 #[cfg(feature = "registry")]
 pub use registry::{Registry, ToolDescriptor};

@@ -402,6 +402,7 @@ impl From<&RunStopReason> for FinishReason {
             | RunStopReason::MaxToolCalls
             | RunStopReason::TokenBudget
             | RunStopReason::RepeatedInvalidCall(_) => Self::ToolCalls,
+            RunStopReason::InvalidOutput => Self::Other,
             RunStopReason::Error => Self::Error,
             RunStopReason::Timeout
             | RunStopReason::Cancelled

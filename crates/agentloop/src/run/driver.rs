@@ -23,6 +23,7 @@ use super::streamed::{CallEnd, StreamedCall};
 use crate::deadline::later;
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
+use crate::output::OutputSpec;
 use crate::provider::Provider;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
@@ -92,6 +93,8 @@ pub(crate) struct Driver {
     cancel: CancellationToken,
     /// Whether events are wanted: a streamed run's driver pushes them to [`events`].
     streamed: bool,
+    /// A typed run's output and the strategy it uses: checks answers given as text.
+    output: Option<Arc<OutputSpec>>,
 }
 
 /// Why a model call did not give a response.
@@ -193,7 +196,27 @@ impl Driver {
             options,
             cancel,
             streamed,
+            output: None,
         }
+    }
+
+    /// Check the run's text answers against `output` (see [`Machine::on_answer`]).
+    pub(crate) fn with_output(mut self, output: Arc<OutputSpec>) -> Self {
+        self.output = Some(output);
+        self
+    }
+
+    /// Check a typed run's text answer; whether there was one (the machine then either took
+    /// it or asked the model again).
+    fn check_answer(&self, machine: &mut Machine) -> bool {
+        let Some(output) = &self.output else {
+            return false;
+        };
+        let Some(text) = machine.pending_answer() else {
+            return false;
+        };
+        machine.on_answer(output.check_text(&text));
+        true
     }
 
     /// The token that cancels this run.
@@ -297,6 +320,7 @@ impl Driver {
                         cancel: &self.cancel,
                         deadline: Deadline::earliest(run_deadline, step_deadline),
                     };
+                    let mut answer_checked = false;
                     // The outcome is taken apart in the statement that awaits it, and the
                     // response ends in this block: a local still in scope, even moved from,
                     // keeps its room in the future across every later await (the tools').
@@ -326,17 +350,18 @@ impl Driver {
                         if let Some(response) = response {
                             machine.on_response(response, started.elapsed());
                             self.calls_ready(machine, step);
-                            if !machine.is_done() {
+                            answer_checked = self.check_answer(machine);
+                            if !machine.is_done() && !answer_checked {
                                 self.check_stop(machine, StopMoment::BeforeTools);
                             }
-                            if machine.is_done() {
+                            if machine.is_done() || answer_checked {
                                 self.step_finished(machine, step);
                             }
                         }
                     }
                     // A failed or stopped call finished the machine; a response either did or
-                    // left tool calls to run.
-                    if !machine.is_done() {
+                    // left tool calls to run; a rejected answer goes back to the model.
+                    if !machine.is_done() && !answer_checked {
                         self.run_tool_step(machine, step, &stop).await;
                     }
                 }

@@ -309,7 +309,7 @@ impl std::fmt::Debug for Tool {
 }
 
 impl Tool {
-    fn from_definition(definition: FunctionDefinition) -> Self {
+    pub(crate) fn from_definition(definition: FunctionDefinition) -> Self {
         Self {
             definition: Arc::new(definition),
             handler: None,

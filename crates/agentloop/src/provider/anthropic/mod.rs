@@ -217,6 +217,11 @@ impl Anthropic {
 }
 
 impl Provider for Anthropic {
+    /// Structured outputs (`response_format` / `output_config.format`).
+    fn output_strategy(&self) -> crate::output::OutputStrategy {
+        crate::output::OutputStrategy::Native
+    }
+
     fn name(&self) -> &str {
         PROVIDER_NAME
     }

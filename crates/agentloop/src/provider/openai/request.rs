@@ -18,7 +18,7 @@ use super::OpenAiOptions;
 use super::tools::WebSearchOptions;
 use crate::error::{Error, Result};
 use crate::message::{
-    ContentBlock, ImageSource, Message, Request, Role, ToolResult, ToolResultContent,
+    ContentBlock, ImageSource, Message, OutputFormat, Request, Role, ToolResult, ToolResultContent,
 };
 use crate::provider::http::BodySize;
 use crate::provider::rendered::RenderedTools;
@@ -67,6 +67,7 @@ pub(crate) fn build(
         messages: messages(request, options),
         tools,
         web_search,
+        response_format: request.output.as_deref().map(ResponseFormat::new),
     };
     body_size.serialize(&body).map_err(unserializable)
 }
@@ -79,6 +80,37 @@ struct Body<'a> {
     /// Rendered once per provider (see [`RenderedTools`]).
     tools: Vec<Arc<RawValue>>,
     web_search: Option<WebSearchOptions<'a>>,
+    response_format: Option<ResponseFormat<'a>>,
+}
+
+/// `response_format: {"type": "json_schema", "json_schema": {name, schema, strict}}`
+/// (`ResponseFormatJsonSchema` in openai/openai-openapi). The schema is shaped like a strict
+/// tool's parameters when strict, else only its `$ref`s are inlined.
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    r#type: &'static str,
+    json_schema: JsonSchemaFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchemaFormat<'a> {
+    name: &'a str,
+    schema: Cow<'a, Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    strict: bool,
+}
+
+impl<'a> ResponseFormat<'a> {
+    fn new(format: &'a OutputFormat) -> Self {
+        Self {
+            r#type: "json_schema",
+            json_schema: JsonSchemaFormat {
+                name: &format.name,
+                schema: parameters(&format.schema, format.strict),
+                strict: format.strict,
+            },
+        }
+    }
 }
 
 impl Serialize for Body<'_> {
@@ -160,6 +192,9 @@ impl Serialize for Body<'_> {
         }
         if let Some(web_search) = &self.web_search {
             map.entry("web_search_options", web_search)?;
+        }
+        if let Some(format) = &self.response_format {
+            map.entry("response_format", format)?;
         }
         let mut map = map.map;
         for (key, value) in extensions.into_iter().flatten() {
