@@ -450,3 +450,34 @@ async fn a_streamed_typed_run_shows_the_partial_answer_then_the_checked_value() 
         assert_eq!(kinds[n - 2..], ["output", "run_finish"], "{wire:?}");
     }
 }
+
+#[tokio::test]
+async fn a_prompted_answer_is_found_in_the_text() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::text(
+            "Here it is:\n```json\n{\"city\": \"Paris\", \"temp_c\": 18}\n```\nAnything else?",
+        )],
+    )
+    .await
+    .unwrap();
+    let typed = agent(&server)
+        .run_output_with(
+            "Weather in Paris?",
+            Output::<Report>::new().with_strategy(OutputStrategy::Prompted),
+        )
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    let request = server.last_request().unwrap();
+    assert_eq!(
+        request.body["messages"][0],
+        json!({"role": "system", "content": format!(
+            "Give your final answer as one JSON value, and nothing else, that follows this \
+             JSON Schema:\n{}",
+            report_schema()
+        )})
+    );
+    assert_eq!(request.body.get("response_format"), None);
+    assert_eq!(request.body["tools"].as_array().unwrap().len(), 1);
+}

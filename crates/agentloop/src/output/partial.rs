@@ -20,8 +20,10 @@ use serde_json::{Map, Value};
 /// assert_eq!(partial_json(""), None);
 /// ```
 pub fn partial_json(text: &str) -> Option<Value> {
-    if let Ok(value) = serde_json::from_str(text) {
-        return Some(value);
+    if let Ok(value) = serde_json::from_str::<Value>(text) {
+        // A number with nothing after it may still be growing: `1` may be the start of `10`.
+        let may_grow = value.is_number() && !text.ends_with([' ', '\t', '\n', '\r']);
+        return (!may_grow).then_some(value);
     }
     Parser { text, at: 0 }.value().map(|(value, _)| value)
 }
@@ -198,7 +200,8 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(partial_json(text), Some(expected), "{text}");
         }
-        assert_eq!(partial_json("12"), Some(json!(12)));
+        assert_eq!(partial_json("12"), None);
+        assert_eq!(partial_json("12 "), Some(json!(12)));
         assert_eq!(partial_json("-"), None);
     }
 }
