@@ -102,12 +102,13 @@ struct JsonSchemaFormat<'a> {
 
 impl<'a> ResponseFormat<'a> {
     fn new(format: &'a OutputFormat) -> Self {
+        let (schema, strict) = parameters(&format.name, &format.schema, format.strict);
         Self {
             r#type: "json_schema",
             json_schema: JsonSchemaFormat {
                 name: &format.name,
-                schema: parameters(&format.schema, format.strict),
-                strict: format.strict,
+                schema,
+                strict,
             },
         }
     }
@@ -275,33 +276,44 @@ struct WireFunction<'a> {
 
 impl<'a> WireTool<'a> {
     fn new(function: &'a FunctionDefinition) -> Self {
+        let (parameters, strict) =
+            parameters(&function.name, &function.input_schema, function.strict);
         Self {
             r#type: "function",
             function: WireFunction {
                 name: &function.name,
                 description: &function.description,
-                parameters: parameters(&function.input_schema, function.strict),
-                strict: function.strict,
+                parameters,
+                strict,
             },
         }
     }
 }
 
-/// Strict tools get OpenAI's strict shape; others have `$ref`s inlined and `$schema` dropped.
-/// A schema with nothing to reshape (the common case) is sent as it is, without a copy.
-fn parameters(schema: &Value, strict: bool) -> Cow<'_, Value> {
-    let shaped = if strict {
-        openai_strict(schema)
-    } else if needs_shaping(schema) {
-        inline_refs(schema)
-    } else {
-        return Cow::Borrowed(schema);
-    };
-    let mut shaped = shaped;
+/// Strict tools get OpenAI's strict shape; others, and strict ones whose schema strict mode
+/// would change (see [`openai_strict`]), have `$ref`s inlined and `$schema` dropped. A schema
+/// with nothing to reshape (the common case) is sent as it is, without a copy. Also whether
+/// it goes strict.
+fn parameters<'a>(name: &str, schema: &'a Value, strict: bool) -> (Cow<'a, Value>, bool) {
+    if strict {
+        match openai_strict(schema) {
+            Ok(shaped) => return (Cow::Owned(shaped), true),
+            Err(why) => tracing::warn!(
+                tool = name,
+                keyword = why.keyword.as_str(),
+                path = why.path.as_str(),
+                "{why}: `{name}` is sent without strict mode"
+            ),
+        }
+    }
+    if !needs_shaping(schema) {
+        return (Cow::Borrowed(schema), false);
+    }
+    let mut shaped = inline_refs(schema);
     if let Value::Object(map) = &mut shaped {
         map.shift_remove("$schema");
     }
-    Cow::Owned(shaped)
+    (Cow::Owned(shaped), false)
 }
 
 fn needs_shaping(schema: &Value) -> bool {
