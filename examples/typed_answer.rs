@@ -4,8 +4,8 @@
 //! partial value shows the fields as they arrive.
 //!
 //! Runs offline: `cargo run -p agentloop --example typed_answer`. The scripted model plays the
-//! LLM; swap it for a real provider and nothing else changes (OpenAI and Anthropic constrain
-//! the answer natively, others get a final-answer tool).
+//! LLM; swap it for a real provider and nothing else changes (OpenAI constrains the answer
+//! natively; other providers answer by the same final-answer tool).
 
 use agentloop::output::Output;
 use agentloop::{Agent, RunEvent, Tool};

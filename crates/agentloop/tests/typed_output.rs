@@ -84,6 +84,21 @@ fn last_message(request: &RecordedRequest) -> Value {
 
 const WIRES: [Wire; 2] = [Wire::OpenAi, Wire::Anthropic];
 
+fn native() -> Output<Report> {
+    Output::new().with_strategy(OutputStrategy::Native)
+}
+
+#[tokio::test]
+async fn openai_answers_natively_and_anthropic_by_the_final_answer_tool_by_default() {
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Tool),
+    ] {
+        let server = MockServer::start(wire, []).await.unwrap();
+        assert_eq!(provider(&server).output_strategy(), strategy, "{wire:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_tool_call_then_a_native_typed_answer() {
     for wire in WIRES {
@@ -97,7 +112,7 @@ async fn a_tool_call_then_a_native_typed_answer() {
         .await
         .unwrap();
         let typed = agent(&server)
-            .run_output::<Report>("Weather in Paris?")
+            .run_output_with("Weather in Paris?", native())
             .await
             .unwrap();
         assert_eq!(
@@ -235,30 +250,61 @@ async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected
         .await
         .unwrap();
         let typed = agent(&server)
-            .run_output::<Report>("Weather in Paris?")
+            .run_output_with("Weather in Paris?", native())
             .await
             .unwrap();
         assert_eq!(typed.value.temp_c, 18);
         let retry = &server.requests()[1];
-        let expected_text = "Error: your answer is not a valid `final_answer`:\n\
-                             - /temp_c: \"warm\" is not of type \"integer\"\n\
-                             Fix it and answer again (retry 1 of 2).";
-        let (answer, feedback) = match wire {
-            Wire::OpenAi => (
-                json!({"role": "assistant", "content": r#"{"city": "Paris", "temp_c": "warm"}"#}),
-                json!({"role": "user", "content": expected_text}),
-            ),
-            Wire::Anthropic => (
-                json!({"role": "assistant", "content": [
-                    {"type": "text", "text": r#"{"city": "Paris", "temp_c": "warm"}"#}
-                ]}),
-                json!({"role": "user", "content": [{"type": "text", "text": expected_text}]}),
-            ),
+        let feedback = "Error: your answer is not a valid `final_answer`:\n\
+                        - /temp_c: \"warm\" is not of type \"integer\"\n\
+                        Fix it and answer again (retry 1 of 2).";
+        let answer = r#"{"city": "Paris", "temp_c": "warm"}"#;
+        let weather = json!({
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name."}},
+            "required": ["city"]
+        });
+        let expected = match wire {
+            Wire::OpenAi => json!({
+                "model": "m",
+                "messages": [
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": feedback}
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "parameters": weather
+                }}],
+                "response_format": {"type": "json_schema", "json_schema": {
+                    "name": "final_answer",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+                        "required": ["city", "temp_c"],
+                        "additionalProperties": false
+                    },
+                    "strict": true
+                }}
+            }),
+            Wire::Anthropic => json!({
+                "model": "m",
+                "max_tokens": 4096,
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+                    {"role": "user", "content": [{"type": "text", "text": feedback}]}
+                ],
+                "tools": [{
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "input_schema": weather
+                }],
+                "output_config": {"format": {"type": "json_schema", "schema": report_schema()}}
+            }),
         };
-        let messages = retry.body["messages"].as_array().unwrap();
-        assert_eq!(messages.len(), 3, "{wire:?}");
-        assert_eq!(messages[1], answer, "{wire:?}");
-        assert_eq!(messages[2], feedback, "{wire:?}");
+        assert_eq!(retry.body, expected, "{wire:?}");
         server.assert_complete();
     }
 }
@@ -344,7 +390,7 @@ async fn the_retry_budget_ends_the_run_with_a_typed_error() {
         .await
         .unwrap();
         let error = agent(&server)
-            .run_output::<Report>("Weather in Paris?")
+            .run_output_with("Weather in Paris?", native())
             .await
             .unwrap_err();
         let Error::InvalidOutput { name, violations } = error else {

@@ -481,7 +481,7 @@ fn is_quota_error(body: &[u8]) -> bool {
 }
 
 impl Provider for OpenAi {
-    /// Structured outputs (`response_format` / `output_config.format`).
+    /// Structured outputs (`response_format`), strict where the schema allows.
     fn output_strategy(&self) -> crate::output::OutputStrategy {
         crate::output::OutputStrategy::Native
     }
