@@ -63,6 +63,7 @@
 //! - [`run`]: the loop as a serializable state machine ([`run::Machine`]) and its driver, hooks
 //!   and events.
 //! - [`conversation`]: a chat kept across turns, with tool calls run automatically or by hand.
+//! - [`output`]: typed answers, [`Agent::run_output`] returning a checked `T` after the tools.
 //!
 //! ## Features
 //!

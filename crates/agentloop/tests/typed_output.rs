@@ -378,23 +378,34 @@ async fn a_validator_rejects_a_value_with_a_message_the_model_sees() {
 
 #[tokio::test]
 async fn the_retry_budget_ends_the_run_with_a_typed_error() {
-    for wire in WIRES {
-        let server = MockServer::start(
-            wire,
-            [
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Native),
+        (Wire::OpenAi, OutputStrategy::Tool),
+        (Wire::Anthropic, OutputStrategy::Tool),
+    ] {
+        let answers = match strategy {
+            OutputStrategy::Tool => [
+                Turn::tool_call_raw("final_answer", "not json"),
+                Turn::tool_call("final_answer", json!({"city": "Paris"})),
+                Turn::tool_call("final_answer", json!({"temp_c": 3})),
+            ],
+            _ => [
                 Turn::text("not json"),
                 Turn::text(r#"{"city": "Paris"}"#),
                 Turn::text(r#"{"temp_c": 3}"#),
             ],
-        )
-        .await
-        .unwrap();
+        };
+        let server = MockServer::start(wire, answers).await.unwrap();
         let error = agent(&server)
-            .run_output_with("Weather in Paris?", native())
+            .run_output_with(
+                "Weather in Paris?",
+                Output::<Report>::new().with_strategy(strategy),
+            )
             .await
             .unwrap_err();
         let Error::InvalidOutput { name, violations } = error else {
-            panic!("{wire:?}: expected InvalidOutput, got {error:?}");
+            panic!("{wire:?} {strategy:?}: expected InvalidOutput, got {error:?}");
         };
         assert_eq!(name, "final_answer");
         assert_eq!(
@@ -402,10 +413,11 @@ async fn the_retry_budget_ends_the_run_with_a_typed_error() {
             [agentloop::tool::Violation {
                 path: String::new(),
                 message: "\"city\" is a required property".into()
-            }]
+            }],
+            "{wire:?} {strategy:?}"
         );
         // Two retries after the first answer, then no more calls.
-        assert_eq!(server.calls(), 3, "{wire:?}");
+        assert_eq!(server.calls(), 3, "{wire:?} {strategy:?}");
         server.assert_complete();
     }
 }
