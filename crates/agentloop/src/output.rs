@@ -364,15 +364,9 @@ pub(crate) fn typed<T: DeserializeOwned>(result: RunResult) -> Result<Typed<T>> 
             },
         });
     };
-    // Checked by the run already (schema and deserialization); this cannot fail unless `T`'s
+    // Checked by the run already (schema and deserialization); this fails only when `T`'s
     // `Deserialize` is not deterministic.
-    let value = T::deserialize(&value).map_err(|e| Error::InvalidOutput {
-        name: String::new(),
-        violations: vec![Violation {
-            path: String::new(),
-            message: e.to_string(),
-        }],
-    })?;
+    let value = T::deserialize(&value).map_err(|e| Error::parse("the typed answer", e))?;
     Ok(Typed { value, result })
 }
 

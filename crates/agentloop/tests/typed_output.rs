@@ -539,3 +539,48 @@ async fn a_prompted_answer_is_found_in_the_text() {
     assert_eq!(request.body.get("response_format"), None);
     assert_eq!(request.body["tools"].as_array().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_rejected_answer_past_the_token_budget_ends_the_run() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::text(r#"{"city": "Paris"}"#).with_usage(100, 100)],
+    )
+    .await
+    .unwrap();
+    let agent = agent(&server).with_options(|o| o.limits.max_total_tokens = Some(150));
+    let mut stream = agent.run_output_stream_with("Weather?", native());
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    assert_eq!(finish.unwrap().stop_reason, RunStopReason::TokenBudget);
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn a_stop_condition_ends_the_run_after_a_rejected_answer() {
+    let server = MockServer::start(Wire::OpenAi, [Turn::text(r#"{"city": "Paris"}"#)])
+        .await
+        .unwrap();
+    let agent = agent(&server).with_options(|o| {
+        o.stop_when
+            .push(agentloop::run::StopCondition::new("one_step", |m| {
+                m.turns() >= 1
+            }))
+    });
+    let mut stream = agent.run_output_stream_with("Weather?", native());
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    assert_eq!(
+        finish.unwrap().stop_reason,
+        RunStopReason::Custom("one_step".into())
+    );
+    server.assert_complete();
+}

@@ -360,8 +360,11 @@ impl Driver {
                         }
                     }
                     // A failed or stopped call finished the machine; a response either did or
-                    // left tool calls to run; a rejected answer goes back to the model.
-                    if !machine.is_done() && !answer_checked {
+                    // left tool calls to run; a rejected answer goes back to the model, unless
+                    // a stop condition says otherwise.
+                    if answer_checked && !machine.is_done() {
+                        self.check_stop(machine, StopMoment::AfterStep);
+                    } else if !machine.is_done() {
                         self.run_tool_step(machine, step, &stop).await;
                     }
                 }

@@ -187,6 +187,14 @@ impl Machine {
             Phase::Done {
                 reason: RunStopReason::InvalidOutput,
             }
+        } else if self
+            .limits
+            .max_total_tokens
+            .is_some_and(|max| self.usage.total_tokens() >= max)
+        {
+            Phase::Done {
+                reason: RunStopReason::TokenBudget,
+            }
         } else {
             Phase::Ready
         };
