@@ -584,3 +584,38 @@ async fn a_stop_condition_ends_the_run_after_a_rejected_answer() {
     );
     server.assert_complete();
 }
+
+#[tokio::test]
+async fn the_final_answer_call_is_taken_at_the_tool_iteration_limit() {
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("get_weather", json!({"city": "Paris"})),
+            Turn::tool_calls([
+                ("get_weather", json!({"city": "Rome"})),
+                ("final_answer", json!({"city": "Paris", "temp_c": 18})),
+            ])
+            .with_ids(["call_rome", "call_answer"]),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = agent(&server).with_options(|o| o.limits.max_tool_iterations = 1);
+    let typed = agent
+        .run_output::<Report>("Weather in Paris?")
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    // The other call of the answer's step is answered as not run, in the same message.
+    let results = &typed.result.steps[1].tool_results;
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0].tool_use_id, "call_rome");
+    assert!(results[0].is_error);
+    assert_eq!(
+        results[0].content.to_text(),
+        "Error: the call to `get_weather` was not run: the run's limit of 1 tool iterations \
+         was reached"
+    );
+    agentloop::history::validate(&typed.result.messages).unwrap();
+    server.assert_complete();
+}

@@ -70,6 +70,9 @@ pub struct Machine {
     phase: Phase,
     /// Stop after the pending tools are answered.
     stop_after_tools: Option<RunStopReason>,
+    /// Why the pending skipped calls are not run, when it is not the tool-call limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    skip_reason: Option<String>,
     /// Invalid-argument errors per tool.
     invalid_counts: BTreeMap<String, u32>,
     /// The invalid calls (name, input) of the previous step, to detect verbatim repeats.
@@ -106,6 +109,7 @@ impl Machine {
             steps: Vec::new(),
             phase: Phase::Ready,
             stop_after_tools: None,
+            skip_reason: None,
             invalid_counts: BTreeMap::new(),
             last_invalid: Vec::new(),
             error: None,
@@ -357,6 +361,22 @@ impl Machine {
                 "the run's limit of {} tool iterations was reached",
                 self.limits.max_tool_iterations
             );
+            // A typed answer by tool is the answer that was due: its call runs, the others
+            // are answered as not run, all in the one step.
+            let answer = self
+                .output
+                .as_ref()
+                .filter(|e| e.tool)
+                .map(|e| e.name.clone());
+            if let Some(answer) = answer
+                && calls.iter().any(|c| c.name == answer)
+            {
+                let (run, skipped) = calls.into_iter().partition(|c| c.name == answer);
+                self.skip_reason = Some(why);
+                self.stop_after_tools = Some(RunStopReason::MaxToolIterations);
+                self.phase = Phase::ToolsPending { run, skipped };
+                return;
+            }
             self.answer_unrun(calls, &why);
             self.phase = Phase::Done {
                 reason: RunStopReason::MaxToolIterations,
@@ -445,16 +465,24 @@ impl Machine {
         duration: Duration,
     ) -> Option<String> {
         if !skipped.is_empty() {
-            let limit_reason = format!(
-                "the run's limit of {} tool calls was reached",
-                self.limits.max_tool_calls.unwrap_or_default()
-            );
+            let limit_reason = self.skip_reason.take().unwrap_or_else(|| {
+                format!(
+                    "the run's limit of {} tool calls was reached",
+                    self.limits.max_tool_calls.unwrap_or_default()
+                )
+            });
             pairs.extend(skipped.into_iter().map(|call| {
                 let outcome = ToolOutcome::Cancelled {
                     reason: limit_reason.clone(),
                 };
                 (call, outcome)
             }));
+            // In the response's order, which the step's calls, outcomes and events share:
+            // skipped calls need not be the last ones.
+            if let Some(step) = self.steps.last() {
+                let position = |id: &str| step.tool_calls.iter().position(|c| c.id == id);
+                pairs.sort_by_key(|(call, _)| position(&call.id).unwrap_or(usize::MAX));
+            }
         }
 
         let mut repeated = None;
