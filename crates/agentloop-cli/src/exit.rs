@@ -45,6 +45,7 @@ pub fn for_run(result: &RunResult) -> ExitCode {
         | RunStopReason::TokenBudget
         | RunStopReason::CostBudget
         | RunStopReason::Custom(_)
-        | RunStopReason::RepeatedInvalidCall(_) => LIMIT,
+        | RunStopReason::RepeatedInvalidCall(_)
+        | RunStopReason::InvalidOutput => LIMIT,
     })
 }

@@ -157,6 +157,9 @@ fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<Str
         RunStopReason::RepeatedInvalidCall(tool) => {
             format!("the model repeated the same invalid call to `{tool}`")
         }
+        RunStopReason::InvalidOutput => {
+            "the model's answer did not match the output schema within the retries".into()
+        }
         RunStopReason::AwaitingToolResults => {
             "the agent is in manual tool mode, which the server does not support".into()
         }

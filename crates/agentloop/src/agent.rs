@@ -5,10 +5,13 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::message::{Message, Request};
+use crate::output::{Output, OutputStream, Typed};
 use crate::provider::Provider;
 use crate::run::{
     self, Approval, ApprovalContext, Decision, Hooks, Machine, PausedRun, RunInput, RunOptions,
@@ -140,6 +143,77 @@ impl Agent {
     /// [`RunStream::cancel`] stops this run only.
     pub fn run_stream(&self, input: impl Into<RunInput>) -> RunStream {
         self.stream_shared(input.into().into_messages(), Arc::clone(&self.options))
+    }
+
+    /// Run to the end and return the answer as a `T` (see [`crate::output`]): the run may
+    /// call tools first; its answer is checked against `T`'s schema and sent back with the
+    /// problems until it passes or the retries run out ([`Error::InvalidOutput`]). The
+    /// strategy is the provider's ([`Provider::output_strategy`]); to choose one, or add a
+    /// validator, use [`Self::run_output_with`].
+    ///
+    /// [`Error::InvalidOutput`]: crate::Error::InvalidOutput
+    pub fn run_output<T>(
+        &self,
+        input: impl Into<RunInput>,
+    ) -> impl Future<Output = Result<Typed<T>>> + Send + 'static
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        self.run_output_with(input, Output::<T>::new())
+    }
+
+    /// [`Self::run_output`] with an [`Output`] saying how: name, strategy, validator.
+    pub fn run_output_with<T>(
+        &self,
+        input: impl Into<RunInput>,
+        output: Output<T>,
+    ) -> impl Future<Output = Result<Typed<T>>> + Send + 'static
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let run = output.spec().map(|spec| {
+            run::run_output_set(
+                self.provider.clone(),
+                self.request(input.into().into_messages()),
+                self.tools.clone(),
+                Arc::clone(&self.options),
+                spec,
+            )
+        });
+        async move { crate::output::typed(run?.await?) }
+    }
+
+    /// [`Self::run_output`], streamed: the run's events with `partial_output` while the
+    /// answer streams and `output` before `run_finish` (see [`OutputStream`]).
+    pub fn run_output_stream<T>(&self, input: impl Into<RunInput>) -> OutputStream<T>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        self.run_output_stream_with(input, Output::<T>::new())
+    }
+
+    /// [`Self::run_output_stream`] with an [`Output`] saying how.
+    pub fn run_output_stream_with<T>(
+        &self,
+        input: impl Into<RunInput>,
+        output: Output<T>,
+    ) -> OutputStream<T>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        match output.spec() {
+            Ok(spec) => {
+                let (stream, tool) = run::stream_output_set(
+                    self.provider.clone(),
+                    self.request(input.into().into_messages()),
+                    self.tools.clone(),
+                    Arc::clone(&self.options),
+                    spec,
+                );
+                OutputStream::new(stream, tool)
+            }
+            Err(error) => OutputStream::failed(error),
+        }
     }
 
     /// A copy of the agent whose runs use options edited by `edit`: for one run

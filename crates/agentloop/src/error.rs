@@ -219,6 +219,18 @@ pub enum Error {
         /// The run's stop reason.
         reason: String,
     },
+    /// A typed run's answer still broke its output's schema or validator when the retries
+    /// ran out (see [`crate::output`]).
+    #[error(
+        "the model's answer did not match the output `{name}` within the retries: {}",
+        violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    InvalidOutput {
+        /// The output's name.
+        name: String,
+        /// What was wrong with the last answer, by JSON pointer.
+        violations: Vec<crate::tool::Violation>,
+    },
     /// The history is not valid to send (a tool use without a result, a result for nothing).
     #[error("invalid history: {message}")]
     InvalidHistory {
@@ -307,6 +319,7 @@ impl Error {
             Self::Config { .. } => "config",
             Self::InvalidHistory { .. } => "invalid_history",
             Self::Incomplete { .. } => "incomplete",
+            Self::InvalidOutput { .. } => "invalid_output",
             Self::LimitExceeded { .. } => "limit_exceeded",
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::InvalidDecision { .. } => "invalid_decision",

@@ -64,6 +64,7 @@
 //!   and events; tools that need a person's approval pause a run as a [`run::PausedRun`] that
 //!   [`Agent::resume`] continues with the decisions.
 //! - [`conversation`]: a chat kept across turns, with tool calls run automatically or by hand.
+//! - [`output`]: typed answers, [`Agent::run_output`] returning a checked `T` after the tools.
 //!
 //! ## Features
 //!
@@ -95,6 +96,7 @@ pub mod history;
 #[cfg(feature = "mcp-server")]
 pub mod mcp_server;
 pub mod message;
+pub mod output;
 pub mod provider;
 #[cfg(feature = "registry")]
 pub mod registry;
@@ -109,8 +111,9 @@ pub use agentloop_macros::tool;
 pub use error::{Error, Result, TimeoutKind};
 pub use message::{
     CacheBreakpoint, CacheControl, CacheTarget, CacheTtl, ContentBlock, ImageSource, Message,
-    Request, Response, Role, StopReason, ToolResult, ToolResultContent, Usage,
+    OutputFormat, Request, Response, Role, StopReason, ToolResult, ToolResultContent, Usage,
 };
+pub use output::{Output, OutputStrategy, Typed};
 pub use provider::{EventStream, Provider};
 #[cfg(feature = "registry")]
 pub use registry::{Registry, ToolDescriptor};

@@ -334,6 +334,24 @@ pub struct Request {
     /// (OpenAI and the compatible servers) leave them out. See [`CacheBreakpoint`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache: Vec<CacheBreakpoint>,
+    /// The JSON Schema the answer must follow, for providers that constrain their output
+    /// themselves (OpenAI `response_format`, Anthropic `output_config.format`). Typed runs
+    /// ([`crate::output`]) set it when they use the native strategy. Boxed: every run holds
+    /// its request, and most have no output format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Box<OutputFormat>>,
+}
+
+/// A structured-output format: the answer is JSON following `schema`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputFormat {
+    /// A name for the schema (OpenAI requires one: letters, digits, `_` and `-`).
+    pub name: String,
+    /// The JSON Schema, as written; each provider shapes it for its own dialect.
+    pub schema: Value,
+    /// Ask for strict decoding where the provider has it and the schema allows it.
+    #[serde(default)]
+    pub strict: bool,
 }
 
 /// How long a prompt-cache entry lives. Anthropic's default is five minutes.

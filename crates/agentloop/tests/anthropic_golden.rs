@@ -358,6 +358,7 @@ fn shaping_request() -> Request {
         metadata: Some(json!({"user_id": "user-42", "trace_id": "abc"})),
         extensions: Some(extensions),
         cache: Vec::new(),
+        output: None,
     }
 }
 

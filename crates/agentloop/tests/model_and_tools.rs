@@ -342,7 +342,7 @@ fn schema_shaping_inlines_refs_and_builds_strict_schemas() {
         })
     );
     assert_eq!(
-        openai_strict(&schema),
+        openai_strict(&schema).unwrap(),
         json!({
             "type": "object",
             "properties": {

@@ -853,3 +853,33 @@ fn compatible_presets_stream_usage_can_be_turned_off() {
         json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true})
     );
 }
+
+/// Every strict schema of the golden table (`tests/golden/openai_strict/`) as a strict tool
+/// and as a `response_format`: the bodies validate against the spec.
+#[test]
+fn strict_tools_and_response_formats_validate_against_the_spec() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/openai_strict");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let schema = golden["schema"].clone();
+        let mut request = Request::new("gpt-4.1", vec![Message::user("hi")]);
+        request.tools = vec![tool("t", schema.clone(), true)];
+        request.output = Some(Box::new(agentloop::OutputFormat {
+            name: "answer".into(),
+            schema,
+            strict: true,
+        }));
+        let body = body(&provider(Preset::OpenAi), &request, false);
+        let strict = golden["compiled"].get("strict").is_some();
+        assert_eq!(
+            body["response_format"]["json_schema"]["strict"] == true,
+            strict
+        );
+        let violations = spec_violations(&body);
+        assert!(violations.is_empty(), "{}: {violations:#?}", path.display());
+        checked += 1;
+    }
+    assert!(checked >= 15, "{checked}");
+}

@@ -957,6 +957,8 @@ async fn run_stream_emits_the_exact_event_sequence() {
             }
             RunEvent::Error { error } => format!("error {error}"),
             RunEvent::RunFinish { result } => format!("run_finish {}", result.stop_reason),
+            RunEvent::PartialOutput { value } => format!("partial_output {value}"),
+            RunEvent::Output { value } => format!("output {value}"),
         })
         .collect();
     let args = json!({"city": "Paris"}).to_string();

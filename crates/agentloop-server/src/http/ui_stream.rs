@@ -403,6 +403,7 @@ impl From<&RunStopReason> for FinishReason {
             | RunStopReason::TokenBudget
             | RunStopReason::CostBudget
             | RunStopReason::RepeatedInvalidCall(_) => Self::ToolCalls,
+            RunStopReason::InvalidOutput => Self::Other,
             RunStopReason::Error => Self::Error,
             RunStopReason::Timeout
             | RunStopReason::Cancelled

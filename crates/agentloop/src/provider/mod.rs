@@ -19,6 +19,7 @@ use futures::{Stream, StreamExt};
 
 use crate::error::Result;
 use crate::message::{Request, Response};
+use crate::output::OutputStrategy;
 use crate::stream::{Accumulator, StreamEvent};
 
 /// A stream of normalized events. Errors end it.
@@ -49,11 +50,21 @@ pub trait Provider: Send + Sync + 'static {
             Ok(acc.finish())
         })
     }
+
+    /// How a typed run gets its answer in shape on this provider unless it names a strategy
+    /// (see [`crate::output`]): a final-answer tool, which every provider with tools takes,
+    /// unless the provider has structured output of its own.
+    fn output_strategy(&self) -> OutputStrategy {
+        OutputStrategy::Tool
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Arc<P> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn output_strategy(&self) -> OutputStrategy {
+        (**self).output_strategy()
     }
     fn stream(&self, request: &Request) -> EventStream {
         (**self).stream(request)
@@ -66,6 +77,9 @@ impl<P: Provider + ?Sized> Provider for Arc<P> {
 impl<P: Provider + ?Sized> Provider for Box<P> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn output_strategy(&self) -> OutputStrategy {
+        (**self).output_strategy()
     }
     fn stream(&self, request: &Request) -> EventStream {
         (**self).stream(request)

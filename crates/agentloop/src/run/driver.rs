@@ -25,6 +25,7 @@ use super::streamed::{CallEnd, StreamedCall};
 use crate::cost::{Cost, Prices};
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
+use crate::output::OutputSpec;
 use crate::provider::Provider;
 use crate::provider::http::deadline::later;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
@@ -98,6 +99,8 @@ pub(crate) struct Driver {
     /// Calls whose results were reported before the run paused for approval: a resumed run
     /// does not report them again.
     reported: Box<[String]>,
+    /// A typed run's output and the strategy it uses: checks answers given as text.
+    output: Option<Arc<OutputSpec>>,
 }
 
 /// Why a model call did not give a response.
@@ -200,6 +203,7 @@ impl Driver {
             cancel,
             events,
             reported: Box::default(),
+            output: None,
         }
     }
 
@@ -208,6 +212,25 @@ impl Driver {
     pub(crate) fn resuming(mut self, machine: &Machine) -> Self {
         self.reported = machine.reported_ids().into_boxed_slice();
         self
+    }
+
+    /// Check the run's text answers against `output` (see [`Machine::on_answer`]).
+    pub(crate) fn with_output(mut self, output: Arc<OutputSpec>) -> Self {
+        self.output = Some(output);
+        self
+    }
+
+    /// Check a typed run's text answer; whether there was one (the machine then either took
+    /// it or asked the model again).
+    fn check_answer(&self, machine: &mut Machine) -> bool {
+        let Some(output) = &self.output else {
+            return false;
+        };
+        let Some(text) = machine.pending_answer() else {
+            return false;
+        };
+        machine.on_answer(output.check_text(&text));
+        true
     }
 
     /// The token that cancels this run.
@@ -311,6 +334,7 @@ impl Driver {
                         cancel: &self.cancel,
                         deadline: Deadline::earliest(run_deadline, step_deadline),
                     };
+                    let mut answer_checked = false;
                     // The outcome is taken apart in the statement that awaits it, and the
                     // response ends in this block: a local still in scope, even moved from,
                     // keeps its room in the future across every later await (the tools').
@@ -342,20 +366,24 @@ impl Driver {
                             machine.on_response(response, started.elapsed());
                             machine.price_last_step(cost);
                             self.calls_ready(machine, step);
-                            if !machine.is_done() {
+                            answer_checked = self.check_answer(machine);
+                            if !machine.is_done() && !answer_checked {
                                 self.check_stop(machine, StopMoment::BeforeTools);
                             }
-                            if !machine.is_done() {
+                            if !machine.is_done() && !answer_checked {
                                 self.gate(machine, step);
                             }
-                            if machine.is_done() {
+                            if machine.is_done() || answer_checked {
                                 self.step_finished(machine, step);
                             }
                         }
                     }
                     // A failed or stopped call finished the machine; a response either did or
-                    // left tool calls to run.
-                    if !machine.is_done() {
+                    // left tool calls to run; a rejected answer goes back to the model, unless
+                    // a stop condition says otherwise.
+                    if answer_checked && !machine.is_done() {
+                        self.check_stop(machine, StopMoment::AfterStep);
+                    } else if !machine.is_done() {
                         self.run_tool_step(machine, step, &stop).await;
                     }
                 }

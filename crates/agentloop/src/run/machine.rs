@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::message::{
     ContentBlock, Message, Request, Response, Role, StopReason, ToolResult, Usage,
 };
-use crate::tool::ToolCall;
+use crate::tool::{ToolCall, Violation};
 
 /// What the driver must do next.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,6 +169,9 @@ pub struct Machine {
     phase: Phase,
     /// Stop after the pending tools are answered.
     stop_after_tools: Option<RunStopReason>,
+    /// Why the pending skipped calls are not run, when it is not the tool-call limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    skip_reason: Option<String>,
     /// Invalid-argument errors per tool.
     invalid_counts: BTreeMap<String, u32>,
     /// The invalid calls (name, input) of the previous step, to detect verbatim repeats.
@@ -178,6 +181,20 @@ pub struct Machine {
     /// Tools a person approved for the rest of the run ([`Decision::AlwaysApprove`]).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     approved_tools: BTreeSet<String>,
+    /// The typed answer this run must end with, if any (see [`crate::output`]). Boxed: every
+    /// run holds its machine, and most have no typed answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output: Option<Box<Expected>>,
+}
+
+/// A typed answer due: under which name, whether as a call to the tool of that name, and the
+/// checked value once given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Expected {
+    name: String,
+    tool: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    value: Option<Value>,
 }
 
 impl Machine {
@@ -194,11 +211,164 @@ impl Machine {
             steps: Vec::new(),
             phase: Phase::Ready,
             stop_after_tools: None,
+            skip_reason: None,
             invalid_counts: BTreeMap::new(),
             last_invalid: Vec::new(),
             error: None,
             approved_tools: BTreeSet::new(),
+            output: None,
         }
+    }
+
+    /// Make the run end with a typed answer named `name`: the text of the answer (checked
+    /// with [`Self::on_answer`]) or, when `tool`, a call to the tool `name` that completed.
+    pub(crate) fn expect_output(&mut self, name: &str, tool: bool) {
+        self.output = Some(Box::new(Expected {
+            name: name.to_owned(),
+            tool,
+            value: None,
+        }));
+    }
+
+    /// The text of a typed run's answer, waiting for [`Self::on_answer`].
+    pub(crate) fn pending_answer(&self) -> Option<String> {
+        if self.output.as_ref().is_none_or(|e| e.value.is_some())
+            || self.phase
+                != (Phase::Done {
+                    reason: RunStopReason::EndTurn,
+                })
+        {
+            return None;
+        }
+        self.steps.last().map(|step| step.response.text())
+    }
+
+    /// Report the check of the answer [`Self::pending_answer`] gave: the value, or what the
+    /// model gave and what is wrong with it. A rejected answer goes back to the model with the
+    /// violations, and counts against the same retry budget and repeat detection as invalid
+    /// tool arguments; the run goes on, unless those are used up.
+    pub(crate) fn on_answer(&mut self, verdict: Result<Value, (Value, Vec<Violation>)>) {
+        let Some(expected) = self.output.as_mut() else {
+            return;
+        };
+        let (given, violations) = match verdict {
+            Ok(value) => {
+                expected.value = Some(value);
+                return;
+            }
+            Err(rejected) => rejected,
+        };
+        let expected = Expected::clone(expected);
+        let key = (expected.name.clone(), given);
+        let repeated = self.last_invalid.contains(&key);
+        self.last_invalid = vec![key];
+        let count = self
+            .invalid_counts
+            .entry(expected.name.clone())
+            .or_default();
+        *count += 1;
+        let count = *count;
+        let retries = self.limits.invalid_argument_retries;
+        let mut text = format!("Error: your answer is not a valid `{}`:", expected.name);
+        for violation in &violations {
+            text.push_str("\n- ");
+            text.push_str(&violation.to_string());
+        }
+        text.push_str(&format!(
+            "\nFix it and answer again (retry {count} of {retries})."
+        ));
+        self.request.messages.push(Message::user(text));
+        self.phase = if repeated {
+            self.error = Some(Error::InvalidOutput {
+                name: expected.name.clone(),
+                violations,
+            });
+            Phase::Done {
+                reason: RunStopReason::RepeatedInvalidCall(expected.name),
+            }
+        } else if count > retries {
+            self.error = Some(Error::InvalidOutput {
+                name: expected.name,
+                violations,
+            });
+            Phase::Done {
+                reason: RunStopReason::InvalidOutput,
+            }
+        } else if self
+            .limits
+            .max_total_tokens
+            .is_some_and(|max| self.usage.total_tokens() >= max)
+        {
+            Phase::Done {
+                reason: RunStopReason::TokenBudget,
+            }
+        } else {
+            Phase::Ready
+        };
+    }
+
+    /// When the call the model repeated is the final-answer call, the run's error says what
+    /// was wrong with it, as for a text answer.
+    fn repeated_output_call(&mut self, tool: &str) {
+        if !self
+            .output
+            .as_ref()
+            .is_some_and(|e| e.tool && e.name == tool)
+        {
+            return;
+        }
+        let Some(step) = self.steps.last() else {
+            return;
+        };
+        let violations = step
+            .tool_calls
+            .iter()
+            .zip(&step.outcomes)
+            .find_map(|(call, outcome)| match outcome {
+                ToolOutcome::InvalidArguments { violations } if call.name == tool => {
+                    Some(violations.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        self.error = Some(Error::InvalidOutput {
+            name: tool.to_owned(),
+            violations,
+        });
+    }
+
+    /// After a tool step of a run whose answer is a tool call: end it when the call completed,
+    /// or when its retries ran out.
+    fn output_call_finished(&mut self) -> Option<Phase> {
+        let expected = self.output.as_mut().filter(|e| e.tool)?;
+        let step = self.steps.last()?;
+        let mut last_violations = None;
+        for (call, outcome) in step.tool_calls.iter().zip(&step.outcomes) {
+            if call.name != expected.name {
+                continue;
+            }
+            match outcome {
+                ToolOutcome::Completed { .. } => {
+                    expected.value = Some(call.input.clone());
+                    return Some(Phase::Done {
+                        reason: RunStopReason::EndTurn,
+                    });
+                }
+                ToolOutcome::InvalidArguments { violations } => {
+                    last_violations = Some(violations.clone());
+                }
+                _ => {}
+            }
+        }
+        let violations = last_violations?;
+        let name = expected.name.clone();
+        let used = self.invalid_counts.get(&name).copied().unwrap_or(0);
+        (used > self.limits.invalid_argument_retries).then(|| {
+            self.error = Some(Error::InvalidOutput { name, violations });
+            Phase::Done {
+                reason: RunStopReason::InvalidOutput,
+            }
+        })
     }
 
     /// The next action. Calling it again before reporting back returns the same action.
@@ -300,6 +470,26 @@ impl Machine {
                 "the run's limit of {} tool iterations was reached",
                 self.limits.max_tool_iterations
             );
+            // A typed answer by tool is the answer that was due: its call runs, the others
+            // are answered as not run, all in the one step.
+            let answer = self
+                .output
+                .as_ref()
+                .filter(|e| e.tool)
+                .map(|e| e.name.clone());
+            if let Some(answer) = answer
+                && calls.iter().any(|c| c.name == answer)
+            {
+                let (run, skipped) = calls.into_iter().partition(|c| c.name == answer);
+                self.skip_reason = Some(why);
+                self.stop_after_tools = Some(RunStopReason::MaxToolIterations);
+                self.phase = Phase::ToolsPending {
+                    run,
+                    skipped,
+                    held: HeldBox::default(),
+                };
+                return;
+            }
             self.answer_unrun(calls, &why);
             self.phase = Phase::Done {
                 reason: RunStopReason::MaxToolIterations,
@@ -564,12 +754,24 @@ impl Machine {
         };
         self.tool_iterations += 1;
         let repeated = self.record_tool_step(pairs, skipped, duration);
-        self.phase = match (repeated, self.stop_after_tools.take()) {
-            (Some(tool), _) => Phase::Done {
+        let output = self.output_call_finished();
+        let stop_after_tools = self.stop_after_tools.take();
+        self.phase = if self.output.as_ref().is_some_and(|e| e.value.is_some()) {
+            // The typed answer came: nothing else the step did matters.
+            Phase::Done {
+                reason: RunStopReason::EndTurn,
+            }
+        } else if let Some(tool) = repeated {
+            self.repeated_output_call(&tool);
+            Phase::Done {
                 reason: RunStopReason::RepeatedInvalidCall(tool),
-            },
-            (None, Some(reason)) => Phase::Done { reason },
-            (None, None) => Phase::Ready,
+            }
+        } else if let Some(done) = output {
+            done
+        } else if let Some(reason) = stop_after_tools {
+            Phase::Done { reason }
+        } else {
+            Phase::Ready
         };
     }
 
@@ -607,16 +809,24 @@ impl Machine {
         duration: Duration,
     ) -> Option<String> {
         if !skipped.is_empty() {
-            let limit_reason = format!(
-                "the run's limit of {} tool calls was reached",
-                self.limits.max_tool_calls.unwrap_or_default()
-            );
+            let limit_reason = self.skip_reason.take().unwrap_or_else(|| {
+                format!(
+                    "the run's limit of {} tool calls was reached",
+                    self.limits.max_tool_calls.unwrap_or_default()
+                )
+            });
             pairs.extend(skipped.into_iter().map(|call| {
                 let outcome = ToolOutcome::Cancelled {
                     reason: limit_reason.clone(),
                 };
                 (call, outcome)
             }));
+            // In the response's order, which the step's calls, outcomes and events share:
+            // skipped calls need not be the last ones.
+            if let Some(step) = self.steps.last() {
+                let position = |id: &str| step.tool_calls.iter().position(|c| c.id == id);
+                pairs.sort_by_key(|(call, _)| position(&call.id).unwrap_or(usize::MAX));
+            }
         }
 
         let mut repeated = None;
@@ -842,6 +1052,7 @@ impl Machine {
             error: self.error,
             pending_approvals,
             paused,
+            output: self.output.and_then(|e| e.value),
         }
     }
 }

@@ -36,6 +36,7 @@
 //! | --- | --- |
 //! | model call ([`StreamEvent`], [`crate::Provider::stream`]) | `message_start`, `text_delta`, `thinking_delta`, `thinking_signature`, `redacted_thinking`, `tool_call_start` / `tool_call_delta` / `tool_call_end` (the model writing a call's arguments), `native_block`, `usage`, `message_stop` |
 //! | run ([`RunEvent`], [`run_stream`], [`crate::Agent::run_stream`]) | `run_start`; per step `step_start`, the model call's events, `tool_call_ready` for every call of the response, `approval_requested` for every call that waits for a person, `tool_call_result` for every call answered, `step_finish`; `error` when a model call fails; `run_finish` |
+//! | typed run ([`crate::Agent::run_output_stream`], [`crate::output`]) | the run's events, with `partial_output` (the answer parsed so far) after each piece of the answer that changes it, and `output` (the checked value) just before `run_finish` |
 //! | server, `/v1/chat` | `message_start`; the run's `text_delta`, `thinking_delta`; `tool_call_start` (the run's `tool_call_ready`) and `tool_call_result`; `message_end`, `error` |
 //! | server, AI SDK UI stream | `start`; `start-step` / `finish-step`; text and reasoning parts from the deltas; `tool-input-start` / `tool-input-delta` (the model's `tool_call_start` / `tool_call_delta`), `tool-input-available` (ready), `tool-output-available` / `tool-output-error`; `error`, `finish` |
 //!
@@ -146,6 +147,7 @@ use crate::stream::StreamEvent;
 
 use crate::error::{Error, Result};
 use crate::message::Request;
+use crate::output::{OutputSpec, OutputStrategy};
 use crate::provider::Provider;
 use crate::tool::{Tool, ToolDefinition};
 use driver::Driver;
@@ -230,6 +232,67 @@ pub(crate) fn stream_set(
     let machine = new_machine(request, &tools, &options);
     let events = Outbox::default();
     let driver = Driver::new(provider, tools, options, Some(events.clone()));
+    stream_driver(driver, machine, events)
+}
+
+/// A typed run's driver and machine: the request set up for the output's strategy (the
+/// provider's unless the output names one), the final-answer tool added when that is the
+/// strategy, and the machine expecting the answer. Also the final-answer tool's name, if any.
+fn typed_run(
+    provider: Arc<dyn Provider>,
+    mut request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    mut output: OutputSpec,
+    events: Option<Outbox>,
+) -> (Driver, Machine, Option<String>) {
+    let strategy = output.resolve(provider.output_strategy());
+    let tools = match output.prepare(&mut request) {
+        Some(answer) => ToolSet::new(tools.as_slice().iter().cloned().chain([answer])),
+        None => tools,
+    };
+    let mut machine = new_machine(request, &tools, &options);
+    let by_tool = strategy == OutputStrategy::Tool;
+    machine.expect_output(&output.name, by_tool);
+    let tool = by_tool.then(|| output.name.clone());
+    let driver = Driver::new(provider, tools, options, events).with_output(Arc::new(output));
+    (driver, machine, tool)
+}
+
+/// [`run_set`] for a typed run (see [`crate::output`]).
+pub(crate) fn run_output_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    output: OutputSpec,
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    let (driver, machine, _) = typed_run(provider, request, tools, options, output, None);
+    driver.drive_new(machine)
+}
+
+/// [`stream_set`] for a typed run; also the final-answer tool's name, if the answer comes as
+/// a call to it.
+pub(crate) fn stream_output_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    output: OutputSpec,
+) -> (RunStream, Option<String>) {
+    let events = Outbox::default();
+    let (driver, machine, tool) = typed_run(
+        provider,
+        request,
+        tools,
+        options,
+        output,
+        Some(events.clone()),
+    );
+    (stream_driver(driver, machine, events), tool)
+}
+
+fn stream_driver(driver: Driver, machine: Machine, events: Outbox) -> RunStream {
     let cancel = driver.cancel_token().clone();
     streaming(driver.drive_new(machine), events, cancel)
 }

@@ -40,8 +40,12 @@ pub enum RunStopReason {
     /// interrupt). (`interrupted` in runs saved before the rename.)
     #[serde(alias = "interrupted")]
     Cancelled,
-    /// The model repeated the same invalid tool call; holds the tool's name.
+    /// The model repeated the same invalid tool call (or typed answer); holds the tool's (or
+    /// output's) name.
     RepeatedInvalidCall(String),
+    /// A typed run's answers kept breaking the output's schema or validator until the retries
+    /// ran out; [`RunResult::error`] holds [`Error::InvalidOutput`].
+    InvalidOutput,
     /// A model call failed; [`RunResult::error`] holds the error.
     Error,
     /// Manual tool mode: the model asked for tools, which the caller must answer before the
@@ -67,6 +71,7 @@ impl RunStopReason {
             Self::Custom(_) => "custom",
             Self::Cancelled => "cancelled",
             Self::RepeatedInvalidCall(_) => "repeated_invalid_call",
+            Self::InvalidOutput => "invalid_output",
             Self::Error => "error",
             Self::AwaitingToolResults => "awaiting_tool_results",
             Self::AwaitingApproval => "awaiting_approval",
@@ -140,6 +145,9 @@ pub struct RunResult {
     /// [`PausedRun::to_json`]).
     #[serde(skip)]
     pub paused: Option<Box<PausedRun>>,
+    /// A typed run's checked answer (see [`crate::output`]); `None` for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 impl RunResult {
@@ -221,6 +229,17 @@ pub enum RunEvent {
         /// keep every run event small.
         response: Box<Response>,
     },
+    /// A typed run's answer as parsed so far, while it streams (see
+    /// [`crate::output::partial_json`]); only from [`crate::Agent::run_output_stream`].
+    PartialOutput {
+        /// The partial value. Boxed to keep every run event small.
+        value: Box<serde_json::Value>,
+    },
+    /// A typed run's checked answer, just before `run_finish`.
+    Output {
+        /// The value, checked against the output's schema and validator.
+        value: Box<serde_json::Value>,
+    },
     /// A model call failed; the run finishes right after.
     Error {
         /// What went wrong.
@@ -252,6 +271,8 @@ impl RunEvent {
             Self::ToolCallResult { .. } => "tool_call_result",
             Self::ApprovalRequested(_) => "approval_requested",
             Self::StepFinish { .. } => "step_finish",
+            Self::PartialOutput { .. } => "partial_output",
+            Self::Output { .. } => "output",
             Self::Error { .. } => "error",
             Self::RunFinish { .. } => "run_finish",
             Self::Model(event) => event.kind(),

@@ -99,6 +99,7 @@ pub fn canonical_request() -> Request {
         metadata: None,
         extensions: None,
         cache: Vec::new(),
+        output: None,
     }
 }
 

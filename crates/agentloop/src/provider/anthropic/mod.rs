@@ -217,6 +217,14 @@ impl Anthropic {
 }
 
 impl Provider for Anthropic {
+    /// The final-answer tool: structured outputs (`output_config.format`) are there, on
+    /// recent models only, and take a subset of JSON Schema that the schema is not compiled
+    /// to yet (objects closed, no numeric bounds); choose them with
+    /// [`crate::Output::with_strategy`].
+    fn output_strategy(&self) -> crate::output::OutputStrategy {
+        crate::output::OutputStrategy::Tool
+    }
+
     fn name(&self) -> &str {
         PROVIDER_NAME
     }

@@ -63,6 +63,7 @@ pub(super) fn build(
             .map(|user_id| Metadata { user_id }),
         stream,
         cache_control: marks.automatic.map(WireCacheControl::new),
+        output_config: request.output.as_deref().map(OutputConfig::new),
         extensions: request.extensions.as_ref(),
     };
     let body = body_size
@@ -88,7 +89,41 @@ struct Body<'a> {
     stream: bool,
     /// Automatic caching: Anthropic marks the last cacheable block itself.
     cache_control: Option<WireCacheControl<'a>>,
+    output_config: Option<OutputConfig<'a>>,
     extensions: Option<&'a Map<String, Value>>,
+}
+
+/// Structured outputs: `output_config: {"format": {"type": "json_schema", "schema": ...}}`
+/// (platform.claude.com/docs/en/build-with-claude/structured-outputs). The schema goes as
+/// written, without `$schema`.
+#[derive(Serialize)]
+struct OutputConfig<'a> {
+    format: OutputConfigFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct OutputConfigFormat<'a> {
+    r#type: &'static str,
+    schema: std::borrow::Cow<'a, Value>,
+}
+
+impl<'a> OutputConfig<'a> {
+    fn new(format: &'a crate::message::OutputFormat) -> Self {
+        let schema = match &format.schema {
+            Value::Object(map) if map.contains_key("$schema") => {
+                let mut map = map.clone();
+                map.shift_remove("$schema");
+                std::borrow::Cow::Owned(Value::Object(map))
+            }
+            other => std::borrow::Cow::Borrowed(other),
+        };
+        Self {
+            format: OutputConfigFormat {
+                r#type: "json_schema",
+                schema,
+            },
+        }
+    }
 }
 
 impl Serialize for Body<'_> {
@@ -127,6 +162,9 @@ impl Serialize for Body<'_> {
         }
         if let Some(cache_control) = &self.cache_control {
             entry(&mut map, ext, "cache_control", cache_control)?;
+        }
+        if let Some(output_config) = &self.output_config {
+            entry(&mut map, ext, "output_config", output_config)?;
         }
         // Extensions come last and win: every key they name was skipped above.
         for (key, value) in ext.into_iter().flatten() {

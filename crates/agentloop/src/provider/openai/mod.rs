@@ -481,6 +481,11 @@ fn is_quota_error(body: &[u8]) -> bool {
 }
 
 impl Provider for OpenAi {
+    /// Structured outputs (`response_format`), strict where the schema allows.
+    fn output_strategy(&self) -> crate::output::OutputStrategy {
+        crate::output::OutputStrategy::Native
+    }
+
     fn name(&self) -> &str {
         &self.options.name
     }

@@ -18,7 +18,7 @@ use super::OpenAiOptions;
 use super::tools::WebSearchOptions;
 use crate::error::{Error, Result};
 use crate::message::{
-    ContentBlock, ImageSource, Message, Request, Role, ToolResult, ToolResultContent,
+    ContentBlock, ImageSource, Message, OutputFormat, Request, Role, ToolResult, ToolResultContent,
 };
 use crate::provider::http::BodySize;
 use crate::provider::rendered::RenderedTools;
@@ -67,6 +67,7 @@ pub(crate) fn build(
         messages: messages(request, options),
         tools,
         web_search,
+        response_format: request.output.as_deref().map(ResponseFormat::new),
     };
     body_size.serialize(&body).map_err(unserializable)
 }
@@ -79,6 +80,38 @@ struct Body<'a> {
     /// Rendered once per provider (see [`RenderedTools`]).
     tools: Vec<Arc<RawValue>>,
     web_search: Option<WebSearchOptions<'a>>,
+    response_format: Option<ResponseFormat<'a>>,
+}
+
+/// `response_format: {"type": "json_schema", "json_schema": {name, schema, strict}}`
+/// (`ResponseFormatJsonSchema` in openai/openai-openapi). The schema is shaped like a strict
+/// tool's parameters when strict, else only its `$ref`s are inlined.
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    r#type: &'static str,
+    json_schema: JsonSchemaFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchemaFormat<'a> {
+    name: &'a str,
+    schema: Cow<'a, Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    strict: bool,
+}
+
+impl<'a> ResponseFormat<'a> {
+    fn new(format: &'a OutputFormat) -> Self {
+        let (schema, strict) = parameters(&format.name, &format.schema, format.strict);
+        Self {
+            r#type: "json_schema",
+            json_schema: JsonSchemaFormat {
+                name: &format.name,
+                schema,
+                strict,
+            },
+        }
+    }
 }
 
 impl Serialize for Body<'_> {
@@ -161,6 +194,9 @@ impl Serialize for Body<'_> {
         if let Some(web_search) = &self.web_search {
             map.entry("web_search_options", web_search)?;
         }
+        if let Some(format) = &self.response_format {
+            map.entry("response_format", format)?;
+        }
         let mut map = map.map;
         for (key, value) in extensions.into_iter().flatten() {
             map.serialize_entry(key, value)?;
@@ -240,33 +276,44 @@ struct WireFunction<'a> {
 
 impl<'a> WireTool<'a> {
     fn new(function: &'a FunctionDefinition) -> Self {
+        let (parameters, strict) =
+            parameters(&function.name, &function.input_schema, function.strict);
         Self {
             r#type: "function",
             function: WireFunction {
                 name: &function.name,
                 description: &function.description,
-                parameters: parameters(&function.input_schema, function.strict),
-                strict: function.strict,
+                parameters,
+                strict,
             },
         }
     }
 }
 
-/// Strict tools get OpenAI's strict shape; others have `$ref`s inlined and `$schema` dropped.
-/// A schema with nothing to reshape (the common case) is sent as it is, without a copy.
-fn parameters(schema: &Value, strict: bool) -> Cow<'_, Value> {
-    let shaped = if strict {
-        openai_strict(schema)
-    } else if needs_shaping(schema) {
-        inline_refs(schema)
-    } else {
-        return Cow::Borrowed(schema);
-    };
-    let mut shaped = shaped;
+/// Strict tools get OpenAI's strict shape; others, and strict ones whose schema strict mode
+/// would change (see [`openai_strict`]), have `$ref`s inlined and `$schema` dropped. A schema
+/// with nothing to reshape (the common case) is sent as it is, without a copy. Also whether
+/// it goes strict.
+fn parameters<'a>(name: &str, schema: &'a Value, strict: bool) -> (Cow<'a, Value>, bool) {
+    if strict {
+        match openai_strict(schema) {
+            Ok(shaped) => return (Cow::Owned(shaped), true),
+            Err(why) => tracing::warn!(
+                tool = name,
+                keyword = why.keyword.as_str(),
+                path = why.path.as_str(),
+                "{why}: `{name}` is sent without strict mode"
+            ),
+        }
+    }
+    if !needs_shaping(schema) {
+        return (Cow::Borrowed(schema), false);
+    }
+    let mut shaped = inline_refs(schema);
     if let Value::Object(map) = &mut shaped {
         map.shift_remove("$schema");
     }
-    Cow::Owned(shaped)
+    (Cow::Owned(shaped), false)
 }
 
 fn needs_shaping(schema: &Value) -> bool {

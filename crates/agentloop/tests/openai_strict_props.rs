@@ -1,0 +1,141 @@
+//! What OpenAI's strict mode lets the model send, our own validation (the original schema)
+//! accepts: for every checked-in strict schema (`tests/golden/openai_strict/`), instances
+//! generated from the strict form pass the original once the `null`s strict mode sends for
+//! absent optional properties are dropped.
+#![cfg(feature = "validation")]
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::{Map, Value};
+
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/openai_strict");
+
+/// Instances of `schema`, a strict schema: every property present, `$ref`s into `root`.
+/// `depth` bounds recursion: at 0, arrays are empty.
+fn instances(schema: &Value, root: &Value, depth: u32) -> BoxedStrategy<Value> {
+    if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+        let target = match target.strip_prefix('#') {
+            Some(pointer) => root.pointer(pointer).cloned(),
+            None => None,
+        };
+        return instances(&target.expect("a local $ref"), root, depth);
+    }
+    if let Some(value) = schema.get("const") {
+        return Just(value.clone()).boxed();
+    }
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        return prop::sample::select(values.clone()).boxed();
+    }
+    if let Some(branches) = schema.get("anyOf").and_then(Value::as_array) {
+        let options: Vec<_> = branches.iter().map(|b| instances(b, root, depth)).collect();
+        return prop::strategy::Union::new(options).boxed();
+    }
+    let types: Vec<String> = match schema.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect(),
+        _ => vec!["null".to_owned()],
+    };
+    let options: Vec<BoxedStrategy<Value>> = types
+        .iter()
+        .map(|kind| match kind.as_str() {
+            "boolean" => any::<bool>().prop_map(Value::from).boxed(),
+            "integer" => {
+                let min = schema
+                    .get("minimum")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(-1000);
+                let max = schema
+                    .get("maximum")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1000);
+                (min..=max).prop_map(Value::from).boxed()
+            }
+            "number" => (-1e6f64..1e6).prop_map(Value::from).boxed(),
+            "string" => match (
+                schema.get("pattern").and_then(Value::as_str),
+                schema.get("format").and_then(Value::as_str),
+            ) {
+                (Some(pattern), _) => {
+                    let unanchored = pattern.trim_start_matches('^').trim_end_matches('$');
+                    proptest::string::string_regex(unanchored)
+                        .expect("a pattern proptest can generate from")
+                        .prop_map(Value::from)
+                        .boxed()
+                }
+                (None, Some("date-time")) => Just(Value::from("2026-11-26T13:00:00Z")).boxed(),
+                _ => "[a-zé ]{0,6}".prop_map(Value::from).boxed(),
+            },
+            "array" if depth == 0 => Just(Value::Array(Vec::new())).boxed(),
+            "array" => {
+                let items = schema.get("items").cloned().unwrap_or(Value::Bool(true));
+                prop::collection::vec(instances(&items, root, depth - 1), 0..3)
+                    .prop_map(Value::Array)
+                    .boxed()
+            }
+            "object" => {
+                let props = schema
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                let names: Vec<String> = props.keys().cloned().collect();
+                let values: Vec<_> = props.values().map(|p| instances(p, root, depth)).collect();
+                values
+                    .prop_map(move |values| {
+                        Value::Object(names.iter().cloned().zip(values).collect::<Map<_, _>>())
+                    })
+                    .boxed()
+            }
+            _ => Just(Value::Null).boxed(),
+        })
+        .collect();
+    prop::strategy::Union::new(options).boxed()
+}
+
+/// The instance without the properties strict mode sent as `null` for "absent".
+fn drop_nulls(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), drop_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(drop_nulls).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn what_strict_mode_sends_passes_the_original_schema() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(GOLDEN).unwrap() {
+        let path = entry.unwrap().path();
+        let golden: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let Some(strict) = golden["compiled"].get("strict") else {
+            continue;
+        };
+        let original = jsonschema::validator_for(&golden["schema"]).unwrap();
+        let compiled = jsonschema::validator_for(strict).unwrap();
+        let mut runner = TestRunner::new(Config::with_cases(200));
+        runner
+            .run(&instances(strict, strict, 3), |instance| {
+                prop_assert!(
+                    compiled.is_valid(&instance),
+                    "{path:?}: generator gave {instance}"
+                );
+                let sent = drop_nulls(&instance);
+                prop_assert!(
+                    original.is_valid(&sent),
+                    "{path:?}: strict mode allows {instance}, the original refuses {sent}"
+                );
+                Ok(())
+            })
+            .unwrap();
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} strict schemas checked");
+}

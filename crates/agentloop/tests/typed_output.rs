@@ -1,0 +1,621 @@
+//! Typed answers over real HTTP against the testkit's wire servers, for OpenAI and Anthropic:
+//! a tool call and then a typed answer (native and tool strategies), an invalid answer
+//! corrected on the second try, the retry budget, and repeated identical invalid answers.
+//!
+//! Wire shapes relied on: OpenAI Chat Completions `response_format: {"type": "json_schema",
+//! "json_schema": {"name", "schema", "strict"}}` (`ResponseFormatJsonSchema` in
+//! openai/openai-openapi) and `tool_choice: "required"`; Anthropic Messages structured outputs
+//! `output_config: {"format": {"type": "json_schema", "schema"}}`
+//! (platform.claude.com/docs/en/build-with-claude/structured-outputs) and
+//! `tool_choice: {"type": "any"}`.
+
+use std::sync::Arc;
+
+use agentloop::output::{Output, OutputStrategy};
+use agentloop::provider::anthropic::Anthropic;
+use agentloop::provider::http::{ApiKey, HttpConfig};
+use agentloop::provider::openai::OpenAi;
+use agentloop::{Agent, Error, Provider, RunEvent, RunStopReason, Tool};
+use agentloop_testkit::Turn;
+use agentloop_testkit::server::{MockServer, RecordedRequest, Wire};
+use futures::StreamExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Current weather for a city.
+#[derive(Deserialize, JsonSchema)]
+struct GetWeather {
+    /// City name.
+    city: String,
+}
+
+/// A weather report.
+#[derive(Debug, PartialEq, Deserialize, JsonSchema)]
+struct Report {
+    city: String,
+    temp_c: i32,
+}
+
+fn provider(server: &MockServer) -> Arc<dyn Provider> {
+    let mut config = HttpConfig::new(server.base_url());
+    match server.wire() {
+        Wire::OpenAi => {
+            config.api_key = Some(ApiKey::new("sk-test"));
+            Arc::new(OpenAi::new(config).unwrap())
+        }
+        Wire::Anthropic => {
+            config.api_key = Some(ApiKey::new("sk-ant-test"));
+            Arc::new(Anthropic::new(config).unwrap())
+        }
+    }
+}
+
+fn agent(server: &MockServer) -> Agent {
+    Agent::builder_shared(provider(server))
+        .model("m")
+        .tool(Tool::function(
+            "get_weather",
+            "Current weather for a city",
+            |w: GetWeather| async move { Ok::<_, String>(format!("{}: 18 °C", w.city)) },
+        ))
+        .build()
+}
+
+fn report_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "temp_c": {"type": "integer", "format": "int32"}
+        },
+        "required": ["city", "temp_c"]
+    })
+}
+
+fn last_message(request: &RecordedRequest) -> Value {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone()
+}
+
+const WIRES: [Wire; 2] = [Wire::OpenAi, Wire::Anthropic];
+
+fn native() -> Output<Report> {
+    Output::new().with_strategy(OutputStrategy::Native)
+}
+
+#[tokio::test]
+async fn openai_answers_natively_and_anthropic_by_the_final_answer_tool_by_default() {
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Tool),
+    ] {
+        let server = MockServer::start(wire, []).await.unwrap();
+        assert_eq!(provider(&server).output_strategy(), strategy, "{wire:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_then_a_native_typed_answer() {
+    for wire in WIRES {
+        let server = MockServer::start(
+            wire,
+            [
+                Turn::tool_call("get_weather", json!({"city": "Paris"})),
+                Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+            ],
+        )
+        .await
+        .unwrap();
+        let typed = agent(&server)
+            .run_output_with("Weather in Paris?", native())
+            .await
+            .unwrap();
+        assert_eq!(
+            typed.value,
+            Report {
+                city: "Paris".into(),
+                temp_c: 18
+            }
+        );
+        assert_eq!(typed.result.stop_reason, RunStopReason::EndTurn);
+        assert_eq!(typed.result.tool_calls, 1);
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        for request in &requests {
+            match wire {
+                // Strict: every property required (both are), objects closed, numbers
+                // without `format`.
+                Wire::OpenAi => assert_eq!(
+                    request.body["response_format"],
+                    json!({
+                        "type": "json_schema",
+                        "json_schema": {
+                            "name": "final_answer",
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "city": {"type": "string"},
+                                    "temp_c": {"type": "integer"}
+                                },
+                                "required": ["city", "temp_c"],
+                                "additionalProperties": false
+                            },
+                            "strict": true
+                        }
+                    }),
+                    "{wire:?}"
+                ),
+                Wire::Anthropic => assert_eq!(
+                    request.body["output_config"],
+                    json!({"format": {"type": "json_schema", "schema": report_schema()}}),
+                    "{wire:?}"
+                ),
+            }
+            // The native strategy adds no tool and leaves the tool choice alone.
+            assert_eq!(
+                request.body["tools"].as_array().unwrap().len(),
+                1,
+                "{wire:?}"
+            );
+            assert_eq!(request.body.get("tool_choice"), None, "{wire:?}");
+        }
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
+    for wire in WIRES {
+        let server = MockServer::start(
+            wire,
+            [
+                Turn::tool_call("get_weather", json!({"city": "Paris"})),
+                Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": 18})),
+            ],
+        )
+        .await
+        .unwrap();
+        let typed = agent(&server)
+            .run_output_with(
+                "Weather in Paris?",
+                Output::<Report>::new().with_strategy(OutputStrategy::Tool),
+            )
+            .await
+            .unwrap();
+        assert_eq!(typed.value.temp_c, 18);
+        assert_eq!(typed.result.stop_reason, RunStopReason::EndTurn);
+        // Both calls answered: the history stays valid to send on.
+        assert_eq!(typed.result.tool_calls, 2);
+        let request = server.last_request().unwrap();
+        assert_eq!(request.body.get("response_format"), None);
+        assert_eq!(request.body.get("output_config"), None);
+        let tools = request.body["tools"].as_array().unwrap();
+        let names: Vec<&str> = tools
+            .iter()
+            .map(|t| {
+                t.get("name")
+                    .or_else(|| t["function"].get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(names, ["get_weather", "final_answer"], "{wire:?}");
+        let description = "A weather report. Give your final answer by calling this tool; the \
+                           run ends when it is called with valid arguments.";
+        match wire {
+            Wire::OpenAi => {
+                assert_eq!(request.body["tool_choice"], json!("required"));
+                assert_eq!(
+                    tools[1],
+                    json!({"type": "function", "function": {
+                        "name": "final_answer",
+                        "description": description,
+                        "parameters": {
+                            "type": "object",
+                            "properties": {
+                                "city": {"type": "string"},
+                                "temp_c": {"type": "integer"}
+                            },
+                            "required": ["city", "temp_c"],
+                            "additionalProperties": false
+                        },
+                        "strict": true
+                    }})
+                );
+            }
+            Wire::Anthropic => {
+                assert_eq!(request.body["tool_choice"], json!({"type": "any"}));
+                assert_eq!(tools[1]["input_schema"], report_schema());
+            }
+        }
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected() {
+    for wire in WIRES {
+        let server = MockServer::start(
+            wire,
+            [
+                Turn::text(r#"{"city": "Paris", "temp_c": "warm"}"#),
+                Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+            ],
+        )
+        .await
+        .unwrap();
+        let typed = agent(&server)
+            .run_output_with("Weather in Paris?", native())
+            .await
+            .unwrap();
+        assert_eq!(typed.value.temp_c, 18);
+        let retry = &server.requests()[1];
+        let feedback = "Error: your answer is not a valid `final_answer`:\n\
+                        - /temp_c: \"warm\" is not of type \"integer\"\n\
+                        Fix it and answer again (retry 1 of 2).";
+        let answer = r#"{"city": "Paris", "temp_c": "warm"}"#;
+        let weather = json!({
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name."}},
+            "required": ["city"]
+        });
+        let expected = match wire {
+            Wire::OpenAi => json!({
+                "model": "m",
+                "messages": [
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": feedback}
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "parameters": weather
+                }}],
+                "response_format": {"type": "json_schema", "json_schema": {
+                    "name": "final_answer",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+                        "required": ["city", "temp_c"],
+                        "additionalProperties": false
+                    },
+                    "strict": true
+                }}
+            }),
+            Wire::Anthropic => json!({
+                "model": "m",
+                "max_tokens": 4096,
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+                    {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+                    {"role": "user", "content": [{"type": "text", "text": feedback}]}
+                ],
+                "tools": [{
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "input_schema": weather
+                }],
+                "output_config": {"format": {"type": "json_schema", "schema": report_schema()}}
+            }),
+        };
+        assert_eq!(retry.body, expected, "{wire:?}");
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_final_answer_call_goes_back_as_a_tool_error_and_is_corrected() {
+    for wire in WIRES {
+        let server = MockServer::start(
+            wire,
+            [
+                Turn::tool_call("final_answer", json!({"city": "Paris"})).with_ids(["call_a"]),
+                Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": 18})),
+            ],
+        )
+        .await
+        .unwrap();
+        let typed = agent(&server)
+            .run_output_with(
+                "Weather in Paris?",
+                Output::<Report>::new().with_strategy(OutputStrategy::Tool),
+            )
+            .await
+            .unwrap();
+        assert_eq!(typed.value.temp_c, 18);
+        let text = "Error: invalid arguments for tool `final_answer`:\n\
+                    - /: \"temp_c\" is a required property\n\
+                    Fix the arguments and call the tool again (retry 1 of 2).";
+        let expected = match wire {
+            Wire::OpenAi => json!({
+                "role": "tool", "tool_call_id": "call_a", "content": text
+            }),
+            Wire::Anthropic => json!({"role": "user", "content": [{
+                "type": "tool_result", "tool_use_id": "call_a", "content": text, "is_error": true
+            }]}),
+        };
+        assert_eq!(last_message(&server.requests()[1]), expected, "{wire:?}");
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn a_validator_rejects_a_value_with_a_message_the_model_sees() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::text(r#"{"city": "Paris", "temp_c": 99}"#),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let output = Output::<Report>::new().with_validator(|r| {
+        if r.temp_c > 60 {
+            Err(format!("{} °C is not a weather temperature", r.temp_c))
+        } else {
+            Ok(())
+        }
+    });
+    let typed = agent(&server)
+        .run_output_with("Weather in Paris?", output)
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    assert_eq!(
+        last_message(&server.requests()[1])["content"],
+        "Error: your answer is not a valid `final_answer`:\n\
+         - /: 99 °C is not a weather temperature\n\
+         Fix it and answer again (retry 1 of 2)."
+    );
+}
+
+#[tokio::test]
+async fn the_retry_budget_ends_the_run_with_a_typed_error() {
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Native),
+        (Wire::OpenAi, OutputStrategy::Tool),
+        (Wire::Anthropic, OutputStrategy::Tool),
+    ] {
+        let answers = match strategy {
+            OutputStrategy::Tool => [
+                Turn::tool_call_raw("final_answer", "not json"),
+                Turn::tool_call("final_answer", json!({"city": "Paris"})),
+                Turn::tool_call("final_answer", json!({"temp_c": 3})),
+            ],
+            _ => [
+                Turn::text("not json"),
+                Turn::text(r#"{"city": "Paris"}"#),
+                Turn::text(r#"{"temp_c": 3}"#),
+            ],
+        };
+        let server = MockServer::start(wire, answers).await.unwrap();
+        let error = agent(&server)
+            .run_output_with(
+                "Weather in Paris?",
+                Output::<Report>::new().with_strategy(strategy),
+            )
+            .await
+            .unwrap_err();
+        let Error::InvalidOutput { name, violations } = error else {
+            panic!("{wire:?} {strategy:?}: expected InvalidOutput, got {error:?}");
+        };
+        assert_eq!(name, "final_answer");
+        assert_eq!(
+            violations,
+            [agentloop::tool::Violation {
+                path: String::new(),
+                message: "\"city\" is a required property".into()
+            }],
+            "{wire:?} {strategy:?}"
+        );
+        // Two retries after the first answer, then no more calls.
+        assert_eq!(server.calls(), 3, "{wire:?} {strategy:?}");
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn repeated_identical_invalid_answers_stop_early() {
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Native),
+        (Wire::OpenAi, OutputStrategy::Tool),
+        (Wire::Anthropic, OutputStrategy::Tool),
+    ] {
+        let answer = |_| match strategy {
+            OutputStrategy::Tool => Turn::tool_call("final_answer", json!({"city": "Paris"})),
+            _ => Turn::text(r#"{"city": "Paris"}"#),
+        };
+        let server = MockServer::start(wire, (0..2).map(answer)).await.unwrap();
+        let agent = agent(&server).with_options(|o| o.limits.invalid_argument_retries = 5);
+        let result = agent
+            .run_output_stream_with(
+                "Weather in Paris?",
+                Output::<Report>::new().with_strategy(strategy),
+            )
+            .into_output()
+            .await;
+        assert!(
+            matches!(result, Err(Error::InvalidOutput { .. })),
+            "{wire:?} {strategy:?}: {result:?}"
+        );
+        // Stopped at the second identical answer, with retries left.
+        assert_eq!(server.calls(), 2, "{wire:?} {strategy:?}");
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_invalid_answer_stops_with_its_reason() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::text(r#"{"city": 1}"#), Turn::text(r#"{"city": 1}"#)],
+    )
+    .await
+    .unwrap();
+    let agent = agent(&server).with_options(|o| o.limits.invalid_argument_retries = 5);
+    let mut stream = agent.run_output_stream::<Report>("Weather?");
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    let result = finish.unwrap();
+    assert_eq!(
+        result.stop_reason,
+        RunStopReason::RepeatedInvalidCall("final_answer".into())
+    );
+    assert!(matches!(result.error, Some(Error::InvalidOutput { .. })));
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn a_streamed_typed_run_shows_the_partial_answer_then_the_checked_value() {
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Tool),
+    ] {
+        let answer = json!({"city": "Paris", "temp_c": 18});
+        let turn = match strategy {
+            OutputStrategy::Tool => Turn::tool_call("final_answer", answer.clone()),
+            _ => Turn::text(answer.to_string()),
+        };
+        let server = MockServer::start(wire, [turn]).await.unwrap();
+        let mut stream = agent(&server)
+            .run_output_stream_with("Weather?", Output::<Report>::new().with_strategy(strategy));
+        let mut partials = Vec::new();
+        let mut kinds = Vec::new();
+        while let Some(event) = stream.next().await {
+            match &event {
+                RunEvent::PartialOutput { value } => partials.push((**value).clone()),
+                RunEvent::Output { value } => assert_eq!(**value, answer),
+                _ => {}
+            }
+            kinds.push(event.kind());
+        }
+        assert!(!partials.is_empty(), "{wire:?}");
+        assert_eq!(partials.last(), Some(&answer), "{wire:?}");
+        let n = kinds.len();
+        assert_eq!(kinds[n - 2..], ["output", "run_finish"], "{wire:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_prompted_answer_is_found_in_the_text() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::text(
+            "Here it is:\n```json\n{\"city\": \"Paris\", \"temp_c\": 18}\n```\nAnything else?",
+        )],
+    )
+    .await
+    .unwrap();
+    let typed = agent(&server)
+        .run_output_with(
+            "Weather in Paris?",
+            Output::<Report>::new().with_strategy(OutputStrategy::Prompted),
+        )
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    let request = server.last_request().unwrap();
+    assert_eq!(
+        request.body["messages"][0],
+        json!({"role": "system", "content": format!(
+            "Give your final answer as one JSON value, and nothing else, that follows this \
+             JSON Schema:\n{}",
+            report_schema()
+        )})
+    );
+    assert_eq!(request.body.get("response_format"), None);
+    assert_eq!(request.body["tools"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_rejected_answer_past_the_token_budget_ends_the_run() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::text(r#"{"city": "Paris"}"#).with_usage(100, 100)],
+    )
+    .await
+    .unwrap();
+    let agent = agent(&server).with_options(|o| o.limits.max_total_tokens = Some(150));
+    let mut stream = agent.run_output_stream_with("Weather?", native());
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    assert_eq!(finish.unwrap().stop_reason, RunStopReason::TokenBudget);
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn a_stop_condition_ends_the_run_after_a_rejected_answer() {
+    let server = MockServer::start(Wire::OpenAi, [Turn::text(r#"{"city": "Paris"}"#)])
+        .await
+        .unwrap();
+    let agent = agent(&server).with_options(|o| {
+        o.stop_when
+            .push(agentloop::run::StopCondition::new("one_step", |m| {
+                m.turns() >= 1
+            }))
+    });
+    let mut stream = agent.run_output_stream_with("Weather?", native());
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    assert_eq!(
+        finish.unwrap().stop_reason,
+        RunStopReason::Custom("one_step".into())
+    );
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn the_final_answer_call_is_taken_at_the_tool_iteration_limit() {
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("get_weather", json!({"city": "Paris"})),
+            Turn::tool_calls([
+                ("get_weather", json!({"city": "Rome"})),
+                ("final_answer", json!({"city": "Paris", "temp_c": 18})),
+            ])
+            .with_ids(["call_rome", "call_answer"]),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = agent(&server).with_options(|o| o.limits.max_tool_iterations = 1);
+    let typed = agent
+        .run_output::<Report>("Weather in Paris?")
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    // The other call of the answer's step is answered as not run, in the same message.
+    let results = &typed.result.steps[1].tool_results;
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0].tool_use_id, "call_rome");
+    assert!(results[0].is_error);
+    assert_eq!(
+        results[0].content.to_text(),
+        "Error: the call to `get_weather` was not run: the run's limit of 1 tool iterations \
+         was reached"
+    );
+    agentloop::history::validate(&typed.result.messages).unwrap();
+    server.assert_complete();
+}
