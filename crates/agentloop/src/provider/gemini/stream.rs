@@ -60,6 +60,8 @@ struct StreamedCall {
 struct Finish {
     reason: String,
     message: Option<String>,
+    /// Why a safety stop happened (`safetyRatings`, with `blocked: true` on the culprit).
+    ratings: Option<Value>,
 }
 
 impl GeminiDecoder {
@@ -116,6 +118,7 @@ impl GeminiDecoder {
                         .get("finishMessage")
                         .and_then(Value::as_str)
                         .map(str::to_owned),
+                    ratings: candidate.get("safetyRatings").cloned(),
                 });
             }
         }
@@ -128,6 +131,10 @@ impl GeminiDecoder {
             self.finish.get_or_insert(Finish {
                 reason: "PROMPT_BLOCKED".to_owned(),
                 message: Some(format!("the prompt was blocked ({reason})")),
+                ratings: object
+                    .get("promptFeedback")
+                    .and_then(|f| f.get("safetyRatings"))
+                    .cloned(),
             });
         }
         if let Some(usage) = object.get("usageMetadata").and_then(usage) {
@@ -306,6 +313,9 @@ impl SseDecoder for GeminiDecoder {
             value.insert("finishReason".into(), finish.reason.clone().into());
             if let Some(message) = &finish.message {
                 value.insert("finishMessage".into(), message.clone().into());
+            }
+            if let Some(ratings) = &finish.ratings {
+                value.insert("safetyRatings".into(), ratings.clone());
             }
             out.push_back(StreamEvent::NativeBlock {
                 provider: PROVIDER_NAME.to_owned(),
