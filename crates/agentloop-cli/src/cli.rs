@@ -108,6 +108,8 @@ pub enum Format {
     Openai,
     /// Anthropic Messages events.
     Anthropic,
+    /// Gemini `streamGenerateContent?alt=sse` chunks (Gemini API and Vertex AI).
+    Gemini,
 }
 
 /// `agentloop replay`.

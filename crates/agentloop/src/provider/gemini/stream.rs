@@ -231,6 +231,16 @@ impl GeminiDecoder {
         });
         let mut args = match call.get("args") {
             Some(Value::Object(args)) => Value::Object(args.clone()),
+            // Not Gemini's shape, but text is kept as the call's raw arguments (the run loop
+            // answers them as invalid) rather than dropped.
+            Some(Value::String(raw)) if !will_continue => {
+                out.push_back(StreamEvent::ToolCallDelta {
+                    index,
+                    arguments: raw.clone(),
+                });
+                out.push_back(StreamEvent::ToolCallEnd { index });
+                return;
+            }
             _ => Value::Object(Map::new()),
         };
         apply_partial_args(&mut args, call.get("partialArgs"));
@@ -398,7 +408,8 @@ fn usage(metadata: &Value) -> Option<Usage> {
     })
 }
 
-/// A mid-stream (or whole-body) `{"error": {"code", "message", "status"}}`.
+/// A mid-stream (or whole-body) `{"error": {"code", "message", "status"}}`. `UNAVAILABLE`
+/// (503) is the in-stream twin of the HTTP 503 overload and typed as one.
 pub(super) fn stream_error(error: &Value) -> Error {
     let message = error
         .get("message")
@@ -410,6 +421,13 @@ pub(super) fn stream_error(error: &Value) -> Error {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .or_else(|| error.get("code").map(|c| c.to_string()));
+    let code = error.get("code").and_then(Value::as_u64);
+    if error_type.as_deref() == Some("UNAVAILABLE") || code == Some(503) {
+        return Error::Overloaded {
+            provider: PROVIDER_NAME.to_owned(),
+            message,
+        };
+    }
     Error::Stream {
         provider: PROVIDER_NAME.to_owned(),
         error_type,
