@@ -57,10 +57,10 @@ async fn a_streamed_turn_is_whole_gemini_chunks() {
     let expected = [
         chunk(r#"[{"text":"Look ","thought":true}]"#),
         chunk(r#"[{"text":"it up","thought":true}]"#),
-        // Signed is the first part after the thought summary, as Gemini does.
-        chunk(r#"[{"text":"Paris i","thoughtSignature":"sig-1"}]"#),
+        chunk(r#"[{"text":"Paris i"}]"#),
         chunk(r#"[{"text":"s sunny"}]"#),
-        chunk(r#"[{"functionCall":{"id":"call_0_0","name":"get_weather","args":{"city":"Paris"}}}]"#),
+        // Signed is the turn's first function call, as Gemini does.
+        chunk(r#"[{"functionCall":{"id":"call_0_0","name":"get_weather","args":{"city":"Paris"}},"thoughtSignature":"sig-1"}]"#),
         concat!(
             r#"data: {"candidates":[{"content":{"parts":[{"text":""}],"role":"model"},"finishReason":"STOP","index":0}],"#,
             r#""usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":7,"totalTokenCount":19},"#,
@@ -77,6 +77,20 @@ async fn a_streamed_turn_is_whole_gemini_chunks() {
         "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
     );
     server.assert_complete();
+}
+
+#[tokio::test]
+async fn without_calls_the_first_answer_text_is_signed() {
+    let turn = Turn::text("Hi")
+        .with_thinking("Greet", Some("sig-2"))
+        .with_text_pieces(1)
+        .with_usage(1, 1);
+    let server = MockServer::start(Wire::Gemini, [turn]).await.unwrap();
+    let (_, _, body) = call(&server, "m", true).await;
+    assert!(
+        body.contains(r#"{"text":"Hi","thoughtSignature":"sig-2"}"#),
+        "{body}"
+    );
 }
 
 #[tokio::test]

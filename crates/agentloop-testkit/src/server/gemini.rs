@@ -104,14 +104,20 @@ fn thought_part(text: &str) -> Value {
     json!({"text": text, "thought": true})
 }
 
-/// `part` with `signature` (taken) on it. Gemini signs the part after the thought summary
-/// (the first answer text or function call), or an empty text part at the end: never the
-/// thought parts themselves (see the recordings).
+/// `part` with `signature` (taken) on it. Gemini signs the first function call of a turn
+/// that has calls, else the first answer text after the thought summary, else an empty text
+/// part at the end; never the thought parts themselves (the recordings, and the "Thought
+/// signatures" guide).
 fn signed(mut part: Value, signature: &mut Option<&str>) -> Value {
     if let Some(signature) = signature.take() {
         part["thoughtSignature"] = signature.into();
     }
     part
+}
+
+/// Where the reasoning's signature goes: on calls when the turn has any.
+fn signs_text(turn: &Turn) -> bool {
+    !turn.has_tool_calls()
 }
 
 /// The SSE events of a streamed answer: text and reasoning in pieces, each call whole in its
@@ -126,7 +132,12 @@ pub(super) fn stream(turn: &Turn, shape: &Shape<'_>) -> Vec<Bytes> {
         match item {
             TurnItem::Text(text) => {
                 for piece in split_pieces(text, turn.pieces.text) {
-                    push(signed(json!({ "text": piece }), &mut pending));
+                    let part = json!({ "text": piece });
+                    push(if signs_text(turn) {
+                        signed(part, &mut pending)
+                    } else {
+                        part
+                    });
                 }
             }
             TurnItem::Thinking { text, signature } => {
@@ -161,7 +172,10 @@ pub(super) fn body(turn: &Turn, shape: &Shape<'_>) -> Bytes {
     let mut parts = Vec::new();
     for item in &turn.items {
         match item {
-            TurnItem::Text(text) => parts.push(signed(json!({ "text": text }), &mut pending)),
+            TurnItem::Text(text) if signs_text(turn) => {
+                parts.push(signed(json!({ "text": text }), &mut pending));
+            }
+            TurnItem::Text(text) => parts.push(json!({ "text": text })),
             TurnItem::Thinking { text, signature } => {
                 parts.push(thought_part(text));
                 pending = signature.as_deref();

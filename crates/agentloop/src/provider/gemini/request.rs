@@ -141,7 +141,8 @@ fn user_parts(message: &Message, names: &HashMap<&str, &str>) -> Result<Vec<Valu
 
 /// A model turn. A Gemini reasoning block carries the signature of the part after it (see
 /// the stream decoder); the thought summary text itself is not sent back, Gemini reads only
-/// the signature. The first function call of a turn with no signature gets [`SKIP_SIGNATURE`].
+/// the signature. The first function call of a turn with no signature at all gets
+/// [`SKIP_SIGNATURE`].
 fn model_parts(message: &Message, signatures_required: bool) -> Vec<Value> {
     let mut parts: Vec<Value> = Vec::new();
     let mut pending: Option<&str> = None;
@@ -194,10 +195,13 @@ fn model_parts(message: &Message, signatures_required: bool) -> Vec<Value> {
         // A signature on the turn's last, empty text part, as Gemini sent it.
         parts.push(json!({"text": "", "thoughtSignature": signature}));
     }
+    // A turn Gemini signed is sent as Gemini made it; only a turn with no signature at all
+    // (another provider's, or written by hand) needs the stand-in.
+    let signed = parts.iter().any(|p| p.get("thoughtSignature").is_some());
     if signatures_required
+        && !signed
         && let Some(index) = first_call
         && let Some(Value::Object(part)) = parts.get_mut(index)
-        && !part.contains_key("thoughtSignature")
     {
         part.insert("thoughtSignature".into(), SKIP_SIGNATURE.into());
     }
