@@ -192,6 +192,8 @@ fn native_tools_and_unsupported_ones() {
     );
 }
 
+/// `FunctionDeclaration.parametersJsonSchema` (Gemini API reference): "The schema must
+/// describe an object where the properties are the parameters to the function."
 #[test]
 fn a_schema_gemini_cannot_take_is_refused_before_sending() {
     let mut request = Request::new("gemini-2.5-flash", vec![Message::user("hi")]);

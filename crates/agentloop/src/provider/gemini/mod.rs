@@ -345,7 +345,7 @@ pub(crate) fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: 
         },
         429 => Error::RateLimited {
             provider,
-            retry_after: http::retry_after(headers),
+            retry_after: http::retry_after(headers).or_else(|| retry_delay(error)),
             message,
         },
         503 | 529 => Error::Overloaded { provider, message },
@@ -364,6 +364,27 @@ pub(crate) fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: 
     }
 }
 
+/// The wait a `google.rpc.RetryInfo` detail asks for (`"retryDelay": "7s"`, a protobuf
+/// Duration in seconds), which Gemini sends with `RESOURCE_EXHAUSTED` instead of a header.
+fn retry_delay(error: &Value) -> Option<std::time::Duration> {
+    error
+        .get("details")?
+        .as_array()?
+        .iter()
+        .find(|d| {
+            d.get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"))
+        })?
+        .get("retryDelay")?
+        .as_str()?
+        .strip_suffix('s')?
+        .parse::<f64>()
+        .ok()
+        .filter(|secs| secs.is_finite() && *secs >= 0.0)
+        .and_then(|secs| std::time::Duration::try_from_secs_f64(secs).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +400,17 @@ mod tests {
                 if t == "NOT_FOUND" && message.starts_with("models/nope")
         ));
         assert!(!error.is_retryable());
+    }
+
+    #[test]
+    fn a_429_without_retry_after_takes_the_wait_from_retry_info() {
+        // google.rpc.RetryInfo in the error details, as Gemini sends with RESOURCE_EXHAUSTED.
+        let body = br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7.5s"}]}}"#;
+        let error = map_error(PROVIDER_NAME, 429, &HeaderMap::new(), body);
+        assert!(
+            matches!(error, Error::RateLimited { retry_after: Some(d), .. } if d == std::time::Duration::from_millis(7500)),
+            "{error:?}"
+        );
     }
 
     #[test]
