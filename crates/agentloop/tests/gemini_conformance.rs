@@ -226,6 +226,41 @@ fn the_404_body_is_an_error_not_an_empty_answer() {
     );
 }
 
+/// Chunks of the documented shape take a fast typed reader; the `Value` reader (every other
+/// shape, and whole bodies) must give the same events for them.
+#[test]
+fn the_typed_reader_and_the_value_reader_agree_on_every_recording() {
+    use agentloop::provider::gemini::GeminiDecoder;
+    use agentloop::provider::http::SseDecoder;
+    use agentloop::sse::SseParser;
+    use std::collections::VecDeque;
+
+    for name in stream_names() {
+        let mut data = Vec::new();
+        let mut parser = SseParser::new();
+        parser.feed(&recording(&name), |event| {
+            data.push(event.data.into_owned())
+        });
+        parser.finish(|event| data.push(event.data.into_owned()));
+        let mut by_value = GeminiDecoder::new();
+        let mut value_events = VecDeque::new();
+        let mut value_error = None;
+        for chunk in &data {
+            let chunk: Value = serde_json::from_str(chunk.trim()).unwrap();
+            if let Err(e) = by_value.chunk(&chunk, &mut value_events) {
+                value_error = Some(e.to_string());
+                break;
+            }
+        }
+        if value_error.is_none() {
+            value_error = by_value.end(&mut value_events).err().map(|e| e.to_string());
+        }
+        let (events, error) = whole(&name);
+        assert_eq!(events, Vec::from(value_events), "{name}");
+        assert_eq!(error.map(|e| e.to_string()), value_error, "{name}");
+    }
+}
+
 fn chunked<'a>(bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
     let mut chunks = Vec::new();
     let mut rest = bytes;

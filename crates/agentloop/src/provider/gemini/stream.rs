@@ -21,8 +21,11 @@
 //!   abnormal finish's `finishMessage` (e.g. `MALFORMED_FUNCTION_CALL`) come out as native
 //!   blocks at the end.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::PROVIDER_NAME;
@@ -85,18 +88,8 @@ impl GeminiDecoder {
         if let Some(error) = object.get("error") {
             return Err(stream_error(error));
         }
-        if !self.started {
-            self.started = true;
-            let text = |key: &str| object.get(key).and_then(Value::as_str).unwrap_or_default();
-            self.response_id = object
-                .get("responseId")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            out.push_back(StreamEvent::MessageStart {
-                id: text("responseId").to_owned(),
-                model: text("modelVersion").to_owned(),
-            });
-        }
+        let text = |key: &str| object.get(key).and_then(Value::as_str);
+        self.start(text("responseId"), text("modelVersion"), out);
         if let Some(candidate) = first_candidate(object) {
             if let Some(parts) = candidate
                 .pointer("/content/parts")
@@ -137,11 +130,142 @@ impl GeminiDecoder {
                     .cloned(),
             });
         }
-        if let Some(usage) = object.get("usageMetadata").and_then(usage) {
-            if self.usage != Some(usage) {
-                out.push_back(StreamEvent::Usage { usage });
+        if let Some(metadata) = object.get("usageMetadata") {
+            let count = |key: &str| metadata.get(key).and_then(Value::as_u64);
+            self.usage(
+                UsageCounts {
+                    prompt: count("promptTokenCount"),
+                    candidates: count("candidatesTokenCount"),
+                    thoughts: count("thoughtsTokenCount"),
+                    tool_use_prompt: count("toolUsePromptTokenCount"),
+                    cached: count("cachedContentTokenCount"),
+                    total: count("totalTokenCount"),
+                },
+                out,
+            );
+        }
+        Ok(())
+    }
+
+    /// The first chunk starts the message.
+    fn start(
+        &mut self,
+        response_id: Option<&str>,
+        model: Option<&str>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        self.response_id = response_id.map(str::to_owned);
+        out.push_back(StreamEvent::MessageStart {
+            id: response_id.unwrap_or_default().to_owned(),
+            model: model.unwrap_or_default().to_owned(),
+        });
+    }
+
+    fn usage(&mut self, counts: UsageCounts, out: &mut VecDeque<StreamEvent>) {
+        let Some(usage) = counts.usage() else {
+            return;
+        };
+        if self.usage != Some(usage) {
+            out.push_back(StreamEvent::Usage { usage });
+        }
+        self.usage = Some(usage);
+    }
+
+    /// A text part: answer text, or a thought summary when `thought`.
+    fn text_part(
+        &mut self,
+        text: &str,
+        thought: bool,
+        signature: Option<&str>,
+        out: &mut VecDeque<StreamEvent>,
+    ) {
+        self.close_call(out);
+        let signature = signature.filter(|s| !s.is_empty());
+        if thought {
+            if !text.is_empty() {
+                out.push_back(StreamEvent::ThinkingDelta {
+                    text: text.to_owned(),
+                });
             }
-            self.usage = Some(usage);
+            push_signature(signature, out);
+        } else {
+            push_signature(signature, out);
+            if !text.is_empty() {
+                out.push_back(StreamEvent::TextDelta {
+                    text: text.to_owned(),
+                });
+            }
+        }
+    }
+
+    /// The documented chunk shape, read into borrowed structs.
+    fn typed(&mut self, chunk: &WireChunk<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+        if let Some(error) = chunk.error {
+            let error: Value = serde_json::from_str(error.get()).unwrap_or(Value::Null);
+            return Err(stream_error(&error));
+        }
+        self.start(
+            chunk.response_id.as_deref(),
+            chunk.model_version.as_deref(),
+            out,
+        );
+        let candidate = chunk
+            .candidates
+            .iter()
+            .flatten()
+            .find(|c| c.index.unwrap_or(0) == 0);
+        if let Some(candidate) = candidate {
+            for raw in candidate
+                .content
+                .iter()
+                .flat_map(|c| c.parts.iter().flatten())
+            {
+                match serde_json::from_str::<WireTextPart<'_>>(raw.get()) {
+                    Ok(part) => self.text_part(
+                        &part.text,
+                        part.thought == Some(true),
+                        part.thought_signature.as_deref(),
+                        out,
+                    ),
+                    // Calls and the rarer kinds go through a Value; a `RawValue` is valid JSON.
+                    Err(_) => {
+                        let part: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                        self.part(&part, out);
+                    }
+                }
+            }
+            if let Some(raw) = candidate.grounding_metadata {
+                let grounding: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                if grounding.as_object().is_some_and(|g| !g.is_empty()) {
+                    self.grounding = Some(grounding);
+                }
+            }
+            if let Some(reason) = &candidate.finish_reason {
+                self.finish = Some(Finish {
+                    reason: reason.clone().into_owned(),
+                    message: candidate.finish_message.clone(),
+                    ratings: candidate
+                        .safety_ratings
+                        .and_then(|raw| serde_json::from_str(raw.get()).ok()),
+                });
+            }
+        }
+        if let Some(raw) = chunk.prompt_feedback {
+            let feedback: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            if let Some(reason) = feedback.get("blockReason").and_then(Value::as_str) {
+                self.finish.get_or_insert(Finish {
+                    reason: "PROMPT_BLOCKED".to_owned(),
+                    message: Some(format!("the prompt was blocked ({reason})")),
+                    ratings: feedback.get("safetyRatings").cloned(),
+                });
+            }
+        }
+        if let Some(usage) = &chunk.usage_metadata {
+            self.usage(usage.counts(), out);
         }
         Ok(())
     }
@@ -158,26 +282,12 @@ impl GeminiDecoder {
             self.function_call(call, signature, out);
             return;
         }
-        self.close_call(out);
         let thought = part.get("thought").and_then(Value::as_bool) == Some(true);
         if let Some(text) = part.get("text").and_then(Value::as_str) {
-            if thought {
-                if !text.is_empty() {
-                    out.push_back(StreamEvent::ThinkingDelta {
-                        text: text.to_owned(),
-                    });
-                }
-                push_signature(signature, out);
-            } else {
-                push_signature(signature, out);
-                if !text.is_empty() {
-                    out.push_back(StreamEvent::TextDelta {
-                        text: text.to_owned(),
-                    });
-                }
-            }
+            self.text_part(text, thought, signature, out);
             return;
         }
+        self.close_call(out);
         let only_metadata = part
             .keys()
             .all(|key| matches!(key.as_str(), "thoughtSignature" | "thought"));
@@ -286,6 +396,12 @@ impl SseDecoder for GeminiDecoder {
         if data.is_empty() || data == "[DONE]" {
             return Ok(());
         }
+        // Chunks of the documented shape are read into borrowed structs; anything else (a
+        // field of another type, an array of chunks) goes through a `Value`, which reads every
+        // shape the same way, only slower.
+        if let Ok(chunk) = serde_json::from_str::<WireChunk<'_>>(data) {
+            return self.typed(&chunk, out);
+        }
         let chunk: Value = serde_json::from_str(data).map_err(|e| {
             Error::parse(
                 "Gemini stream chunk",
@@ -380,32 +496,114 @@ fn synthetic_id(response_id: Option<&str>, index: usize) -> String {
     }
 }
 
-/// `usageMetadata` → [`Usage`]; `None` when it holds no counts (Vertex sends `trafficType`
-/// alone on intermediate chunks, which must not reset the counts).
-///
-/// Thought tokens are billed as output and tool-use prompt tokens as input, so they are added
-/// there; `promptTokenCount` already includes the cached tokens, like OpenAI's `prompt_tokens`.
-fn usage(metadata: &Value) -> Option<Usage> {
-    let count = |key: &str| metadata.get(key).and_then(Value::as_u64);
-    let keys = [
-        "promptTokenCount",
-        "candidatesTokenCount",
-        "thoughtsTokenCount",
-        "toolUsePromptTokenCount",
-        "cachedContentTokenCount",
-        "totalTokenCount",
-    ];
-    if keys.iter().all(|key| count(key).is_none()) {
-        return None;
+/// The counts of a `usageMetadata`.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UsageCounts {
+    #[serde(default, rename = "promptTokenCount")]
+    prompt: Option<u64>,
+    #[serde(default, rename = "candidatesTokenCount")]
+    candidates: Option<u64>,
+    #[serde(default, rename = "thoughtsTokenCount")]
+    thoughts: Option<u64>,
+    #[serde(default, rename = "toolUsePromptTokenCount")]
+    tool_use_prompt: Option<u64>,
+    #[serde(default, rename = "cachedContentTokenCount")]
+    cached: Option<u64>,
+    #[serde(default, rename = "totalTokenCount")]
+    total: Option<u64>,
+}
+
+impl UsageCounts {
+    /// [`Usage`]; `None` when no count is present (Vertex sends `trafficType` alone on
+    /// intermediate chunks, which must not reset the counts).
+    ///
+    /// Thought tokens are billed as output and tool-use prompt tokens as input, so they are
+    /// added there; `promptTokenCount` already includes the cached tokens, like OpenAI's
+    /// `prompt_tokens`.
+    fn usage(self) -> Option<Usage> {
+        let all = [
+            self.prompt,
+            self.candidates,
+            self.thoughts,
+            self.tool_use_prompt,
+            self.cached,
+            self.total,
+        ];
+        if all.iter().all(Option::is_none) {
+            return None;
+        }
+        Some(Usage {
+            input_tokens: self.prompt.unwrap_or(0) + self.tool_use_prompt.unwrap_or(0),
+            output_tokens: self.candidates.unwrap_or(0) + self.thoughts.unwrap_or(0),
+            cache_read_tokens: self.cached.unwrap_or(0),
+            cache_write_tokens: 0,
+        })
     }
-    Some(Usage {
-        input_tokens: count("promptTokenCount").unwrap_or(0)
-            + count("toolUsePromptTokenCount").unwrap_or(0),
-        output_tokens: count("candidatesTokenCount").unwrap_or(0)
-            + count("thoughtsTokenCount").unwrap_or(0),
-        cache_read_tokens: count("cachedContentTokenCount").unwrap_or(0),
-        cache_write_tokens: 0,
-    })
+}
+
+/// The chunk members the decoder reads; the rare or nested ones stay raw until used.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireChunk<'a> {
+    #[serde(default, borrow)]
+    candidates: Option<Vec<WireCandidate<'a>>>,
+    #[serde(default)]
+    usage_metadata: Option<WireUsage>,
+    #[serde(default, borrow)]
+    model_version: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    response_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    prompt_feedback: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireCandidate<'a> {
+    #[serde(default, borrow)]
+    content: Option<WireContent<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    finish_message: Option<String>,
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    grounding_metadata: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    safety_ratings: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct WireContent<'a> {
+    #[serde(default, borrow)]
+    parts: Option<Vec<&'a RawValue>>,
+}
+
+/// A plain text or thought part; any other member makes it a part for the `Value` reader.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct WireTextPart<'a> {
+    #[serde(borrow)]
+    text: Cow<'a, str>,
+    #[serde(default)]
+    thought: Option<bool>,
+    #[serde(default, borrow)]
+    thought_signature: Option<Cow<'a, str>>,
+}
+
+/// `usageMetadata`, read through [`UsageCounts`] (its other members are skipped).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct WireUsage(UsageCounts);
+
+impl WireUsage {
+    fn counts(&self) -> UsageCounts {
+        self.0
+    }
 }
 
 /// A mid-stream (or whole-body) `{"error": {"code", "message", "status"}}`. `UNAVAILABLE`
@@ -548,6 +746,51 @@ fn slot<'a>(root: &'a mut Value, segments: &[Segment]) -> Option<&'a mut Value> 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn documented_chunks_take_the_typed_reader_and_odd_ones_the_value_reader() {
+        let typical = r#"{"candidates": [{"content": {"parts": [{"text": "Hi","thoughtSignature": "s"}],"role": "model"},"index": 0,"citationMetadata": {}}],"usageMetadata": {"promptTokenCount": 5,"trafficType": "ON_DEMAND","promptTokensDetails": [{"modality": "TEXT","tokenCount": 5}]},"modelVersion": "gemini-3-flash-preview","createTime": "2026-03-21T18:11:55.919086Z","responseId": "r1"}"#;
+        let chunk: WireChunk<'_> = serde_json::from_str(typical).expect("typed");
+        assert_eq!(
+            chunk.usage_metadata.map(|u| u.counts().prompt),
+            Some(Some(5))
+        );
+        assert!(
+            serde_json::from_str::<WireTextPart<'_>>(r#"{"text": "Hi","thoughtSignature": "s"}"#)
+                .is_ok()
+        );
+        assert!(
+            serde_json::from_str::<WireTextPart<'_>>(r#"{"text": "x","functionCall": {}}"#)
+                .is_err()
+        );
+        // A count as a string is not the documented shape: the Value reader takes it (and
+        // ignores the count) rather than failing the chunk.
+        assert!(
+            serde_json::from_str::<WireChunk<'_>>(
+                r#"{"usageMetadata": {"promptTokenCount": "5"}}"#
+            )
+            .is_err()
+        );
+        let mut decoder = GeminiDecoder::new();
+        let mut out = VecDeque::new();
+        let event = SseEvent {
+            event: "",
+            data: r#"{"candidates": [{"content": {"parts": [{"text": "ok"}]}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": "5", "candidatesTokenCount": 2}}"#.into(),
+            id: None,
+            retry: None,
+        };
+        decoder.event(&event, &mut out).unwrap();
+        decoder.end(&mut out).unwrap();
+        assert!(out.contains(&StreamEvent::TextDelta { text: "ok".into() }));
+        assert!(out.contains(&StreamEvent::Usage {
+            usage: Usage {
+                input_tokens: 0,
+                output_tokens: 2,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0
+            }
+        }));
+    }
 
     #[test]
     fn paths_parse_and_fill_nested_values() {
