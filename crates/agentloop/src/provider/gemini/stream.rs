@@ -85,7 +85,7 @@ impl GeminiDecoder {
             }
             return Ok(());
         };
-        if let Some(error) = object.get("error") {
+        if let Some(error) = object.get("error").filter(|e| !e.is_null()) {
             return Err(stream_error(error));
         }
         let text = |key: &str| object.get(key).and_then(Value::as_str);
