@@ -793,6 +793,24 @@ mod tests {
     }
 
     #[test]
+    fn a_null_error_member_is_no_error_in_either_reader() {
+        let chunk =
+            json!({"error": null, "candidates": [{"content": {"parts": [{"text": "ok"}]}}]});
+        let mut out = VecDeque::new();
+        GeminiDecoder::new().chunk(&chunk, &mut out).unwrap();
+        let event = SseEvent {
+            event: "",
+            data: chunk.to_string().into(),
+            id: None,
+            retry: None,
+        };
+        let mut typed = VecDeque::new();
+        GeminiDecoder::new().event(&event, &mut typed).unwrap();
+        assert_eq!(out, typed);
+        assert!(out.contains(&StreamEvent::TextDelta { text: "ok".into() }));
+    }
+
+    #[test]
     fn paths_parse_and_fill_nested_values() {
         assert_eq!(
             parse_path("$.recipe.ingredients[6]['name']"),
