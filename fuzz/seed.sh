@@ -25,6 +25,9 @@ sse_files() {
   find "$REPO/crates/agentloop/tests" -name '*.sse'
 }
 
+# The recordings of providers added after the first batch, each seeding its own decoder.
+BATCH2=${CONFORMANCE_STREAMS_BATCH2:-$(dirname "$STREAMS")/streams-batch2}
+
 while IFS= read -r file; do
   # Split sizes 1 (octal 000) and 16 (octal 017): byte-at-a-time and chunky networks.
   for prefix in 000 017; do
@@ -33,6 +36,15 @@ while IFS= read -r file; do
     seed_file anthropic_stream "$file" "$prefix"
   done
 done < <(sse_files)
+
+if [ -d "$BATCH2/gemini" ]; then
+  while IFS= read -r file; do
+    for prefix in 000 017; do
+      seed_file gemini_stream "$file" "$prefix"
+      seed_file sse_parser "$file" "$prefix"
+    done
+  done < <(find "$BATCH2/gemini" -name '*.sse')
+fi
 
 # One chunk per seed for the chunk-reader target: every `data:` line of the recordings.
 mkdir -p corpus/stream_chunk

@@ -146,6 +146,8 @@ pub enum Format {
     Openai,
     /// Anthropic Messages events.
     Anthropic,
+    /// Gemini `streamGenerateContent?alt=sse` chunks (Gemini API and Vertex AI).
+    Gemini,
 }
 
 /// `agentloop replay`.

@@ -1,5 +1,5 @@
-//! Test helpers for agentloop: a scripted in-process model, and OpenAI- and Anthropic-compatible
-//! servers on loopback with fault injection.
+//! Test helpers for agentloop: a scripted in-process model, and OpenAI-, Anthropic- and
+//! Gemini-compatible servers on loopback with fault injection.
 
 #![warn(missing_docs)]
 

@@ -81,7 +81,10 @@ fn parse_options() -> Result<Options, String> {
                 options.wire = match value()?.as_str() {
                     "openai" => Wire::OpenAi,
                     "anthropic" => Wire::Anthropic,
-                    other => return Err(format!("unknown wire {other:?} (openai|anthropic)")),
+                    "gemini" => Wire::Gemini,
+                    other => {
+                        return Err(format!("unknown wire {other:?} (openai|anthropic|gemini)"));
+                    }
                 }
             }
             "--write-mode" => {
@@ -112,6 +115,7 @@ fn wire_arg(wire: Wire) -> &'static str {
     match wire {
         Wire::OpenAi => "openai",
         Wire::Anthropic => "anthropic",
+        Wire::Gemini => "gemini",
     }
 }
 
@@ -192,6 +196,13 @@ fn agent(wire: Wire, base_url: &str) -> Result<Agent, String> {
             let mut config = HttpConfig::new(base_url);
             config.api_key = Some(ApiKey::new("soak"));
             Agent::builder(Anthropic::new(config).map_err(|e| e.to_string())?)
+        }
+        Wire::Gemini => {
+            let mut config = HttpConfig::new(base_url);
+            config.api_key = Some(ApiKey::new("soak"));
+            Agent::builder(
+                agentloop::provider::gemini::Gemini::new(config).map_err(|e| e.to_string())?,
+            )
         }
     };
     Ok(builder

@@ -92,6 +92,10 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
             config.api_key = Some(ApiKey::new("sk-ant-test"));
             Arc::new(Anthropic::new(config).unwrap())
         }
+        Wire::Gemini => {
+            config.api_key = Some(ApiKey::new("gemini-test"));
+            Arc::new(agentloop::provider::gemini::Gemini::new(config).unwrap())
+        }
     }
 }
 

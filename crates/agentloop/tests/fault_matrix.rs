@@ -1,5 +1,5 @@
 //! Every wire fault the testkit server can inject × {blocking `run`, streaming `run_stream`} ×
-//! {OpenAI, Anthropic} × {fault in the first model call, fault in the call after a tool step},
+//! {OpenAI, Anthropic, Gemini} × {fault in the first model call, fault in the call after a tool step},
 //! over real loopback HTTP. Each cell asserts the documented outcome (recovery after
 //! retries, or a run that stops with `Error` and the typed cause), the exact number of requests
 //! (so a retry after a stream started yielding would show), a valid history, and a time bound.
@@ -112,10 +112,11 @@ fn expected(fault: &Fault, mode: Mode, wire: Wire) -> Expect {
         (Fault::MalformedChunk { .. }, _) => Expect::Fails(ErrorKind::Parse),
         // OpenAI's error chunk has no type to go by; Anthropic's `overloaded_error` event is
         // the in-stream twin of HTTP 529 (Anthropic docs, "Streaming Messages" → "Error
-        // events"). Either way the stream had started: not retried.
+        // events"), Gemini's `UNAVAILABLE` error chunk that of HTTP 503. Either way the stream
+        // had started: not retried.
         (Fault::ErrorEvent { .. }, Mode::Streaming) => match wire {
             Wire::OpenAi => Expect::Fails(ErrorKind::Stream),
-            Wire::Anthropic => Expect::Fails(ErrorKind::Overloaded),
+            Wire::Anthropic | Wire::Gemini => Expect::Fails(ErrorKind::Overloaded),
         },
         // Non-streamed, the server answers 503 (overloaded) instead: retried.
         (Fault::ErrorEvent { .. }, Mode::Blocking) => Expect::Recovers {
@@ -216,18 +217,35 @@ async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
 
     history::validate(&result.messages).unwrap_or_else(|e| panic!("{label}: invalid history: {e}"));
     let requests = server.requests();
-    let path = match wire {
-        Wire::OpenAi => "/v1/chat/completions",
-        Wire::Anthropic => "/v1/messages",
+    let streamed = mode == Mode::Streaming;
+    let expected_path = |r: &agentloop_testkit::server::RecordedRequest| match wire {
+        Wire::OpenAi | Wire::Anthropic => {
+            let path = if wire == Wire::OpenAi {
+                "/v1/chat/completions"
+            } else {
+                "/v1/messages"
+            };
+            r.path == path
+                && r.body
+                    .get("stream")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false)
+                    == streamed
+        }
+        // Gemini picks streaming by the method in the path.
+        Wire::Gemini => {
+            r.path
+                == if streamed {
+                    "/v1beta/models/mock-model:streamGenerateContent"
+                } else {
+                    "/v1beta/models/mock-model:generateContent"
+                }
+        }
     };
     assert!(
-        requests.iter().all(|r| r.path == path
-            && r.body
-                .get("stream")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false)
-                == (mode == Mode::Streaming)),
-        "{label}: unexpected requests"
+        requests.iter().all(expected_path),
+        "{label}: unexpected requests {:?}",
+        requests.iter().map(|r| &r.path).collect::<Vec<_>>()
     );
     match expect {
         Expect::Recovers { retries, .. } => {
@@ -276,7 +294,7 @@ async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
 
 async fn all_cells(fault: Fault) {
     for mode in [Mode::Blocking, Mode::Streaming] {
-        for wire in [Wire::OpenAi, Wire::Anthropic] {
+        for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
             for place in [Place::FirstCall, Place::AfterToolStep] {
                 cell(fault.clone(), mode, wire, place).await;
             }
@@ -358,7 +376,13 @@ async fn delay_before_the_answer_delivers_the_same_run() {
 async fn rate_limited_beyond_max_retry_after_stops_the_run() {
     for (mode, wire) in [Mode::Blocking, Mode::Streaming]
         .into_iter()
-        .flat_map(|mode| [(mode, Wire::OpenAi), (mode, Wire::Anthropic)])
+        .flat_map(|mode| {
+            [
+                (mode, Wire::OpenAi),
+                (mode, Wire::Anthropic),
+                (mode, Wire::Gemini),
+            ]
+        })
     {
         let server = MockServer::builder(wire)
             .turn(Turn::text("never"))

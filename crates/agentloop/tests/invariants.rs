@@ -199,7 +199,11 @@ struct WireScenario {
 fn wire_scenario() -> impl Strategy<Value = WireScenario> {
     (
         scenario(),
-        prop_oneof![Just(Wire::OpenAi), Just(Wire::Anthropic)],
+        prop_oneof![
+            Just(Wire::OpenAi),
+            Just(Wire::Anthropic),
+            Just(Wire::Gemini)
+        ],
         prop::collection::vec(wire_fault(), 7),
         0u32..3,
     )

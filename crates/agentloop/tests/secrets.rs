@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use agentloop::Agent;
 use agentloop::provider::anthropic::Anthropic;
+use agentloop::provider::gemini::{Gemini, GeminiOptions, VertexLocation};
 use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
 use agentloop::provider::openai::OpenAi;
 use agentloop::provider::route::{self, RouteOptions};
@@ -49,7 +50,7 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let mut seen = Vec::new();
-    for wire in [Wire::OpenAi, Wire::Anthropic] {
+    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
         let server = MockServer::builder(wire)
             .turn(Turn::text("hi"))
             .inject(Fault::ServerError, 1)
@@ -67,6 +68,7 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
         let provider: Arc<dyn agentloop::Provider> = match wire {
             Wire::OpenAi => Arc::new(OpenAi::new(config(server.base_url())).unwrap()),
             Wire::Anthropic => Arc::new(Anthropic::new(config(server.base_url())).unwrap()),
+            Wire::Gemini => Arc::new(Gemini::new(config(server.base_url())).unwrap()),
         };
         seen.push(format!(
             "{provider:?}",
@@ -87,6 +89,7 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
         let sent = headers
             .get("authorization")
             .or_else(|| headers.get("x-api-key"))
+            .or_else(|| headers.get("x-goog-api-key"))
             .unwrap();
         assert!(sent.to_str().unwrap().contains(KEY));
     }
@@ -108,6 +111,22 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
     seen.push(format!(
         "{:?}",
         Anthropic::new(config("http://127.0.0.1:1".into())).unwrap()
+    ));
+    seen.push(format!(
+        "{:?}",
+        Gemini::new(config("http://127.0.0.1:1".into())).unwrap()
+    ));
+    seen.push(format!(
+        "{:?}",
+        Gemini::vertex(
+            config("http://127.0.0.1:1".into()),
+            VertexLocation {
+                project: "p".into(),
+                location: "global".into(),
+            },
+            GeminiOptions::default(),
+        )
+        .unwrap()
     ));
 
     let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();

@@ -1,4 +1,4 @@
-//! `agentloop replay [--format openai|anthropic] FILE`: the format is recognised from the stream
+//! `agentloop replay [--format openai|anthropic|gemini] FILE`: the format is recognised from the stream
 //! when not given, and a given format that does not match the stream is an error rather than a
 //! plausible empty answer.
 
@@ -60,8 +60,18 @@ const ANTHROPIC_EVENTS: [&str; 7] = [
 ];
 
 /// The format a recorded stream is in, judged by its first event that only one format has:
-/// OpenAI's `chat.completion.chunk` objects (`choices`, `[DONE]`) or Anthropic's typed events.
+/// OpenAI's `chat.completion.chunk` objects (`choices`, `[DONE]`), Anthropic's typed events or
+/// Gemini's `GenerateContentResponse` chunks (`candidates`, `usageMetadata`). A body that is one
+/// Google error object (`{"error": {"code", "status"}}`, what Gemini sends even under
+/// `text/event-stream`) is Gemini's too.
 pub fn detect(body: &[u8]) -> Option<WireFormat> {
+    let trimmed = body.trim_ascii_start();
+    if trimmed.starts_with(b"{")
+        && let Ok(value) = serde_json::from_slice::<Value>(trimmed)
+        && value.pointer("/error/status").is_some_and(Value::is_string)
+    {
+        return Some(WireFormat::Gemini);
+    }
     let mut found = None;
     let mut parser = SseParser::new();
     let mut look = |event: agentloop::sse::SseEvent<'_>| {
@@ -90,6 +100,12 @@ fn classify(event: &str, data: &str) -> Option<WireFormat> {
     if chunk || object.contains_key("choices") {
         return Some(WireFormat::OpenAi);
     }
+    if ["candidates", "usageMetadata", "promptFeedback"]
+        .iter()
+        .any(|key| object.contains_key(*key))
+    {
+        return Some(WireFormat::Gemini);
+    }
     object
         .get("type")
         .and_then(Value::as_str)
@@ -101,6 +117,7 @@ fn describe(format: WireFormat) -> (&'static str, &'static str) {
     match format {
         WireFormat::OpenAi => ("an OpenAI stream", "openai"),
         WireFormat::Anthropic => ("an Anthropic stream", "anthropic"),
+        WireFormat::Gemini => ("a Gemini stream", "gemini"),
     }
 }
 
@@ -110,6 +127,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
     let given = given.map(|format| match format {
         cli::Format::Openai => WireFormat::OpenAi,
         cli::Format::Anthropic => WireFormat::Anthropic,
+        cli::Format::Gemini => WireFormat::Gemini,
     });
     match (given, detect(body)) {
         (Some(given), Some(detected)) if given != detected => {
@@ -121,7 +139,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
         }
         (Some(format), _) | (None, Some(format)) => Ok(format),
         (None, None) => Err(
-            "could not tell the stream's format (no OpenAI chunk and no Anthropic event in it): pass --format openai or --format anthropic"
+            "could not tell the stream's format (no OpenAI chunk, Anthropic event or Gemini chunk in it): pass --format openai, anthropic or gemini"
                 .to_owned(),
         ),
     }

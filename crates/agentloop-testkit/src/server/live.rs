@@ -154,10 +154,19 @@ impl Live {
 
     fn reply(&self, request: RecordedRequest, valid_json: Result<(), String>) -> Reply {
         let body = &request.body;
-        let stream = body.get("stream") == Some(&Value::Bool(true));
         let include_usage =
             body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
-        let model = body.get("model").and_then(Value::as_str).map(str::to_owned);
+        let (stream, model) = match self.wire {
+            // Gemini names the model and the method in the path.
+            Wire::Gemini => {
+                let (model, stream) = super::gemini::call_of(&request.path);
+                (stream, model.map(str::to_owned))
+            }
+            Wire::OpenAi | Wire::Anthropic => (
+                body.get("stream") == Some(&Value::Bool(true)),
+                body.get("model").and_then(Value::as_str).map(str::to_owned),
+            ),
+        };
         match self.decide(request, valid_json) {
             Decision::Reply(reply) => reply,
             Decision::Turn { turn, index, fault } => {

@@ -1,4 +1,4 @@
-//! OpenAI- and Anthropic-compatible HTTP servers on loopback that play scripted [`Turn`]s as
+//! OpenAI-, Anthropic- and Gemini-compatible HTTP servers on loopback that play scripted [`Turn`]s as
 //! real wire traffic, with fault injection.
 //!
 //! ```no_run
@@ -23,17 +23,22 @@
 //! |---|---|---|
 //! | [`Wire::OpenAi`] | `POST /v1/chat/completions` | `http://127.0.0.1:PORT/v1` (as OpenAI SDKs expect) |
 //! | [`Wire::Anthropic`] | `POST /v1/messages` | `http://127.0.0.1:PORT` (as Anthropic SDKs expect) |
+//! | [`Wire::Gemini`] | `POST /v1beta/models/<model>:streamGenerateContent` (and `:generateContent`) | `http://127.0.0.1:PORT` |
 //!
-//! Both honour the request's `"stream": true` (an SSE stream in the provider's exact event
-//! shape) or not (one JSON body), and OpenAI's `stream_options.include_usage`. `GET /health`
+//! OpenAI and Anthropic honour the request's `"stream": true` (an SSE stream in the provider's
+//! exact event shape) or not (one JSON body), and OpenAI's `stream_options.include_usage`;
+//! Gemini streams on `:streamGenerateContent` and takes the model from the path; it also
+//! answers Vertex AI's `/v1/projects/<p>/locations/<l>/publishers/google/models/<model>:<method>`. `GET /health`
 //! answers `{"status":"ok"}`; any other route is a 404 in the wire's error shape (and recorded).
 //! Responses echo the request's `model`; ids are numbered by turn (`chatcmpl-mock-0`,
-//! `msg_mock_0`), tool-call ids come from the turn (`call_<turn>_<i>` unless given), and OpenAI's
+//! `msg_mock_0`, `mock-response-0`), tool-call ids come from the turn (`call_<turn>_<i>` unless given), and OpenAI's
 //! `created` is fixed, so bodies are reproducible byte for byte.
 //!
 //! # How a turn plays on the wire
 //! - Text in 3 deltas, reasoning in 2 (OpenAI: `reasoning_content`; Anthropic: a thinking block
-//!   with its `signature_delta`), arguments in 4 fragments: the same split as the scripted model.
+//!   with its `signature_delta`; Gemini: `thought` parts, the signature on the last), arguments
+//!   in 4 fragments (Gemini: each call whole in one chunk, with its `id`): the same split as
+//!   the scripted model.
 //! - [`Turn::delay`] waits before the status line, [`Turn::chunk_delay`] between writes (tokio
 //!   time, so tests with paused time run instantly).
 //! - [`Turn::error`]: a transport error ([`Error::Http`](agentloop::Error::Http),
@@ -54,6 +59,7 @@
 
 mod anthropic;
 mod fault;
+mod gemini;
 mod live;
 mod openai;
 mod prerendered;
@@ -89,14 +95,28 @@ pub enum Wire {
     OpenAi,
     /// Anthropic Messages (`POST /v1/messages`).
     Anthropic,
+    /// Gemini `generateContent` (`POST /v1beta/models/<model>:streamGenerateContent?alt=sse`
+    /// and `:generateContent`).
+    Gemini,
 }
 
 impl Wire {
-    /// The path of the endpoint it serves.
+    /// The path of the endpoint it serves (for Gemini, with the model `mock-model` and the
+    /// non-streamed method; any model and `:streamGenerateContent` work as well).
     pub fn path(self) -> &'static str {
         match self {
             Self::OpenAi => "/v1/chat/completions",
             Self::Anthropic => "/v1/messages",
+            Self::Gemini => "/v1beta/models/mock-model:generateContent",
+        }
+    }
+
+    /// The route the server registers: Gemini names the model and method in the last segment
+    /// (Vertex AI's longer path is served too, see [`VERTEX_ROUTE`]).
+    fn route(self) -> &'static str {
+        match self {
+            Self::OpenAi | Self::Anthropic => self.path(),
+            Self::Gemini => "/v1beta/models/{call}",
         }
     }
 
@@ -105,7 +125,7 @@ impl Wire {
     fn base_path(self) -> &'static str {
         match self {
             Self::OpenAi => "/v1",
-            Self::Anthropic => "",
+            Self::Anthropic | Self::Gemini => "",
         }
     }
 
@@ -113,9 +133,14 @@ impl Wire {
         match self {
             Self::OpenAi => "OpenAI Chat Completions",
             Self::Anthropic => "Anthropic Messages",
+            Self::Gemini => "Gemini generateContent",
         }
     }
 }
+
+/// Vertex AI's path to a Gemini model, which the Gemini server answers like the Gemini API's.
+const VERTEX_ROUTE: &str =
+    "/v1/projects/{project}/locations/{location}/publishers/google/models/{call}";
 
 /// A request as the server received it.
 #[derive(Debug, Clone)]
@@ -197,8 +222,11 @@ impl MockServerBuilder {
             self.turns,
             self.faults,
         ));
-        let router = Router::new()
-            .route(self.wire.path(), post(live::call))
+        let mut router = Router::new().route(self.wire.route(), post(live::call));
+        if self.wire == Wire::Gemini {
+            router = router.route(VERTEX_ROUTE, post(live::call));
+        }
+        let router = router
             .fallback(live::not_found)
             .with_state(Arc::clone(&live));
         let running = Running::spawn(self.addr, self.wire, router).await?;
@@ -262,7 +290,7 @@ impl MockServer {
     }
 
     /// The base URL to give a client: `http://127.0.0.1:PORT/v1` for OpenAI,
-    /// `http://127.0.0.1:PORT` for Anthropic.
+    /// `http://127.0.0.1:PORT` for Anthropic and Gemini.
     pub fn base_url(&self) -> String {
         self.running.base_url()
     }
@@ -403,7 +431,7 @@ fn prerendered_router(options: MockServerBuilder) -> (Router, Arc<Prerendered>) 
         &options.model,
     ));
     let router = Router::new()
-        .route(options.wire.path(), post(prerendered::call))
+        .route(options.wire.route(), post(prerendered::call))
         .fallback(prerendered::not_found)
         .with_state(Arc::clone(&server));
     (router, server)

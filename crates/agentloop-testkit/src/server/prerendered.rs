@@ -50,7 +50,7 @@ impl Prerendered {
                     json: Arc::new(render(turn, &shape(false, false), None, mode)),
                     stream_with_usage: match wire {
                         Wire::OpenAi => Arc::new(render(turn, &shape(true, true), None, mode)),
-                        Wire::Anthropic => Arc::clone(&stream),
+                        Wire::Anthropic | Wire::Gemini => Arc::clone(&stream),
                     },
                     stream,
                 }
@@ -68,7 +68,7 @@ impl Prerendered {
         }
     }
 
-    fn pick(&self, body: &[u8]) -> Arc<Reply> {
+    fn pick(&self, path: &str, body: &[u8]) -> Arc<Reply> {
         let probe: Probe = match serde_json::from_slice(body) {
             Ok(probe) => probe,
             Err(e) => {
@@ -85,14 +85,19 @@ impl Prerendered {
         let answered = probe
             .messages
             .iter()
+            .chain(&probe.contents)
             .filter(|m| matches!(m.role, Role::Assistant))
             .count();
+        let stream = match self.wire {
+            Wire::Gemini => super::gemini::call_of(path).1,
+            Wire::OpenAi | Wire::Anthropic => probe.stream.unwrap_or(false),
+        };
         let variants = &self.turns[answered % self.turns.len()];
         let include_usage = probe
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        Arc::clone(match (probe.stream.unwrap_or(false), include_usage) {
+        Arc::clone(match (stream, include_usage) {
             (false, _) => &variants.json,
             (true, false) => &variants.stream,
             (true, true) => &variants.stream_with_usage,
@@ -109,6 +114,9 @@ struct Probe {
     stream_options: Option<StreamOptions>,
     #[serde(default)]
     messages: Vec<MessageRole>,
+    /// Gemini's history, where the model's turns have the role `model`.
+    #[serde(default)]
+    contents: Vec<MessageRole>,
 }
 
 #[derive(Deserialize)]
@@ -126,6 +134,7 @@ struct MessageRole {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 enum Role {
+    #[serde(alias = "model")]
     Assistant,
     #[default]
     #[serde(other)]
@@ -133,9 +142,13 @@ enum Role {
 }
 
 /// `POST` on the wire's endpoint.
-pub(crate) async fn call(State(server): State<Arc<Prerendered>>, body: Bytes) -> Response {
+pub(crate) async fn call(
+    State(server): State<Arc<Prerendered>>,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
     server.calls.fetch_add(1, Ordering::Relaxed);
-    server.pick(&body).respond().await
+    server.pick(uri.path(), &body).respond().await
 }
 
 /// Anything else: 404 in the wire's error shape.

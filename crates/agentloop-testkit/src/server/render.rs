@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::fault::{Fault, WriteMode};
 use super::reply::Reply;
 use super::wire_error::{Played, WireError, play};
-use super::{Wire, anthropic, openai};
+use super::{Wire, anthropic, gemini, openai};
 use crate::turn::Turn;
 
 /// The `created` timestamp of every OpenAI response (2025-01-01T00:00:00Z), fixed so bodies are
@@ -57,6 +57,7 @@ pub(crate) fn error_reply(wire: Wire, error: &WireError) -> Reply {
     let (status, body) = match wire {
         Wire::OpenAi => (openai::status(error), openai::error_body(error)),
         Wire::Anthropic => (anthropic::status(error), anthropic::error_body(error)),
+        Wire::Gemini => (gemini::status(error), gemini::error_body(error)),
     };
     let mut reply = Reply::json(status, body);
     if let Some(secs) = error.retry_after_secs {
@@ -138,6 +139,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
                 let body = match shape.wire {
                     Wire::OpenAi => openai::body(turn, shape),
                     Wire::Anthropic => anthropic::body(turn, shape),
+                    Wire::Gemini => gemini::body(turn, shape),
                 };
                 let half = body.len() / 2;
                 let mut reply = Reply::json(200, body);
@@ -155,6 +157,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
     let mut frames = match shape.wire {
         Wire::OpenAi => openai::stream(turn, shape),
         Wire::Anthropic => anthropic::stream(turn, shape),
+        Wire::Gemini => gemini::stream(turn, shape),
     };
     let mut disconnect = false;
     if let Some((after, cut)) = cut {
@@ -163,6 +166,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
             Cut::ErrorEvent(error) => frames.push(match shape.wire {
                 Wire::OpenAi => openai::error_frame(&error),
                 Wire::Anthropic => anthropic::error_frame(&error),
+                Wire::Gemini => gemini::error_frame(&error),
             }),
             Cut::Disconnect => disconnect = true,
         }
@@ -174,6 +178,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
         let bad = match shape.wire {
             Wire::OpenAi => openai::malformed_frame(shape),
             Wire::Anthropic => anthropic::malformed_frame(),
+            Wire::Gemini => gemini::malformed_frame(),
         };
         frames.insert(after.min(frames.len()), bad);
     }

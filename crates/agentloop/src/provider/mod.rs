@@ -4,6 +4,7 @@
 //! normalized [`StreamEvent`]s. Everything provider-specific stays behind this trait.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod http;
 pub mod openai;
 mod rendered;

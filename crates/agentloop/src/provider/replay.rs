@@ -13,6 +13,7 @@
 use std::collections::VecDeque;
 
 use super::anthropic::AnthropicDecoder;
+use super::gemini::GeminiDecoder;
 use super::http::SseDecoder;
 use super::openai::ChunkDecoder;
 use crate::error::Error;
@@ -27,6 +28,8 @@ pub enum WireFormat {
     OpenAi,
     /// Anthropic Messages events.
     Anthropic,
+    /// Gemini `streamGenerateContent?alt=sse` chunks (Gemini API and Vertex AI).
+    Gemini,
 }
 
 /// What a recorded stream assembles to.
@@ -43,7 +46,37 @@ pub fn assemble(format: WireFormat, body: &[u8]) -> Replayed {
     match format {
         WireFormat::OpenAi => run(ChunkDecoder::new("openai"), "openai", body),
         WireFormat::Anthropic => run(AnthropicDecoder::new(), "anthropic", body),
+        WireFormat::Gemini => gemini(body),
     }
+}
+
+/// Gemini error bodies are plain JSON even when labelled `text/event-stream` (a 404 on the
+/// streaming method): a body that is one JSON value rather than SSE is read whole.
+fn gemini(body: &[u8]) -> Replayed {
+    let trimmed = body.trim_ascii_start();
+    if trimmed.starts_with(b"{") || trimmed.starts_with(b"[") {
+        let mut acc = Accumulator::new();
+        let error = match serde_json::from_slice::<serde_json::Value>(trimmed) {
+            Ok(value) => {
+                let mut decoder = GeminiDecoder::new();
+                let mut events = VecDeque::new();
+                let result = decoder
+                    .chunk(&value, &mut events)
+                    .and_then(|()| decoder.end(&mut events));
+                for event in &events {
+                    acc.push(event);
+                }
+                result.err()
+            }
+            Err(e) => Some(Error::parse("Gemini response body", e)),
+        };
+        acc.set_provider(super::gemini::PROVIDER_NAME);
+        return Replayed {
+            response: acc.finish(),
+            error,
+        };
+    }
+    run(GeminiDecoder::new(), super::gemini::PROVIDER_NAME, body)
 }
 
 fn run<D: SseDecoder>(mut decoder: D, provider: &str, body: &[u8]) -> Replayed {

@@ -1,6 +1,9 @@
 //! Model routing: `provider/model` strings such as `anthropic/claude-sonnet-4-5`,
-//! `openai/gpt-4o`, `xai/grok-4`, `ollama/qwen2.5` or `openai-compatible/<model>` turned into a
-//! configured provider. An unknown prefix is an error that lists the known ones, never a
+//! `openai/gpt-4o`, `xai/grok-4`, `ollama/qwen2.5`, `openai-compatible/<model>`,
+//! `gemini/gemini-2.5-flash` (key from `GEMINI_API_KEY` or `GOOGLE_API_KEY`) or
+//! `vertex/gemini-2.5-pro` (token from `VERTEX_ACCESS_TOKEN` or `GOOGLE_ACCESS_TOKEN`, project
+//! and location from [`RouteOptions`] or `GOOGLE_CLOUD_PROJECT` / `GOOGLE_CLOUD_LOCATION`)
+//! turned into a configured provider. An unknown prefix is an error that lists the known ones, never a
 //! silent fallback.
 //!
 //! ```
@@ -18,6 +21,7 @@ use std::sync::Arc;
 
 use super::Provider;
 use super::anthropic::{self, Anthropic};
+use super::gemini::{self, Gemini, GeminiOptions, VertexLocation};
 use super::http::{ApiKey, HttpConfig};
 use super::openai::{OpenAi, Preset};
 use crate::error::{Error, Result};
@@ -28,14 +32,20 @@ use crate::error::{Error, Result};
 pub struct RouteOptions {
     /// Base URL (required for `openai-compatible` unless `OPENAI_BASE_URL` is set).
     pub base_url: Option<String>,
-    /// API key (instead of the provider's environment variable).
+    /// API key (instead of the provider's environment variable); for `vertex`, the access
+    /// token.
     pub api_key: Option<ApiKey>,
+    /// Vertex AI: the Google Cloud project (instead of `GOOGLE_CLOUD_PROJECT`).
+    pub project: Option<String>,
+    /// Vertex AI: the location (instead of `GOOGLE_CLOUD_LOCATION`; default `global`).
+    pub location: Option<String>,
 }
 
 /// Every provider prefix [`from_model`] knows, in the order errors list them.
 pub fn known_providers() -> Vec<&'static str> {
     let mut names = vec![anthropic::PROVIDER_NAME];
     names.extend(Preset::ALL.iter().map(|p| p.name()));
+    names.extend([gemini::PROVIDER_NAME, gemini::VERTEX_PROVIDER_NAME]);
     names
 }
 
@@ -57,6 +67,10 @@ pub fn from_model(spec: &str, options: RouteOptions) -> Result<(Arc<dyn Provider
     let (prefix, model) = split(spec)?;
     let provider: Arc<dyn Provider> = if prefix == anthropic::PROVIDER_NAME {
         Arc::new(anthropic_provider(options)?)
+    } else if prefix == gemini::PROVIDER_NAME {
+        Arc::new(gemini_provider(options)?)
+    } else if prefix == gemini::VERTEX_PROVIDER_NAME {
+        Arc::new(vertex_provider(options)?)
     } else if let Some(preset) = Preset::from_name(prefix) {
         Arc::new(openai_provider(preset, options)?)
     } else {
@@ -121,4 +135,57 @@ fn openai_provider(preset: Preset, options: RouteOptions) -> Result<OpenAi> {
         .api_key
         .or_else(|| preset.api_key_var().and_then(ApiKey::from_env));
     OpenAi::from_preset(preset, config)
+}
+
+fn gemini_provider(options: RouteOptions) -> Result<Gemini> {
+    let key = options.api_key.or_else(|| {
+        gemini::API_KEY_ENVS
+            .iter()
+            .find_map(|var| ApiKey::from_env(var))
+    });
+    let Some(base_url) = options.base_url.or_else(|| env(gemini::BASE_URL_ENV)) else {
+        let Some(key) = key else {
+            return Gemini::from_env();
+        };
+        let mut config = HttpConfig::new(gemini::DEFAULT_BASE_URL);
+        config.api_key = Some(key);
+        return Gemini::new(config);
+    };
+    // A custom endpoint (a proxy, the testkit server) may need no key.
+    let mut config = HttpConfig::new(base_url);
+    config.api_key = key;
+    Gemini::new(config)
+}
+
+fn vertex_provider(options: RouteOptions) -> Result<Gemini> {
+    let project = options
+        .project
+        .or_else(|| env(gemini::VERTEX_PROJECT_ENV))
+        .ok_or_else(|| {
+            Error::config(format!(
+                "vertex/<model> needs a Google Cloud project: set {} or pass one in RouteOptions::project",
+                gemini::VERTEX_PROJECT_ENV
+            ))
+        })?;
+    let location = VertexLocation {
+        project,
+        location: options
+            .location
+            .or_else(|| env(gemini::VERTEX_LOCATION_ENV))
+            .unwrap_or_else(|| "global".to_owned()),
+    };
+    let token = options.api_key.or_else(|| {
+        gemini::VERTEX_TOKEN_ENVS
+            .iter()
+            .find_map(|var| ApiKey::from_env(var))
+    });
+    let custom = options.base_url.is_some();
+    let mut config = HttpConfig::new(options.base_url.unwrap_or_else(|| location.base_url()));
+    if token.is_none() && !custom {
+        return Err(Error::config(
+            "vertex/<model> needs an access token: set VERTEX_ACCESS_TOKEN (e.g. from `gcloud auth print-access-token`) or pass one as the API key",
+        ));
+    }
+    config.api_key = token;
+    Gemini::vertex(config, location, GeminiOptions::default())
 }

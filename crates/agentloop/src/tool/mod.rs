@@ -101,9 +101,9 @@ impl NativeTool {
     }
 
     /// Provider-neutral web search with the provider's defaults: Anthropic's web search
-    /// tool, OpenAI's `web_search_options`. Its settings differ between providers; set them
-    /// with [`crate::provider::anthropic::tools::web_search`] or
-    /// [`crate::provider::openai::tools::web_search`].
+    /// tool, OpenAI's `web_search_options`, Gemini's Google Search grounding. Its settings
+    /// differ between providers; set them with [`crate::provider::anthropic::tools::web_search`]
+    /// or [`crate::provider::openai::tools::web_search`].
     pub fn web_search() -> Self {
         Self::new(WEB_SEARCH, Value::Null)
     }

@@ -144,5 +144,8 @@ pub fn wire_agent(
             Agent::builder(OpenAi::from_preset(Preset::Compatible, config).unwrap())
         }
         agentloop_testkit::Wire::Anthropic => Agent::builder(Anthropic::new(config).unwrap()),
+        agentloop_testkit::Wire::Gemini => {
+            Agent::builder(agentloop::provider::gemini::Gemini::new(config).unwrap())
+        }
     }
 }
