@@ -227,6 +227,11 @@ fn a_tagged_union_becomes_any_of_since_its_tags_tell_the_branches_apart() {
     assert_eq!(shape["anyOf"].as_array().unwrap().len(), 2, "{shape:#}");
 }
 
+/// Held by the tests that make the strict-fallback warning: `tracing` caches whether a
+/// callsite is wanted when it is first hit, and a test hitting it with no subscriber while
+/// another installs its own can leave it cached as unwanted.
+static WARNING_CALLSITE: Mutex<()> = Mutex::new(());
+
 /// Captures what `tracing` writes.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -243,6 +248,7 @@ impl Write for Captured {
 
 #[test]
 fn a_tool_that_cannot_be_strict_is_sent_non_strict_with_a_warning() {
+    let _serial = WARNING_CALLSITE.lock().unwrap_or_else(|e| e.into_inner());
     let schema = schema_of::<types::Maps>();
     let mut request = Request::new("gpt-4.1", vec![Message::user("hi")]);
     request.tools = vec![ToolDefinition::from(FunctionDefinition {
@@ -292,6 +298,7 @@ fn a_tool_that_cannot_be_strict_is_sent_non_strict_with_a_warning() {
 
 #[test]
 fn a_response_format_that_cannot_be_strict_is_sent_non_strict() {
+    let _serial = WARNING_CALLSITE.lock().unwrap_or_else(|e| e.into_inner());
     let mut request = Request::new("gpt-4.1", vec![Message::user("hi")]);
     request.output = Some(Box::new(agentloop::OutputFormat {
         name: "counts".into(),

@@ -602,8 +602,6 @@ async fn the_largest_timeouts_mean_no_timeout() {
         .timeout(Duration::MAX)
         .with_options(|o| {
             o.step_timeout = Some(Duration::MAX);
-            o.first_chunk_timeout = Some(Duration::MAX);
-            o.idle_timeout = Some(Duration::MAX);
         })
         .build();
     let result = agent.run("go").await.unwrap();
@@ -1164,54 +1162,10 @@ async fn a_model_error_ends_the_run_with_the_error() {
     assert_eq!(error.to_string(), "scripted is overloaded: busy");
 }
 
+/// First-chunk and idle timeouts are the transport's (`HttpConfig`, tested in
+/// `provider::http` and over HTTP in `openai_http.rs`); the run adds its own and the step's.
 #[tokio::test(start_paused = true)]
-async fn layered_timeouts_for_streams_and_steps() {
-    // First chunk: the model waits 10 s before answering.
-    let model = ScriptedModel::new([Turn::text("late").with_delay(Duration::from_secs(10))]);
-    let agent = Agent::builder(model.clone())
-        .with_options(|o| o.first_chunk_timeout = Some(Duration::from_secs(2)))
-        .build();
-    let started = Instant::now();
-    let result = agent.run_stream("go").into_result().await.unwrap();
-    assert_eq!(started.elapsed(), Duration::from_secs(2));
-    assert_eq!(result.stop_reason, RunStopReason::Error);
-    assert_eq!(
-        result.error.unwrap().to_string(),
-        "first chunk timeout after 2.0s"
-    );
-
-    // Idle: the first event comes at once, the next after 3 s, the idle timeout is 1 s. It
-    // counts from the first event, also when a longer first-chunk timeout was armed before it.
-    for first_chunk in [None, Some(Duration::from_secs(10))] {
-        let model =
-            ScriptedModel::new(
-                [Turn::text("slow stream").with_chunk_delay(Duration::from_secs(3))],
-            );
-        let agent = Agent::builder(model.clone())
-            .with_options(|o| {
-                o.first_chunk_timeout = first_chunk;
-                o.idle_timeout = Some(Duration::from_secs(1));
-            })
-            .build();
-        let started = Instant::now();
-        let result = agent.run_stream("go").into_result().await.unwrap();
-        assert_eq!(started.elapsed(), Duration::from_secs(1), "{first_chunk:?}");
-        assert_eq!(
-            result.error.unwrap().to_string(),
-            "idle between chunks timeout after 1.0s"
-        );
-    }
-
-    // Chunks every 500 ms with a 1 s idle timeout finish fine.
-    let model =
-        ScriptedModel::new([Turn::text("steady").with_chunk_delay(Duration::from_millis(500))]);
-    let agent = Agent::builder(model.clone())
-        .with_options(|o| o.idle_timeout = Some(Duration::from_secs(1)))
-        .build();
-    let result = agent.run_stream("go").into_result().await.unwrap();
-    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
-    assert_eq!(result.text(), "steady");
-
+async fn a_step_timeout_stops_a_slow_model_call() {
     // Step: the second step's model call takes too long.
     let model = ScriptedModel::new([
         Turn::tool_call("get_weather", json!({"city": "A"})),

@@ -1,4 +1,4 @@
-//! A small JSON scanner for the hand-written OpenAI readers (`openai::stream::fast`,
+//! A small JSON scanner for the hand-written OpenAI readers (`openai::decode::fast`,
 //! `openai::response::fast`).
 //!
 //! It reads exactly the JSON that serde_json reads, with one difference: wherever serde_json

@@ -18,10 +18,10 @@ use super::approval::{Approval, ApprovalContext};
 use super::events::Outbox;
 use super::hooks::{StepRequest, StopInfo, ToolDecision, WithHistory};
 use super::machine::{Action, Gate, Machine};
+use super::model_call::{CallEnd, StreamedCall};
 use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
-use super::streamed::{CallEnd, StreamedCall};
 use crate::cost::{Cost, Prices};
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
@@ -96,9 +96,16 @@ pub(crate) struct Driver {
     cancel: CancellationToken,
     /// Where a streamed run's events go; `None` for a blocking run.
     events: Option<Outbox>,
+    /// What only some runs need, boxed so that every run's future stays small.
+    extras: Option<Box<Extras>>,
+}
+
+/// The parts of a driver only resumed and typed runs have.
+#[derive(Default)]
+struct Extras {
     /// Calls whose results were reported before the run paused for approval: a resumed run
     /// does not report them again.
-    reported: Box<[String]>,
+    reported: Vec<String>,
     /// A typed run's output and the strategy it uses: checks answers given as text.
     output: Option<Arc<OutputSpec>>,
 }
@@ -202,28 +209,34 @@ impl Driver {
             options,
             cancel,
             events,
-            reported: Box::default(),
-            output: None,
+            extras: None,
         }
     }
 
     /// A driver resuming `machine` after a pause for approval: the results reported before
     /// the pause are not reported again.
     pub(crate) fn resuming(mut self, machine: &Machine) -> Self {
-        self.reported = machine.reported_ids().into_boxed_slice();
+        self.extras.get_or_insert_default().reported = machine.reported_ids();
         self
     }
 
     /// Check the run's text answers against `output` (see [`Machine::on_answer`]).
     pub(crate) fn with_output(mut self, output: Arc<OutputSpec>) -> Self {
-        self.output = Some(output);
+        self.extras.get_or_insert_default().output = Some(output);
         self
+    }
+
+    /// Whether `id`'s result was reported before the run paused (see [`Self::resuming`]).
+    fn reported(&self, id: &str) -> bool {
+        self.extras
+            .as_ref()
+            .is_some_and(|e| e.reported.iter().any(|r| r == id))
     }
 
     /// Check a typed run's text answer; whether there was one (the machine then either took
     /// it or asked the model again).
     fn check_answer(&self, machine: &mut Machine) -> bool {
-        let Some(output) = &self.output else {
+        let Some(output) = self.extras.as_ref().and_then(|e| e.output.as_ref()) else {
             return false;
         };
         let Some(text) = machine.pending_answer() else {
@@ -584,7 +597,7 @@ impl Driver {
             for (call, outcome) in machine
                 .settled()
                 .iter()
-                .filter(|(call, _)| !self.reported.contains(&call.id))
+                .filter(|(call, _)| !self.reported(&call.id))
             {
                 self.emit(|| RunEvent::ToolCallResult {
                     id: call.id.clone(),
@@ -603,7 +616,7 @@ impl Driver {
             .iter()
             .zip(&last.outcomes)
             .zip(&last.tool_results)
-            .filter(|((call, _), _)| !self.reported.contains(&call.id))
+            .filter(|((call, _), _)| !self.reported(&call.id))
         {
             self.emit(|| RunEvent::ToolCallResult {
                 id: call.id.clone(),
@@ -675,13 +688,11 @@ impl Driver {
             };
         };
 
-        // The run's stream reads the call itself (see `streamed`), the run's stop included,
+        // The run's stream reads the call itself (see `model_call`), the run's stop included,
         // and polls the driver again once the call ended: nothing else can wake it meanwhile.
         events.start_call(StreamedCall::new(
             self.provider.stream(request),
             stop.owned(),
-            self.options.first_chunk_timeout,
-            self.options.idle_timeout,
         ));
         let call = std::future::poll_fn(|_| match events.take_ended_call() {
             Some(call) => Poll::Ready(call),

@@ -8,8 +8,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::model_call::StreamedCall;
 use super::result::RunEvent;
-use super::streamed::StreamedCall;
 
 /// The mailbox shared by a streamed run's driver and its stream.
 #[derive(Clone, Default)]

@@ -118,10 +118,10 @@ mod events;
 mod hooks;
 mod input;
 mod machine;
+mod model_call;
 mod options;
 mod outcome;
 mod result;
-mod streamed;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -153,7 +153,7 @@ use crate::tool::{Tool, ToolDefinition};
 use driver::Driver;
 pub(crate) use driver::ToolSet;
 use events::{Delivery, Outbox};
-use streamed::StreamedCall;
+use model_call::StreamedCall;
 
 /// A new run's machine: `request` with the tools' definitions it does not list yet. The prompt
 /// hooks run later, inside the run (see [`Driver::drive_new`]), so that a run's future is one

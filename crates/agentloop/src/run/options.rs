@@ -153,10 +153,6 @@ pub struct RunOptions {
     pub timeout: Option<Duration>,
     /// Timeout for one step (model call plus its tools).
     pub step_timeout: Option<Duration>,
-    /// Timeout for the first event of a streamed model response.
-    pub first_chunk_timeout: Option<Duration>,
-    /// Timeout between two events of a streamed model response.
-    pub idle_timeout: Option<Duration>,
     /// Default timeout for one tool call (a tool's own timeout wins).
     pub tool_timeout: Duration,
     /// At most this many of a turn's tool calls run at once (results stay in call order);
@@ -198,8 +194,6 @@ impl Default for RunOptions {
             limits: Limits::default(),
             timeout: None,
             step_timeout: None,
-            first_chunk_timeout: None,
-            idle_timeout: None,
             tool_timeout: Duration::from_secs(30),
             max_concurrency: 8,
             stop_when: Vec::new(),
@@ -255,18 +249,6 @@ impl RunOptions {
     /// Per-step timeout.
     pub fn step_timeout(mut self, d: Duration) -> Self {
         self.step_timeout = Some(d);
-        self
-    }
-
-    /// First-event timeout for streamed responses.
-    pub fn first_chunk_timeout(mut self, d: Duration) -> Self {
-        self.first_chunk_timeout = Some(d);
-        self
-    }
-
-    /// Between-events timeout for streamed responses.
-    pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.idle_timeout = Some(d);
         self
     }
 

@@ -17,9 +17,9 @@
 //! top level (automatic caching). More than four placed breakpoints is
 //! [`Error::LimitExceeded`], before anything is sent; usage reports the cache reads and writes.
 
+mod decode;
 mod request;
 mod response;
-mod stream;
 pub mod tools;
 
 use bytes::Bytes;
@@ -32,7 +32,7 @@ use crate::message::{Request, Response};
 use crate::provider::http::{self, ApiKey, HttpConfig, Transport};
 use crate::provider::{EventStream, Provider};
 
-pub use stream::AnthropicDecoder;
+pub use decode::AnthropicDecoder;
 
 /// The provider name, used in errors and to tag reasoning blocks.
 pub const PROVIDER_NAME: &str = "anthropic";

@@ -34,8 +34,8 @@
 //! # Ok(()) }
 //! ```
 
+mod decode;
 mod request;
-mod stream;
 pub mod tools;
 
 use std::collections::VecDeque;
@@ -51,8 +51,8 @@ use crate::provider::http::{self, ApiKey, HttpConfig, Transport};
 use crate::provider::{EventStream, Provider};
 use crate::stream::Accumulator;
 
+pub use decode::{GeminiDecoder, SYNTHETIC_ID_PREFIX};
 pub use request::SKIP_SIGNATURE;
-pub use stream::{GeminiDecoder, SYNTHETIC_ID_PREFIX};
 
 /// The provider name, used in errors and to tag reasoning and native blocks.
 pub const PROVIDER_NAME: &str = "gemini";

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::stream::SYNTHETIC_ID_PREFIX;
+use super::decode::SYNTHETIC_ID_PREFIX;
 use super::{GeminiOptions, PROVIDER_NAME, VERTEX_PROVIDER_NAME, tools};
 use crate::error::{Error, Result};
 use crate::message::{

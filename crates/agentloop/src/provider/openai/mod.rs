@@ -34,9 +34,9 @@
 //! - Prompt-cache breakpoints ([`Request::cache`]) are left out: these services cache on their
 //!   own.
 
+mod decode;
 mod request;
 mod response;
-mod stream;
 pub mod tools;
 mod wire;
 
@@ -50,8 +50,8 @@ use crate::message::{Request, Response};
 use crate::provider::http::{self, ApiKey, HttpConfig, Transport};
 use crate::provider::{EventStream, Provider};
 
+pub use decode::ChunkDecoder;
 pub use response::{parse_completion, parse_completion_bytes};
-pub use stream::ChunkDecoder;
 
 /// The endpoint path, relative to the base URL.
 const PATH: &str = "/chat/completions";
