@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::{StreamExt, stream};
+use futures::{FutureExt, StreamExt, stream};
 use rust_decimal::Decimal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -21,6 +21,7 @@ use super::machine::{Action, Gate, Machine};
 use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
+use super::store::Durable;
 use super::streamed::{CallEnd, StreamedCall};
 use crate::cost::{Cost, Prices};
 use crate::deadline::later;
@@ -98,6 +99,8 @@ pub(crate) struct Driver {
     /// Calls whose results were reported before the run paused for approval: a resumed run
     /// does not report them again.
     reported: Box<[String]>,
+    /// A durable run's store: checkpoints are written only when it is set.
+    durable: Option<Box<Durable>>,
 }
 
 /// Why a model call did not give a response.
@@ -200,6 +203,21 @@ impl Driver {
             cancel,
             streamed,
             reported: Box::default(),
+            durable: None,
+        }
+    }
+
+    /// A driver that checkpoints the run in a store (see [`super::store`]).
+    pub(crate) fn durable(mut self, durable: Durable) -> Self {
+        self.durable = Some(Box::new(durable));
+        self
+    }
+
+    /// Save a durable run's checkpoint; nothing without a store. Boxed: the save's future
+    /// would otherwise add its room to every run's future.
+    async fn checkpoint(&self, machine: &mut Machine) {
+        if let Some(durable) = &self.durable {
+            Box::pin(durable.save(machine)).await;
         }
     }
 
@@ -249,6 +267,7 @@ impl Driver {
     ) -> impl Future<Output = Result<RunResult, Error>> + Send + 'static {
         async move {
             self.prompt(&mut machine).await?;
+            self.checkpoint(&mut machine).await;
             self.steps(&mut machine).await;
             Ok(self.stopped(machine.into_result()).await)
         }
@@ -353,6 +372,7 @@ impl Driver {
                             }
                         }
                     }
+                    self.checkpoint(machine).await;
                     // A failed or stopped call finished the machine; a response either did or
                     // left tool calls to run.
                     if !machine.is_done() {
@@ -435,12 +455,41 @@ impl Driver {
         let Action::RunTools(calls) = machine.next_action() else {
             return;
         };
+        // The calls have started, as far as a crash is concerned (see `store`).
+        self.checkpoint(machine).await;
+        if machine.is_done() {
+            // The save failed: the run stopped with the error before any tool ran.
+            self.step_finished(machine, step);
+            return;
+        }
         // The tool hooks see the history; it is copied only for them.
         let hooks = &self.options.hooks;
         let history: Option<Arc<[Message]>> = (!hooks.before_tool.is_empty()
             || !hooks.after_tool.is_empty())
         .then(|| machine.messages().into());
         let tools_started = Instant::now();
+        if let Some(durable) = &self.durable {
+            let recorded =
+                Box::pin(self.run_tools_recorded(machine, calls, history.as_ref(), durable));
+            let stopped = tokio::select! {
+                biased;
+                reason = stop.wait() => Some(reason),
+                () = recorded => None,
+            };
+            match stopped {
+                Some(reason) => stop.halt(machine, reason, None),
+                None => machine.on_tool_outcomes(Vec::new(), tools_started.elapsed()),
+            }
+            self.step_finished(machine, step);
+            if !machine.is_done() {
+                self.check_stop(machine, StopMoment::AfterStep);
+            }
+            if !machine.is_done() {
+                self.check_budget(machine);
+            }
+            self.checkpoint(machine).await;
+            return;
+        }
         let outcomes = tokio::select! {
             biased;
             reason = stop.wait() => {
@@ -697,6 +746,33 @@ impl Driver {
             .await
     }
 
+    /// [`Self::run_tools`] for a durable run: each outcome is recorded in the machine and
+    /// checkpointed as it ends, so a crash does not run it again.
+    async fn run_tools_recorded(
+        &self,
+        machine: &mut Machine,
+        calls: Vec<ToolCall>,
+        history: Option<&Arc<[Message]>>,
+        durable: &Durable,
+    ) {
+        let concurrency = self.options.max_concurrency.max(1);
+        let first_poll_inline = concurrency == 1;
+        let mut running = stream::iter(calls)
+            .map(|call| {
+                let id = call.id.clone();
+                self.run_one(call, first_poll_inline, history)
+                    .map(move |outcome| (id, outcome))
+            })
+            .buffer_unordered(concurrency);
+        while let Some((id, outcome)) = running.next().await {
+            machine.record_outcome(&id, outcome);
+            durable.save(machine).await;
+            if durable.failed() {
+                return;
+            }
+        }
+    }
+
     /// Run one call, then its after-tool hooks. Not an `async fn`, which would hold the call
     /// twice.
     #[expect(
@@ -787,7 +863,8 @@ impl Driver {
             call.name.clone(),
             cancel.clone(),
             self.options.state.clone(),
-        );
+        )
+        .with_run_id(self.durable.as_ref().map(|d| d.run_id.clone()));
         let started = Instant::now();
         let mut call_future = handler.call(ctx, input);
         let first_poll = if first_poll_inline {

@@ -119,6 +119,7 @@ mod machine;
 mod options;
 mod outcome;
 mod result;
+mod store;
 mod streamed;
 
 use std::pin::Pin;
@@ -139,6 +140,7 @@ pub use machine::{Action, Machine};
 pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
+pub use store::{Checkpoint, MemoryStore, RunStatus, RunStore, RunSummary};
 
 #[cfg(doc)]
 use crate::stream::StreamEvent;
@@ -196,6 +198,53 @@ pub(crate) fn run_set(
 ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
     let machine = new_machine(request, &tools, &options);
     Driver::new(provider, tools, options, false).drive_new(machine)
+}
+
+/// A new durable run (see [`store`]): refused when the store has a run of that id already.
+pub(crate) fn durable_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    let machine = new_machine(request, &tools, &options);
+    async move {
+        if let Some(found) = store.load(&run_id).await? {
+            return Err(Error::StaleCheckpoint {
+                run_id,
+                expected: 0,
+                found: found.version,
+            });
+        }
+        let durable = store::Durable::new(store, run_id.into(), 0);
+        Driver::new(provider, tools, options, false)
+            .durable(durable)
+            .drive_new(machine)
+            .await
+    }
+}
+
+/// A durable run continued from its last checkpoint (see [`store`]).
+pub(crate) async fn resume_durable_set(
+    provider: Arc<dyn Provider>,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+) -> Result<RunResult> {
+    let Some(checkpoint) = store.load(&run_id).await? else {
+        return Err(Error::RunNotFound { run_id });
+    };
+    let mut machine = checkpoint.machine()?;
+    machine.recover(|name| tools.get(name).is_some_and(Tool::is_idempotent));
+    let durable = store::Durable::new(store, run_id.into(), checkpoint.version);
+    Ok(Driver::new(provider, tools, options, false)
+        .resuming(&machine)
+        .durable(durable)
+        .drive(machine)
+        .await)
 }
 
 /// Continue a saved machine (see [`Machine`]) to the end.

@@ -1,0 +1,407 @@
+//! Durable runs (issue 39 items 4-5): checkpoints in a `RunStore` after every state change that
+//! matters, optimistic versions, and "every tool once" when a run resumes after its process
+//! stopped. One suite, run against every store (the SQLite one with the `sqlite` feature).
+//!
+//! A crash is simulated in-process here: the store keeps the nth save (or refuses it) and then
+//! never answers, like a process killed right after (or during) that write; the run's future is
+//! dropped and a fresh agent resumes. `tests/durable_crash.rs` kills real processes.
+
+use std::sync::{Arc, Mutex};
+
+use agentloop::run::{Checkpoint, MemoryStore, RunStatus, RunStore, RunSummary, ToolOutcome};
+use agentloop::{Agent, Error, Role, Tool, ToolContext, ToolOutput, history};
+use agentloop_testkit::{ScriptedModel, Turn};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// A save as the store saw it: the version written, the status, and the machine's history
+/// and step counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Saved {
+    version: u64,
+    status: RunStatus,
+    messages: usize,
+    steps: usize,
+}
+
+/// How the simulated process dies at a save.
+#[derive(Clone, Copy)]
+enum Crash {
+    /// After the nth save (1-based) was written.
+    After(usize),
+    /// During the nth save: it is not written.
+    During(usize),
+}
+
+/// A store that records each save and can stop the run at one (see [`Crash`]).
+#[derive(Clone)]
+struct Recording<S> {
+    inner: S,
+    saves: Arc<Mutex<Vec<Saved>>>,
+    crash: Option<Crash>,
+    crashed: Arc<Notify>,
+}
+
+impl<S: RunStore + Clone> Recording<S> {
+    fn new(inner: S, crash: Option<Crash>) -> Self {
+        Self {
+            inner,
+            saves: Arc::default(),
+            crash,
+            crashed: Arc::default(),
+        }
+    }
+
+    fn saves(&self) -> Vec<Saved> {
+        self.saves.lock().unwrap().clone()
+    }
+}
+
+impl<S: RunStore + Clone> RunStore for Recording<S> {
+    fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, agentloop::Result<Option<Checkpoint>>> {
+        self.inner.load(run_id)
+    }
+
+    fn save<'a>(
+        &'a self,
+        run_id: &'a str,
+        read: u64,
+        status: RunStatus,
+        state: String,
+    ) -> BoxFuture<'a, agentloop::Result<u64>> {
+        Box::pin(async move {
+            let nth = self.saves.lock().unwrap().len() + 1;
+            if let Some(Crash::During(at)) = self.crash
+                && at == nth
+            {
+                self.crashed.notify_one();
+                return std::future::pending().await;
+            }
+            let machine = Checkpoint {
+                version: 0,
+                status,
+                state: state.clone(),
+            }
+            .machine()
+            .unwrap();
+            let version = self.inner.save(run_id, read, status, state).await?;
+            self.saves.lock().unwrap().push(Saved {
+                version,
+                status,
+                messages: machine.messages().len(),
+                steps: machine.steps().len(),
+            });
+            if let Some(Crash::After(at)) = self.crash
+                && at == nth
+            {
+                self.crashed.notify_one();
+                return std::future::pending().await;
+            }
+            Ok(version)
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, agentloop::Result<Vec<RunSummary>>> {
+        self.inner.list()
+    }
+}
+
+/// Idempotency keys in the order the tools ran.
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// A tool that logs its idempotency key and answers `<name> done`.
+fn logging_tool(name: &'static str, log: &Log, idempotent: bool) -> Tool {
+    let log = log.clone();
+    Tool::from_schema(name, "Logs its call", json!({"type": "object"}))
+        .unwrap()
+        .with_handler(move |ctx: ToolContext, _input: Value| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push(ctx.idempotency_key());
+                Ok(ToolOutput::text(format!("{} done", ctx.tool_name)))
+            }
+        })
+        .with_idempotent(idempotent)
+}
+
+/// The model: two calls (`a` idempotent, `b` not) in its first answer, then text. It answers
+/// by the history it is sent, so a call issued again gets the same answer.
+fn model() -> ScriptedModel {
+    ScriptedModel::from_fn(|request, _| {
+        let answered = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        match answered {
+            0 => Turn::tool_calls([("a", json!({})), ("b", json!({}))]).with_ids(["c1", "c2"]),
+            _ => Turn::text("Done."),
+        }
+    })
+}
+
+/// The agent definition every process of a run shares; tools run one at a time, so the saves
+/// come in a fixed order.
+fn agent(model: ScriptedModel, log: &Log) -> Agent {
+    Agent::builder(model)
+        .model("m")
+        .tool(logging_tool("a", log, true))
+        .tool(logging_tool("b", log, false))
+        .max_concurrency(1)
+        .build()
+}
+
+fn saved(version: u64, status: RunStatus, messages: usize, steps: usize) -> Saved {
+    Saved {
+        version,
+        status,
+        messages,
+        steps,
+    }
+}
+
+/// The results of the history's tool-result message: (call id, text, is_error).
+fn tool_results(messages: &[agentloop::Message]) -> Vec<(String, String, bool)> {
+    messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            agentloop::ContentBlock::ToolResult(r) => {
+                Some((r.tool_use_id.clone(), r.content.to_text(), r.is_error))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Run `r1` until the store's crash, drop it, and resume it with a fresh agent (a new
+/// process's). Returns the resumed result, the first and second processes' tool logs.
+async fn crash_and_resume<S: RunStore + Clone>(
+    store: S,
+    crash: Crash,
+) -> (
+    agentloop::RunResult,
+    Vec<String>,
+    Vec<String>,
+    ScriptedModel,
+) {
+    let recording = Recording::new(store.clone(), Some(crash));
+    let first_log = Log::default();
+    let run = agent(model(), &first_log).run_durable("r1", "Go", &recording);
+    tokio::select! {
+        result = run => panic!("the run ended before its crash: {result:?}"),
+        () = recording.crashed.notified() => {}
+    }
+    let second_log = Log::default();
+    let second_model = model();
+    let result = agent(second_model.clone(), &second_log)
+        .resume_run("r1", &store)
+        .await
+        .unwrap();
+    history::validate(&result.messages).unwrap();
+    let first = first_log.lock().unwrap().clone();
+    let second = second_log.lock().unwrap().clone();
+    (result, first, second, second_model)
+}
+
+const INTERRUPTED: &str = "Error: the call to `b` was interrupted: it was running when the \
+    process running the run stopped, and it is not marked idempotent, so it was not run again; \
+    it may or may not have taken effect";
+
+async fn checkpoints_follow_every_state_change<S: RunStore + Clone>(store: S) {
+    let recording = Recording::new(store.clone(), None);
+    let log = Log::default();
+    let result = agent(model(), &log)
+        .run_durable("r1", "Go", &recording)
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "Done.");
+    assert_eq!(*log.lock().unwrap(), ["r1/c1", "r1/c2"]);
+    use RunStatus::{Done, Running};
+    assert_eq!(
+        recording.saves(),
+        [
+            saved(1, Running, 1, 0), // started
+            saved(2, Running, 2, 1), // the response recorded
+            saved(3, Running, 2, 1), // its tools started
+            saved(4, Running, 2, 1), // c1's outcome
+            saved(5, Running, 2, 1), // c2's outcome
+            saved(6, Running, 3, 1), // the step closed
+            saved(7, Done, 4, 2),    // the answer
+        ]
+    );
+    let last = store.load("r1").await.unwrap().unwrap();
+    assert_eq!((last.version, last.status), (7, Done));
+    assert_eq!(last.machine().unwrap().messages(), &result.messages[..]);
+    assert_eq!(
+        store.list().await.unwrap(),
+        [RunSummary {
+            run_id: "r1".into(),
+            version: 7,
+            status: Done
+        }]
+    );
+}
+
+async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once<S: RunStore + Clone>(store: S) {
+    let log = Log::default();
+    agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+
+    let stale = store
+        .save("r1", 3, RunStatus::Running, "{}".into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&stale, Error::StaleCheckpoint { run_id, expected: 3, found: 7 } if run_id == "r1"),
+        "{stale:?}"
+    );
+    assert_eq!(store.load("r1").await.unwrap().unwrap().version, 7);
+
+    let again = agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            again,
+            Error::StaleCheckpoint {
+                expected: 0,
+                found: 7,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    let missing = agent(model(), &log)
+        .resume_run("r2", &store)
+        .await
+        .unwrap_err();
+    assert!(matches!(&missing, Error::RunNotFound { run_id } if run_id == "r2"));
+    assert_eq!(
+        missing.to_string(),
+        "no run `r2` in the store; start it with Agent::run_durable"
+    );
+}
+
+async fn a_recorded_outcome_never_runs_again<S: RunStore + Clone>(store: S) {
+    // Killed after c1's outcome was saved: c1 is not run again; c2, started as far as the
+    // store knows and not idempotent, is interrupted.
+    let (result, first, second, model) = crash_and_resume(store, Crash::After(4)).await;
+    assert_eq!(first, ["r1/c1"]);
+    assert!(second.is_empty(), "{second:?}");
+    assert_eq!(
+        tool_results(&result.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), INTERRUPTED.into(), true)
+        ]
+    );
+    assert!(matches!(
+        result.steps[0].outcomes[1],
+        ToolOutcome::Interrupted { .. }
+    ));
+    assert_eq!(result.text(), "Done.");
+    assert_eq!(result.tool_calls, 2);
+    assert_eq!(model.calls(), 1);
+}
+
+async fn an_idempotent_tool_cut_off_runs_again<S: RunStore + Clone>(store: S) {
+    // Killed while c1's outcome was being saved: c1 ran but nothing says so, and `a` is
+    // idempotent, so it runs again with the same key; c2 is interrupted.
+    let (result, first, second, _) = crash_and_resume(store, Crash::During(4)).await;
+    assert_eq!(first, ["r1/c1"]);
+    assert_eq!(second, ["r1/c1"]);
+    assert_eq!(
+        tool_results(&result.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), INTERRUPTED.into(), true)
+        ]
+    );
+}
+
+async fn a_model_call_in_flight_is_issued_again<S: RunStore + Clone>(store: S) {
+    // Killed during the answer's call (after the step closed): the call is issued again and
+    // no tool runs again.
+    let (result, first, second, model) = crash_and_resume(store, Crash::During(7)).await;
+    assert_eq!(first, ["r1/c1", "r1/c2"]);
+    assert!(second.is_empty());
+    assert_eq!(model.calls(), 1);
+    assert_eq!(model.last_request().unwrap().messages.len(), 3);
+    assert_eq!(
+        tool_results(&result.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), "b done".into(), false)
+        ]
+    );
+    assert_eq!(result.text(), "Done.");
+    assert_eq!(result.turns, 2);
+}
+
+async fn a_finished_run_resumes_as_it_ended<S: RunStore + Clone>(store: S) {
+    let log = Log::default();
+    let done = agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    let model = model();
+    let again = agent(model.clone(), &log)
+        .resume_run("r1", &store)
+        .await
+        .unwrap();
+    assert_eq!(again.messages, done.messages);
+    assert_eq!(model.calls(), 0);
+    assert_eq!(log.lock().unwrap().len(), 2);
+}
+
+macro_rules! suite {
+    ($store:ident, $make:expr) => {
+        mod $store {
+            use super::*;
+
+            #[tokio::test]
+            async fn checkpoints_follow_every_state_change() {
+                super::checkpoints_follow_every_state_change($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once() {
+                super::a_stale_writer_is_refused_and_a_run_id_is_taken_once($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_recorded_outcome_never_runs_again() {
+                super::a_recorded_outcome_never_runs_again($make).await;
+            }
+
+            #[tokio::test]
+            async fn an_idempotent_tool_cut_off_runs_again() {
+                super::an_idempotent_tool_cut_off_runs_again($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_model_call_in_flight_is_issued_again() {
+                super::a_model_call_in_flight_is_issued_again($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_finished_run_resumes_as_it_ended() {
+                super::a_finished_run_resumes_as_it_ended($make).await;
+            }
+        }
+    };
+}
+
+suite!(memory, MemoryStore::new());
+
+#[tokio::test]
+async fn outside_a_durable_run_the_idempotency_key_is_the_call_id() {
+    let log = Log::default();
+    agent(model(), &log).run("Go").await.unwrap();
+    assert_eq!(*log.lock().unwrap(), ["c1", "c2"]);
+}
