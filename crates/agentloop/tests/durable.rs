@@ -399,9 +399,51 @@ macro_rules! suite {
 
 suite!(memory, MemoryStore::new());
 
+#[cfg(feature = "sqlite")]
+fn sqlite_store() -> agentloop::run::SqliteStore {
+    // The directory outlives the test: a test's store is small, and the OS cleans /tmp.
+    let dir = tempfile::tempdir().unwrap().keep();
+    agentloop::run::SqliteStore::open(dir.join("runs.db")).unwrap()
+}
+
+#[cfg(feature = "sqlite")]
+suite!(sqlite, sqlite_store());
+
 #[tokio::test]
 async fn outside_a_durable_run_the_idempotency_key_is_the_call_id() {
     let log = Log::default();
     agent(model(), &log).run("Go").await.unwrap();
     assert_eq!(*log.lock().unwrap(), ["c1", "c2"]);
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_sqlite_store_keeps_runs_in_one_wal_file_that_another_store_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = agentloop::run::SqliteStore::open(&path).unwrap();
+    let log = Log::default();
+    let done = agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    // WAL mode keeps a write-ahead log next to the database while it is open.
+    assert!(dir.path().join("runs.db-wal").exists());
+
+    let reopened = agentloop::run::SqliteStore::open(&path).unwrap();
+    let checkpoint = reopened.load("r1").await.unwrap().unwrap();
+    assert_eq!(checkpoint.version, 7);
+    assert_eq!(checkpoint.machine().unwrap().messages(), &done.messages[..]);
+    let stale = reopened
+        .save("r1", 6, RunStatus::Done, checkpoint.state.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        stale,
+        Error::StaleCheckpoint {
+            expected: 6,
+            found: 7,
+            ..
+        }
+    ));
 }

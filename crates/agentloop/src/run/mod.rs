@@ -119,6 +119,8 @@ mod machine;
 mod options;
 mod outcome;
 mod result;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod store;
 mod streamed;
 
@@ -140,6 +142,8 @@ pub use machine::{Action, Machine};
 pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
 pub use store::{Checkpoint, MemoryStore, RunStatus, RunStore, RunSummary};
 
 #[cfg(doc)]
