@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command, ToolsCommand};
+use cli::{Cli, Command, RunsCommand, ToolsCommand};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -23,6 +23,9 @@ async fn main() -> ExitCode {
         Command::Tools(ToolsCommand::List { path }) => commands::tools::list(&path),
         Command::Tools(ToolsCommand::Validate { path }) => commands::tools::validate(&path),
         Command::Replay(args) => commands::replay::replay(&args),
+        Command::Runs(RunsCommand::List { db }) => commands::runs::list(&db).await,
+        Command::Runs(RunsCommand::Show { id, db }) => commands::runs::show(&id, &db).await,
+        Command::Runs(RunsCommand::Resume(args)) => commands::runs::resume(args).await,
         Command::MockServer(args) => commands::mock_server::serve(&args).await,
     };
     match outcome {

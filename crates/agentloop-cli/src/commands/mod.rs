@@ -5,5 +5,6 @@ pub mod chat;
 pub mod mock_server;
 pub mod replay;
 pub mod run;
+pub mod runs;
 pub mod serve;
 pub mod tools;
