@@ -206,6 +206,33 @@ impl Agent {
         )
     }
 
+    /// Continue durable run `run_id`, paused for approval, with decisions by call id, as
+    /// [`Self::resume`] does for a [`PausedRun`] value: the decisions are checkpointed before
+    /// anything runs, and the run goes on durably. Fails before anything runs on a decision
+    /// that cannot apply ([`Error::InvalidDecision`], [`Error::ToolArgumentParse`]).
+    pub fn decide_run<S: RunStore + Clone, D: Into<String>>(
+        &self,
+        run_id: impl Into<String>,
+        decisions: impl IntoIterator<Item = (D, Decision)>,
+        store: &S,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+        let decisions: Vec<(String, Decision)> = decisions
+            .into_iter()
+            .map(|(id, decision)| (id.into(), decision))
+            .collect();
+        let agent = self.clone();
+        let decide: run::Decide =
+            Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions));
+        run::resume_durable_set(
+            self.provider.clone(),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Arc::new(store.clone()),
+            run_id.into(),
+            Some(decide),
+        )
+    }
+
     /// Continue durable run `run_id` from its last checkpoint in `store`, to its end (a run
     /// that is over, or paused for approval, returns its result as it stands). The agent must
     /// have the definition the run was started with. A tool call that had started and has no
@@ -223,6 +250,7 @@ impl Agent {
             Arc::clone(&self.options),
             Arc::new(store.clone()),
             run_id.into(),
+            None,
         )
     }
 

@@ -8,7 +8,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use agentloop::run::{Checkpoint, MemoryStore, RunStatus, RunStore, RunSummary, ToolOutcome};
+use agentloop::run::{
+    Checkpoint, Decision, MemoryStore, RunStatus, RunStore, RunSummary, ToolOutcome,
+};
 use agentloop::{Agent, Error, Role, Tool, ToolContext, ToolOutput, history};
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::future::BoxFuture;
@@ -359,6 +361,71 @@ async fn a_finished_run_resumes_as_it_ended<S: RunStore + Clone>(store: S) {
     assert_eq!(log.lock().unwrap().len(), 2);
 }
 
+async fn a_paused_run_is_decided_in_the_store<S: RunStore + Clone>(store: S) {
+    // Both calls need approval: the run pauses; deciding one keeps it paused (and saved);
+    // deciding the other runs them and finishes the run.
+    let log = Log::default();
+    let approving = |log: &Log, model: ScriptedModel| {
+        Agent::builder(model)
+            .model("m")
+            .tool(logging_tool("a", log, true).with_approval_required(true))
+            .tool(logging_tool("b", log, false).with_approval_required(true))
+            .build()
+    };
+    let paused = approving(&log, model())
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        paused.stop_reason,
+        agentloop::RunStopReason::AwaitingApproval
+    );
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(saved.status, RunStatus::Paused);
+
+    let partly = approving(&log, model())
+        .decide_run("r1", [("c1", Decision::Approve)], &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        partly.stop_reason,
+        agentloop::RunStopReason::AwaitingApproval
+    );
+    assert_eq!(partly.pending_approvals.len(), 1);
+    assert_eq!(partly.pending_approvals[0].id, "c2");
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(saved.status, RunStatus::Paused);
+    assert_eq!(saved.machine().unwrap().pending_approvals().len(), 1);
+    assert!(log.lock().unwrap().is_empty());
+
+    let done = approving(&log, model())
+        .decide_run("r1", [("c2", Decision::deny("not now"))], &store)
+        .await
+        .unwrap();
+    assert_eq!(done.text(), "Done.");
+    assert_eq!(*log.lock().unwrap(), ["r1/c1"]);
+    assert_eq!(
+        tool_results(&done.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            (
+                "c2".into(),
+                "Error: the call to `b` was denied: not now".into(),
+                true
+            )
+        ]
+    );
+    assert_eq!(
+        store.load("r1").await.unwrap().unwrap().status,
+        RunStatus::Done
+    );
+    let wrong = approving(&log, model())
+        .decide_run("r1", [("c2", Decision::Approve)], &store)
+        .await
+        .unwrap_err();
+    assert!(matches!(wrong, Error::InvalidDecision { .. }), "{wrong:?}");
+}
+
 macro_rules! suite {
     ($store:ident, $make:expr) => {
         mod $store {
@@ -387,6 +454,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn a_model_call_in_flight_is_issued_again() {
                 super::a_model_call_in_flight_is_issued_again($make).await;
+            }
+
+            #[tokio::test]
+            async fn a_paused_run_is_decided_in_the_store() {
+                super::a_paused_run_is_decided_in_the_store($make).await;
             }
 
             #[tokio::test]

@@ -230,13 +230,18 @@ pub(crate) fn durable_set(
     }
 }
 
-/// A durable run continued from its last checkpoint (see [`store`]).
+/// Decisions applied to a paused machine before it goes on (see [`crate::Agent::decide_run`]).
+pub(crate) type Decide = Box<dyn FnOnce(Machine) -> Result<Machine> + Send>;
+
+/// A durable run continued from its last checkpoint (see [`store`]), with `decide` applied
+/// first (and saved) when given.
 pub(crate) async fn resume_durable_set(
     provider: Arc<dyn Provider>,
     tools: ToolSet,
     options: Arc<RunOptions>,
     store: Arc<dyn RunStore>,
     run_id: String,
+    decide: Option<Decide>,
 ) -> Result<RunResult> {
     let Some(checkpoint) = store.load(&run_id).await? else {
         return Err(Error::RunNotFound { run_id });
@@ -244,6 +249,11 @@ pub(crate) async fn resume_durable_set(
     let mut machine = checkpoint.machine()?;
     machine.recover(|name| tools.get(name).is_some_and(Tool::is_idempotent));
     let durable = store::Durable::new(store, run_id.into(), checkpoint.version);
+    if let Some(decide) = decide {
+        machine = decide(machine)?;
+        // Decisions that leave calls pending stop the run at once: they must be kept.
+        durable.save(&mut machine).await;
+    }
     Ok(Driver::new(provider, tools, options, false)
         .resuming(&machine)
         .durable(durable)
