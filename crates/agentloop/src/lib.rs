@@ -72,7 +72,8 @@
 //!
 //! `validation` (arguments checked against their JSON Schema with the `jsonschema` crate),
 //! `registry` (which needs `validation`) and `mcp` are on by default; `sqlite` (a durable-run
-//! store, [`run::RunStore`]) is not, since it compiles SQLite's C sources into the binary. Without `validation`, a
+//! store, [`run::RunStore`]) is not, since it compiles SQLite's C sources into the binary, nor
+//! is `postgres` (a durable-run store for many workers). Without `validation`, a
 //! typed tool's arguments are checked by deserializing them into its type, with serde's
 //! message as the one violation, and a raw schema's arguments are not checked; the binary
 //! leaves out `jsonschema` and its regex engines.

@@ -426,6 +426,8 @@ async fn a_paused_run_is_decided_in_the_store<S: RunStore + Clone>(store: S) {
     assert!(matches!(wrong, Error::InvalidDecision { .. }), "{wrong:?}");
 }
 
+/// The suite against one store: `$make` is a future of `Some(store)`, or `None` when the
+/// store is not available here (it printed a skip notice).
 macro_rules! suite {
     ($store:ident, $make:expr) => {
         mod $store {
@@ -433,43 +435,50 @@ macro_rules! suite {
 
             #[tokio::test]
             async fn checkpoints_follow_every_state_change() {
-                super::checkpoints_follow_every_state_change($make).await;
+                let Some(store) = $make.await else { return };
+                super::checkpoints_follow_every_state_change(store).await;
             }
 
             #[tokio::test]
             async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once() {
-                super::a_stale_writer_is_refused_and_a_run_id_is_taken_once($make).await;
+                let Some(store) = $make.await else { return };
+                super::a_stale_writer_is_refused_and_a_run_id_is_taken_once(store).await;
             }
 
             #[tokio::test]
             async fn a_recorded_outcome_never_runs_again() {
-                super::a_recorded_outcome_never_runs_again($make).await;
+                let Some(store) = $make.await else { return };
+                super::a_recorded_outcome_never_runs_again(store).await;
             }
 
             #[tokio::test]
             async fn an_idempotent_tool_cut_off_runs_again() {
-                super::an_idempotent_tool_cut_off_runs_again($make).await;
+                let Some(store) = $make.await else { return };
+                super::an_idempotent_tool_cut_off_runs_again(store).await;
             }
 
             #[tokio::test]
             async fn a_model_call_in_flight_is_issued_again() {
-                super::a_model_call_in_flight_is_issued_again($make).await;
+                let Some(store) = $make.await else { return };
+                super::a_model_call_in_flight_is_issued_again(store).await;
             }
 
             #[tokio::test]
             async fn a_paused_run_is_decided_in_the_store() {
-                super::a_paused_run_is_decided_in_the_store($make).await;
+                let Some(store) = $make.await else { return };
+                super::a_paused_run_is_decided_in_the_store(store).await;
             }
 
             #[tokio::test]
             async fn a_finished_run_resumes_as_it_ended() {
-                super::a_finished_run_resumes_as_it_ended($make).await;
+                let Some(store) = $make.await else { return };
+                super::a_finished_run_resumes_as_it_ended(store).await;
             }
         }
     };
 }
 
-suite!(memory, MemoryStore::new());
+suite!(memory, async { Some(MemoryStore::new()) });
 
 #[cfg(feature = "sqlite")]
 fn sqlite_store() -> agentloop::run::SqliteStore {
@@ -479,7 +488,57 @@ fn sqlite_store() -> agentloop::run::SqliteStore {
 }
 
 #[cfg(feature = "sqlite")]
-suite!(sqlite, sqlite_store());
+suite!(sqlite, async { Some(sqlite_store()) });
+
+/// A store in a fresh database of the Postgres server `AGENTLOOP_TEST_POSTGRES` names
+/// (`postgres://postgres@127.0.0.1:PORT/postgres`; CI starts one), or a skip notice.
+#[cfg(feature = "postgres")]
+async fn postgres_store(worker: &str) -> Option<agentloop::run::PostgresStore> {
+    let url = postgres_database().await?;
+    Some(postgres_worker(&url, worker).await)
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_worker(url: &str, worker: &str) -> agentloop::run::PostgresStore {
+    agentloop::run::PostgresStore::connect(url, worker, std::time::Duration::from_millis(300))
+        .await
+        .unwrap()
+}
+
+/// The URL of a fresh database, or `None` after a skip notice.
+#[cfg(feature = "postgres")]
+async fn postgres_database() -> Option<String> {
+    let Ok(url) = std::env::var("AGENTLOOP_TEST_POSTGRES") else {
+        agentloop_testkit::skip(
+            "Postgres run store: AGENTLOOP_TEST_POSTGRES is not set (CI starts a server)",
+        );
+        return None;
+    };
+    let db = format!("agentloop_test_{}", rand_suffix());
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let (base, _) = url.rsplit_once('/').unwrap();
+    Some(format!("{base}/{db}"))
+}
+
+#[cfg(feature = "postgres")]
+fn rand_suffix() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{}_{nanos}", std::process::id())
+}
+
+#[cfg(feature = "postgres")]
+suite!(postgres, postgres_store("w1"));
 
 #[tokio::test]
 async fn outside_a_durable_run_the_idempotency_key_is_the_call_id() {
@@ -518,4 +577,64 @@ async fn a_sqlite_store_keeps_runs_in_one_wal_file_that_another_store_reopens() 
             ..
         }
     ));
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_postgres_worker_that_stops_loses_its_run_to_another_and_cannot_write() {
+    let Some(url) = postgres_database().await else {
+        return;
+    };
+    let first = postgres_worker(&url, "w1").await;
+    let second = postgres_worker(&url, "w2").await;
+
+    // w1 stops right after its tools' start was saved (version 3), holding the lease.
+    let stalled = Recording::new(first.clone(), Some(Crash::After(3)));
+    let log = Log::default();
+    let run = agent(model(), &log).run_durable("r1", "Go", &stalled);
+    tokio::select! {
+        result = run => panic!("the run ended before its crash: {result:?}"),
+        () = stalled.crashed.notified() => {}
+    }
+    assert_eq!(
+        second.claim().await.unwrap(),
+        None,
+        "w1's lease still holds"
+    );
+
+    // Its lease expires; w2 takes the run and finishes it.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(second.claim().await.unwrap().as_deref(), Some("r1"));
+    assert_eq!(second.claim().await.unwrap(), None, "a run is claimed once");
+    assert!(!first.heartbeat("r1").await.unwrap(), "w1 lost the lease");
+    // w1's late write, on the version it read, is refused even before w2 wrote: the claim
+    // moved the version on.
+    let late = first
+        .save("r1", 3, RunStatus::Running, "{}".into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            late,
+            Error::StaleCheckpoint {
+                expected: 3,
+                found: 4,
+                ..
+            }
+        ),
+        "{late:?}"
+    );
+    let second_log = Log::default();
+    let done = agent(model(), &second_log)
+        .resume_run("r1", &second)
+        .await
+        .unwrap();
+    assert_eq!(done.text(), "Done.");
+    // c1 (idempotent) runs again; c2 had started as far as the store knows.
+    assert_eq!(*second_log.lock().unwrap(), ["r1/c1"]);
+    history::validate(&done.messages).unwrap();
+
+    let last = second.load("r1").await.unwrap().unwrap();
+    assert_eq!(last.status, RunStatus::Done);
+    assert_eq!(last.machine().unwrap().messages(), &done.messages[..]);
 }

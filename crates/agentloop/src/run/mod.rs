@@ -118,6 +118,8 @@ mod input;
 mod machine;
 mod options;
 mod outcome;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod result;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -141,6 +143,8 @@ pub use input::RunInput;
 pub use machine::{Action, Machine};
 pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

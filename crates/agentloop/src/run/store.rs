@@ -91,8 +91,9 @@ pub struct RunSummary {
     pub status: RunStatus,
 }
 
-/// Keeps durable runs' checkpoints: [`MemoryStore`] (one process, for tests) and
-/// `SqliteStore` (feature `sqlite`: one file, WAL).
+/// Keeps durable runs' checkpoints: [`MemoryStore`] (one process, for tests), `SqliteStore`
+/// (feature `sqlite`: one file, WAL, the embedded choice) and `PostgresStore` (feature
+/// `postgres`: many worker processes, each run claimed with a lease renewed by heartbeat).
 ///
 /// [`crate::Agent::run_durable`] writes a checkpoint after every state change that matters:
 /// the run's start, the model's response recorded, the step's tools about to start, each tool
