@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::provider::openai::OpenAi;
+#[cfg(feature = "postgres")]
+use agentloop::run::PostgresStore;
 use agentloop::run::{RunStore, SqliteStore};
 use agentloop::{Agent, ContentBlock, Message, Tool, ToolContext, ToolOutput, history};
 use agentloop_testkit::Turn;
@@ -29,6 +31,9 @@ use serde_json::{Value, json};
 
 const CHILD: &str = "DURABLE_CRASH_CHILD";
 const RUN_ID: &str = "crash-run";
+/// The Postgres database the child's store is in (the SQLite file in its directory otherwise).
+#[cfg(feature = "postgres")]
+const CHILD_POSTGRES: &str = "DURABLE_CRASH_POSTGRES";
 
 /// The model's answers by step: parallel calls, a single call, a mix, then the answer. `a` is
 /// idempotent, `b` is not.
@@ -70,7 +75,9 @@ fn logging_tool(name: &'static str, log: PathBuf, idempotent: bool) -> Tool {
                     .append(true)
                     .open(&log)
                     .unwrap();
-                writeln!(file, "{}", ctx.idempotency_key()).unwrap();
+                // One write of the whole line: a kill cannot leave half of it.
+                file.write_all(format!("{}\n", ctx.idempotency_key()).as_bytes())
+                    .unwrap();
                 drop(file);
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 Ok(ToolOutput::text(format!("{} ran", ctx.tool_name)))
@@ -82,7 +89,32 @@ fn logging_tool(name: &'static str, log: PathBuf, idempotent: bool) -> Tool {
 /// The child: start or resume the run, serving the model's answers from the step the
 /// checkpoint stands at (a fresh process has a fresh server), and write the final history.
 async fn child(dir: &Path) {
-    let store = SqliteStore::open(dir.join("runs.db")).unwrap();
+    #[cfg(feature = "postgres")]
+    if let Ok(url) = std::env::var(CHILD_POSTGRES) {
+        // A worker of its own, whose lease on the run lasts 150 ms: the next process waits
+        // for the killed one's lease to expire, then claims the run.
+        let worker = format!("worker-{}", std::process::id());
+        let store = PostgresStore::connect(&url, worker, Duration::from_millis(150))
+            .await
+            .unwrap();
+        if store.load(RUN_ID).await.unwrap().is_some() {
+            for _ in 0..400 {
+                let status = store.load(RUN_ID).await.unwrap().unwrap().status;
+                if status != agentloop::run::RunStatus::Running
+                    || store.claim().await.unwrap().is_some()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        return child_on(dir, store).await;
+    }
+    child_on(dir, SqliteStore::open(dir.join("runs.db")).unwrap()).await;
+}
+
+/// [`child`] on one store.
+async fn child_on<S: RunStore + Clone>(dir: &Path, store: S) {
     let checkpoint = store.load(RUN_ID).await.unwrap();
     let step = match &checkpoint {
         Some(c) => c.machine().unwrap().steps().len(),
@@ -134,6 +166,11 @@ fn spawn_child(dir: &Path) -> Child {
             "--test-threads=1",
         ])
         .env(CHILD, dir)
+        .envs(
+            std::fs::read_to_string(dir.join("postgres-url"))
+                .ok()
+                .map(|url| ("DURABLE_CRASH_POSTGRES", url)),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -165,10 +202,21 @@ fn log_lines(dir: &Path) -> Vec<String> {
 /// recorded outcome, and its phase.
 fn recorded(dir: &Path) -> (BTreeSet<String>, BTreeSet<String>, String) {
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .unwrap();
-    let store = SqliteStore::open(dir.join("runs.db")).unwrap();
-    let Some(checkpoint) = runtime.block_on(store.load(RUN_ID)).unwrap() else {
+    let loaded = runtime.block_on(async {
+        #[cfg(feature = "postgres")]
+        if let Ok(url) = std::fs::read_to_string(dir.join("postgres-url")) {
+            let store = PostgresStore::connect(&url, "observer", Duration::from_millis(150))
+                .await
+                .unwrap();
+            return store.load(RUN_ID).await;
+        }
+        let store = SqliteStore::open(dir.join("runs.db")).unwrap();
+        store.load(RUN_ID).await
+    });
+    let Some(checkpoint) = loaded.unwrap() else {
         return (BTreeSet::new(), BTreeSet::new(), "none".into());
     };
     let state: Value = serde_json::from_str(&checkpoint.state).unwrap();
@@ -226,9 +274,52 @@ fn killed_runs_recover_with_every_tool_once() {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
+    crash_suite(&|_| {});
+}
+
+/// The same against Postgres, each process a worker of its own that claims the run once the
+/// killed one's lease expired; a skip notice without `AGENTLOOP_TEST_POSTGRES` (CI sets it).
+#[cfg(feature = "postgres")]
+#[test]
+fn killed_postgres_workers_recover_with_every_tool_once() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let Ok(server) = std::env::var("AGENTLOOP_TEST_POSTGRES") else {
+        agentloop_testkit::skip(
+            "Postgres crash test: AGENTLOOP_TEST_POSTGRES is not set (CI starts a server)",
+        );
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (client, connection) = runtime
+        .block_on(tokio_postgres::connect(&server, tokio_postgres::NoTls))
+        .unwrap();
+    runtime.spawn(connection);
+    let (base, _) = server.rsplit_once('/').unwrap();
+    let stamp = std::process::id();
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    // A database per run, its URL in the run's directory for the processes.
+    crash_suite(&|dir| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let db = format!("agentloop_crash_{stamp}_{n}");
+        runtime
+            .block_on(client.batch_execute(&format!("CREATE DATABASE {db}")))
+            .unwrap();
+        std::fs::write(dir.join("postgres-url"), format!("{base}/{db}")).unwrap();
+    });
+}
+
+/// Kill, restart and check runs until enough kills landed; `prepare` sets up each run's
+/// directory (the baseline's too) before its first process.
+fn crash_suite(prepare: &dyn Fn(&Path)) {
     let root = tempfile::tempdir().unwrap();
     let baseline_dir = root.path().join("baseline");
     std::fs::create_dir(&baseline_dir).unwrap();
+    prepare(&baseline_dir);
     let took = uninterrupted(&baseline_dir);
     let baseline = read_history(&baseline_dir);
     history::validate(&baseline).unwrap();
@@ -249,6 +340,7 @@ fn killed_runs_recover_with_every_tool_once() {
         let mut rng = StdRng::seed_from_u64(seed);
         let dir = root.path().join(format!("run-{seed}"));
         std::fs::create_dir(&dir).unwrap();
+        prepare(&dir);
         // Keys whose outcome a checkpoint recorded, with how many log lines there were then.
         let mut recorded_at: Vec<(BTreeSet<String>, usize)> = Vec::new();
         // Calls cut off while running: interrupted if of `b`, run again if of `a`.
