@@ -638,3 +638,27 @@ async fn a_postgres_worker_that_stops_loses_its_run_to_another_and_cannot_write(
     assert_eq!(last.status, RunStatus::Done);
     assert_eq!(last.machine().unwrap().messages(), &done.messages[..]);
 }
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_heartbeat_keeps_a_postgres_lease_past_its_expiry() {
+    let Some(url) = postgres_database().await else {
+        return;
+    };
+    let first = postgres_worker(&url, "w1").await;
+    let second = postgres_worker(&url, "w2").await;
+    let stalled = Recording::new(first.clone(), Some(Crash::After(3)));
+    let log = Log::default();
+    let run = agent(model(), &log).run_durable("r1", "Go", &stalled);
+    let heartbeat = first.keep_alive("r1");
+    tokio::select! {
+        result = run => panic!("the run ended before its stall: {result:?}"),
+        () = stalled.crashed.notified() => {}
+    }
+    // Twice the 300 ms lease: the heartbeat keeps it.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(second.claim().await.unwrap(), None);
+    drop(heartbeat);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(second.claim().await.unwrap().as_deref(), Some("r1"));
+}

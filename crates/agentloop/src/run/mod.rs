@@ -144,7 +144,7 @@ pub use machine::{Action, Machine};
 pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{Heartbeat, PostgresStore};
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

@@ -169,6 +169,25 @@ impl PostgresStore {
             .map_err(pg_error(""))
     }
 
+    /// Renew this worker's lease on `run_id` every third of the lease until the guard is
+    /// dropped: hold one around a run whose steps (a long tool) may outlast the lease, which
+    /// saves alone renew. The renewals stop when the lease is lost.
+    pub fn keep_alive(&self, run_id: impl Into<String>) -> Heartbeat {
+        let store = self.clone();
+        let run_id = run_id.into();
+        let every = (self.lease / 3).max(Duration::from_millis(1));
+        Heartbeat(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match store.heartbeat(&run_id).await {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(error) => tracing::warn!(%error, "a lease heartbeat failed"),
+                }
+            }
+        }))
+    }
+
     /// Renew this worker's lease on `run_id`; `false` when it holds the lease no more.
     pub async fn heartbeat(&self, run_id: &str) -> Result<bool> {
         let renewed = self
@@ -181,6 +200,16 @@ impl PostgresStore {
             .await
             .map_err(pg_error(run_id))?;
         Ok(renewed == 1)
+    }
+}
+
+/// Renews a lease while it lives (see [`PostgresStore::keep_alive`]).
+#[derive(Debug)]
+pub struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
