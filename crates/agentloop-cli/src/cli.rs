@@ -40,6 +40,9 @@ pub enum Command {
     /// Serve tools to other agents over MCP.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Durable runs in a SQLite file (started with `run --db PATH --run-id ID`).
+    #[command(subcommand)]
+    Runs(RunsCommand),
     /// Serve OpenAI- and Anthropic-compatible mock endpoints that call a demo tool once, then answer.
     MockServer(MockServerArgs),
 }
@@ -96,6 +99,54 @@ pub struct RunArgs {
     /// Approve every tool call that needs approval, without asking.
     #[arg(long)]
     pub yes: bool,
+    /// Run durably: checkpoint the run in this SQLite file after every step and tool, so that
+    /// `agentloop runs resume ID` continues it after a crash. Needs --run-id; the answer is
+    /// printed at the end rather than streamed.
+    #[arg(long, value_name = "PATH", requires = "run_id")]
+    pub db: Option<PathBuf>,
+    /// The durable run's id (with --db); a run id is used once per file.
+    #[arg(long, value_name = "ID", requires = "db")]
+    pub run_id: Option<String>,
+}
+
+/// `agentloop runs ...`.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List the durable runs in a file: id, status (running, paused, done) and checkpoint
+    /// version, tab-separated, one run a line.
+    List {
+        /// The SQLite file.
+        #[arg(long, value_name = "PATH")]
+        db: PathBuf,
+    },
+    /// Print a durable run's last checkpoint as JSON: its id, status, version and history.
+    Show {
+        /// The run's id.
+        id: String,
+        /// The SQLite file.
+        #[arg(long, value_name = "PATH")]
+        db: PathBuf,
+    },
+    /// Continue a durable run from its last checkpoint to its end, with the --model and --tools
+    /// it was started with. A tool call cut off by a crash runs again only if its tool is
+    /// idempotent; otherwise the model is told it was interrupted.
+    Resume(ResumeArgs),
+}
+
+/// `agentloop runs resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run's id.
+    pub id: String,
+    /// The SQLite file.
+    #[arg(long, value_name = "PATH")]
+    pub db: PathBuf,
+    /// The model and tools (the run's own).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Print one JSON document, as `run --json` does.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `agentloop tools ...`.

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command, McpCommand, ToolsCommand};
+use cli::{Cli, Command, McpCommand, RunsCommand, ToolsCommand};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -24,6 +24,9 @@ async fn main() -> ExitCode {
         Command::Tools(ToolsCommand::Validate { path }) => commands::tools::validate(&path),
         Command::Replay(args) => commands::replay::replay(&args),
         Command::Mcp(McpCommand::Serve(args)) => commands::mcp::serve(args).await,
+        Command::Runs(RunsCommand::List { db }) => commands::runs::list(&db).await,
+        Command::Runs(RunsCommand::Show { id, db }) => commands::runs::show(&id, &db).await,
+        Command::Runs(RunsCommand::Resume(args)) => commands::runs::resume(args).await,
         Command::MockServer(args) => commands::mock_server::serve(&args).await,
     };
     match outcome {

@@ -217,14 +217,20 @@ async fn mock_server_and_run_end_to_end() {
         .spawn()
         .unwrap();
     let stdout = server.stdout.take().unwrap();
-    let url = tokio::task::spawn_blocking(move || {
+    // The rest of the banner is read too, to the end: a server whose stdout closed early
+    // would fail printing it.
+    let (first, url) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         use std::io::BufRead;
         let mut lines = std::io::BufReader::new(stdout).lines();
-        let line = lines.next().unwrap().unwrap();
-        line.rsplit(' ').next().unwrap().to_owned()
-    })
-    .await
-    .unwrap();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = first.send(line.rsplit(' ').next().unwrap_or_default().to_owned());
+        }
+        for _ in lines {}
+    });
+    let url = tokio::task::spawn_blocking(move || url.recv().unwrap())
+        .await
+        .unwrap();
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let output = tokio::task::spawn_blocking(move || {
         run(bin().args([

@@ -15,7 +15,7 @@ use crate::output::{Output, OutputStream, Typed};
 use crate::provider::Provider;
 use crate::run::{
     self, Approval, ApprovalContext, Decision, Hooks, Machine, PausedRun, RunInput, RunOptions,
-    RunResult, RunStream, StopCondition, ToolSet,
+    RunResult, RunStore, RunStream, StopCondition, ToolSet,
 };
 use crate::tool::{NativeTool, Tool, ToolChoice, ToolDefinition, ToolHandler};
 
@@ -257,6 +257,75 @@ impl Agent {
             ),
             Err(error) => futures::future::Either::Right(std::future::ready(Err(error))),
         }
+    }
+
+    /// Run to the end like [`Self::run`], checkpointing the run in `store` under `run_id`
+    /// after every state change that matters, so that [`Self::resume_run`] continues it after
+    /// a crash, in this process or another (see [`RunStore`] for what runs again). Fails with
+    /// [`Error::StaleCheckpoint`] when the store has a run `run_id` already. A checkpoint that
+    /// cannot be saved stops the run with [`crate::RunStopReason::Error`] and the store's error.
+    pub fn run_durable<S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        input: impl Into<RunInput>,
+        store: &S,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+        run::durable_set(
+            self.provider.clone(),
+            self.request(input.into().into_messages()),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Arc::new(store.clone()),
+            run_id.into(),
+        )
+    }
+
+    /// Continue durable run `run_id`, paused for approval, with decisions by call id, as
+    /// [`Self::resume`] does for a [`PausedRun`] value: the decisions are checkpointed before
+    /// anything runs, and the run goes on durably. Fails before anything runs on a decision
+    /// that cannot apply ([`Error::InvalidDecision`], [`Error::ToolArgumentParse`]).
+    pub fn decide_run<S: RunStore + Clone, D: Into<String>>(
+        &self,
+        run_id: impl Into<String>,
+        decisions: impl IntoIterator<Item = (D, Decision)>,
+        store: &S,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+        let decisions: Vec<(String, Decision)> = decisions
+            .into_iter()
+            .map(|(id, decision)| (id.into(), decision))
+            .collect();
+        let agent = self.clone();
+        let decide: run::Decide =
+            Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions));
+        run::resume_durable_set(
+            self.provider.clone(),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Arc::new(store.clone()),
+            run_id.into(),
+            Some(decide),
+        )
+    }
+
+    /// Continue durable run `run_id` from its last checkpoint in `store`, to its end (a run
+    /// that is over, or paused for approval, returns its result as it stands). The agent must
+    /// have the definition the run was started with. A tool call that had started and has no
+    /// recorded outcome runs again only if its tool is idempotent
+    /// ([`Tool::with_idempotent`]); otherwise the model sees it as interrupted. Fails with
+    /// [`Error::RunNotFound`] when there is no such run.
+    pub fn resume_run<S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        store: &S,
+    ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+        run::resume_durable_set(
+            self.provider.clone(),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Arc::new(store.clone()),
+            run_id.into(),
+            None,
+        )
     }
 
     /// [`Self::resume`], streaming the run's events from where it paused (`run_start`, the

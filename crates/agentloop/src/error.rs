@@ -273,6 +273,34 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A durable run's store failed to load or save a checkpoint (see [`crate::run::RunStore`]).
+    #[error("the run store failed for run `{run_id}`: {message}")]
+    Store {
+        /// The run.
+        run_id: String,
+        /// What the store said.
+        message: String,
+    },
+    /// A checkpoint save named a version that is no longer the stored one: another writer
+    /// (another process resuming the run, or the run already existing) saved it since. Load
+    /// the run again rather than overwrite it.
+    #[error(
+        "the checkpoint of run `{run_id}` moved on: this writer read version {expected} but the store holds version {found}; another writer owns the run now (or it already exists), so load it again instead of saving over it"
+    )]
+    StaleCheckpoint {
+        /// The run.
+        run_id: String,
+        /// The version this writer read (0: none, a new run).
+        expected: u64,
+        /// The version the store holds.
+        found: u64,
+    },
+    /// No run with this id is in the store.
+    #[error("no run `{run_id}` in the store; start it with Agent::run_durable")]
+    RunNotFound {
+        /// The run asked for.
+        run_id: String,
+    },
 }
 
 impl Error {
@@ -323,6 +351,9 @@ impl Error {
             Self::LimitExceeded { .. } => "limit_exceeded",
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::InvalidDecision { .. } => "invalid_decision",
+            Self::Store { .. } => "store",
+            Self::StaleCheckpoint { .. } => "stale_checkpoint",
+            Self::RunNotFound { .. } => "run_not_found",
         }
     }
 

@@ -64,13 +64,18 @@
 //! - [`run`]: the loop as a serializable state machine ([`run::Machine`]) and its driver, hooks
 //!   and events; tools that need a person's approval pause a run as a [`run::PausedRun`] that
 //!   [`Agent::resume`] continues with the decisions.
+//! - Durable runs: [`Agent::run_durable`] checkpoints a run in a [`run::RunStore`] (SQLite with
+//!   the `sqlite` feature) and [`Agent::resume_run`] continues it after a crash, running every
+//!   tool once; the [`run::RunStore`] docs give the exact semantics.
 //! - [`conversation`]: a chat kept across turns, with tool calls run automatically or by hand.
 //! - [`output`]: typed answers, [`Agent::run_output`] returning a checked `T` after the tools.
 //!
 //! ## Features
 //!
 //! `validation` (arguments checked against their JSON Schema with the `jsonschema` crate),
-//! `registry` (which needs `validation`), `mcp` and `mcp-server` are on by default. Without `validation`, a
+//! `registry` (which needs `validation`), `mcp`, `mcp-server` and `prices` are on by default; `sqlite` (a durable-run
+//! store, [`run::RunStore`]) is not, since it compiles SQLite's C sources into the binary, nor
+//! is `postgres` (a durable-run store for many workers). Without `validation`, a
 //! typed tool's arguments are checked by deserializing them into its type, with serde's
 //! message as the one violation, and a raw schema's arguments are not checked; the binary
 //! leaves out `jsonschema` and its regex engines.

@@ -49,6 +49,14 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
             "agentloop: no model given (--model or AGENTLOOP_MODEL): using the built-in mock model"
         );
     }
+    if let (Some(db), Some(run_id)) = (&args.db, &args.run_id) {
+        let store = crate::commands::runs::open(db)?;
+        let result = agent
+            .run_durable(run_id.clone(), prompt, &store)
+            .await
+            .map_err(|e| e.to_string())?;
+        return crate::commands::runs::finish(&result, args.json, args.model.timeout);
+    }
     // One token for the run and its resumptions after approval: Ctrl-C stops whichever runs.
     let cancel = tokio_util::sync::CancellationToken::new();
     let agent = agent.with_options(|o| o.cancel = Some(cancel.clone()));

@@ -36,7 +36,7 @@ pub struct ToolDescriptor {
     /// Per-call timeout in milliseconds (the run's default applies otherwise).
     pub timeout_ms: Option<u64>,
     /// Every call needs a person's approval before it runs (see
-    /// [`crate::Tool::needs_approval`]).
+    /// [`crate::Tool::with_approval_required`]).
     pub needs_approval: bool,
 }
 

@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::{StreamExt, stream};
+use futures::{FutureExt, StreamExt, stream};
 use rust_decimal::Decimal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -22,6 +22,7 @@ use super::model_call::{CallEnd, StreamedCall};
 use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
+use super::store::Durable;
 use crate::cost::{Cost, Prices};
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
@@ -100,7 +101,7 @@ pub(crate) struct Driver {
     extras: Option<Box<Extras>>,
 }
 
-/// The parts of a driver only resumed and typed runs have.
+/// The parts of a driver only resumed, typed and durable runs have.
 #[derive(Default)]
 struct Extras {
     /// Calls whose results were reported before the run paused for approval: a resumed run
@@ -108,6 +109,8 @@ struct Extras {
     reported: Vec<String>,
     /// A typed run's output and the strategy it uses: checks answers given as text.
     output: Option<Arc<OutputSpec>>,
+    /// A durable run's store: checkpoints are written only when it is set.
+    durable: Option<Durable>,
 }
 
 /// Why a model call did not give a response.
@@ -213,6 +216,25 @@ impl Driver {
         }
     }
 
+    /// A driver that checkpoints the run in a store (see [`super::store`]).
+    pub(crate) fn durable(mut self, durable: Durable) -> Self {
+        self.extras.get_or_insert_default().durable = Some(durable);
+        self
+    }
+
+    /// The durable run's store, if the run has one.
+    fn store(&self) -> Option<&Durable> {
+        self.extras.as_ref().and_then(|e| e.durable.as_ref())
+    }
+
+    /// Save a durable run's checkpoint; nothing without a store. Boxed: the save's future
+    /// would otherwise add its room to every run's future.
+    async fn checkpoint(&self, machine: &mut Machine) {
+        if let Some(durable) = self.store() {
+            Box::pin(durable.save(machine)).await;
+        }
+    }
+
     /// A driver resuming `machine` after a pause for approval: the results reported before
     /// the pause are not reported again.
     pub(crate) fn resuming(mut self, machine: &Machine) -> Self {
@@ -285,6 +307,7 @@ impl Driver {
     ) -> impl Future<Output = Result<RunResult, Error>> + Send + 'static {
         async move {
             self.prompt(&mut machine).await?;
+            self.checkpoint(&mut machine).await;
             self.steps(&mut machine).await;
             Ok(self.stopped(machine.into_result()).await)
         }
@@ -391,6 +414,7 @@ impl Driver {
                             }
                         }
                     }
+                    self.checkpoint(machine).await;
                     // A failed or stopped call finished the machine; a response either did or
                     // left tool calls to run; a rejected answer goes back to the model, unless
                     // a stop condition says otherwise.
@@ -476,12 +500,41 @@ impl Driver {
         let Action::RunTools(calls) = machine.next_action() else {
             return;
         };
+        // The calls have started, as far as a crash is concerned (see `store`).
+        self.checkpoint(machine).await;
+        if machine.is_done() {
+            // The save failed: the run stopped with the error before any tool ran.
+            self.step_finished(machine, step);
+            return;
+        }
         // The tool hooks see the history; it is copied only for them.
         let hooks = &self.options.hooks;
         let history: Option<Arc<[Message]>> = (!hooks.before_tool.is_empty()
             || !hooks.after_tool.is_empty())
         .then(|| machine.messages().into());
         let tools_started = Instant::now();
+        if let Some(durable) = self.store() {
+            let recorded =
+                Box::pin(self.run_tools_recorded(machine, calls, history.as_ref(), durable));
+            let stopped = tokio::select! {
+                biased;
+                reason = stop.wait() => Some(reason),
+                () = recorded => None,
+            };
+            match stopped {
+                Some(reason) => stop.halt(machine, reason, None),
+                None => machine.on_tool_outcomes(Vec::new(), tools_started.elapsed()),
+            }
+            self.step_finished(machine, step);
+            if !machine.is_done() {
+                self.check_stop(machine, StopMoment::AfterStep);
+            }
+            if !machine.is_done() {
+                self.check_budget(machine);
+            }
+            self.checkpoint(machine).await;
+            return;
+        }
         let outcomes = tokio::select! {
             biased;
             reason = stop.wait() => {
@@ -736,6 +789,33 @@ impl Driver {
             .await
     }
 
+    /// [`Self::run_tools`] for a durable run: each outcome is recorded in the machine and
+    /// checkpointed as it ends, so a crash does not run it again.
+    async fn run_tools_recorded(
+        &self,
+        machine: &mut Machine,
+        calls: Vec<ToolCall>,
+        history: Option<&Arc<[Message]>>,
+        durable: &Durable,
+    ) {
+        let concurrency = self.options.max_concurrency.max(1);
+        let first_poll_inline = concurrency == 1;
+        let mut running = stream::iter(calls)
+            .map(|call| {
+                let id = call.id.clone();
+                self.run_one(call, first_poll_inline, history)
+                    .map(move |outcome| (id, outcome))
+            })
+            .buffer_unordered(concurrency);
+        while let Some((id, outcome)) = running.next().await {
+            machine.record_outcome(&id, outcome);
+            durable.save(machine).await;
+            if durable.failed() {
+                return;
+            }
+        }
+    }
+
     /// Run one call, then its after-tool hooks. Not an `async fn`, which would hold the call
     /// twice.
     #[expect(
@@ -826,7 +906,8 @@ impl Driver {
             call.name.clone(),
             cancel.clone(),
             self.options.state.clone(),
-        );
+        )
+        .with_run_id(self.store().map(|d| d.run_id.clone()));
         let started = Instant::now();
         let mut call_future = handler.call(ctx, input);
         let first_poll = if first_poll_inline {

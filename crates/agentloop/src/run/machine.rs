@@ -775,6 +775,43 @@ impl Machine {
         };
     }
 
+    /// Record the outcome of one of the running calls ([`Action::RunTools`]) as it ends, before
+    /// the others: a durable run checkpoints it, so that a crash does not run it again. The
+    /// step closes with [`Self::on_tool_outcomes`] for the calls not recorded this way.
+    pub(crate) fn record_outcome(&mut self, id: &str, outcome: ToolOutcome) {
+        let Phase::AwaitingTools { run, held, .. } = &mut self.phase else {
+            return;
+        };
+        let Some(at) = run.iter().position(|call| call.id == id) else {
+            return;
+        };
+        let call = run.remove(at);
+        self.tool_calls += 1;
+        held.settled.push((call, outcome));
+    }
+
+    /// After a crash: the calls that had started and whose outcome was not recorded are run
+    /// again when `idempotent` says so of their tool, and answered as interrupted otherwise.
+    pub(crate) fn recover(&mut self, idempotent: impl Fn(&str) -> bool) {
+        let Phase::AwaitingTools { run, held, .. } = &mut self.phase else {
+            return;
+        };
+        let (again, interrupted): (Vec<ToolCall>, Vec<ToolCall>) = std::mem::take(run)
+            .into_iter()
+            .partition(|call| idempotent(&call.name));
+        *run = again;
+        for call in interrupted {
+            self.tool_calls += 1;
+            let outcome = ToolOutcome::Interrupted {
+                reason: "it was running when the process running the run stopped, and it is \
+                         not marked idempotent, so it was not run again; it may or may not \
+                         have taken effect"
+                    .to_owned(),
+            };
+            held.settled.push((call, outcome));
+        }
+    }
+
     /// `pairs` in the order the model made the calls (answers held for approval come back
     /// out of order).
     fn in_call_order(

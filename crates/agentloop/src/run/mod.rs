@@ -121,7 +121,12 @@ mod machine;
 mod model_call;
 mod options;
 mod outcome;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod result;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod store;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -140,7 +145,12 @@ pub use input::RunInput;
 pub use machine::{Action, Machine};
 pub use options::{Limits, RunOptions, StopCondition, StopMoment};
 pub use outcome::ToolOutcome;
+#[cfg(feature = "postgres")]
+pub use postgres::{Heartbeat, PostgresStore};
 pub use result::{RunEvent, RunResult, RunStopReason, Step};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+pub use store::{Checkpoint, MemoryStore, RunStatus, RunStore, RunSummary};
 
 #[cfg(doc)]
 use crate::stream::StreamEvent;
@@ -199,6 +209,63 @@ pub(crate) fn run_set(
 ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
     let machine = new_machine(request, &tools, &options);
     Driver::new(provider, tools, options, None).drive_new(machine)
+}
+
+/// A new durable run (see [`store`]): refused when the store has a run of that id already.
+pub(crate) fn durable_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    let machine = new_machine(request, &tools, &options);
+    async move {
+        if let Some(found) = store.load(&run_id).await? {
+            return Err(Error::StaleCheckpoint {
+                run_id,
+                expected: 0,
+                found: found.version,
+            });
+        }
+        let durable = store::Durable::new(store, run_id.into(), 0);
+        Driver::new(provider, tools, options, None)
+            .durable(durable)
+            .drive_new(machine)
+            .await
+    }
+}
+
+/// Decisions applied to a paused machine before it goes on (see [`crate::Agent::decide_run`]).
+pub(crate) type Decide = Box<dyn FnOnce(Machine) -> Result<Machine> + Send>;
+
+/// A durable run continued from its last checkpoint (see [`store`]), with `decide` applied
+/// first (and saved) when given.
+pub(crate) async fn resume_durable_set(
+    provider: Arc<dyn Provider>,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+    decide: Option<Decide>,
+) -> Result<RunResult> {
+    let Some(checkpoint) = store.load(&run_id).await? else {
+        return Err(Error::RunNotFound { run_id });
+    };
+    let mut machine = checkpoint.machine()?;
+    machine.recover(|name| tools.get(name).is_some_and(Tool::is_idempotent));
+    let durable = store::Durable::new(store, run_id.into(), checkpoint.version);
+    if let Some(decide) = decide {
+        machine = decide(machine)?;
+        // Decisions that leave calls pending stop the run at once: they must be kept.
+        durable.save(&mut machine).await;
+    }
+    Ok(Driver::new(provider, tools, options, None)
+        .resuming(&machine)
+        .durable(durable)
+        .drive(machine)
+        .await)
 }
 
 /// Continue a saved machine (see [`Machine`]) to the end.

@@ -40,6 +40,12 @@ pub enum ToolOutcome {
         /// Why.
         reason: String,
     },
+    /// The tool was running when the process running a durable run died, and it is not
+    /// marked idempotent, so it is not run again (see [`crate::run::RunStore`]).
+    Interrupted {
+        /// Why.
+        reason: String,
+    },
     /// The arguments did not fit the tool's schema.
     InvalidArguments {
         /// Each violation with its JSON pointer.
@@ -61,6 +67,7 @@ impl ToolOutcome {
             Self::TimedOut { .. } => "timed_out",
             Self::Denied { .. } => "denied",
             Self::Cancelled { .. } => "cancelled",
+            Self::Interrupted { .. } => "interrupted",
             Self::InvalidArguments { .. } => "invalid_arguments",
             Self::UnknownTool { .. } => "unknown_tool",
         }
@@ -94,6 +101,10 @@ impl ToolOutcome {
             Self::Cancelled { reason } => ToolResult::error(
                 id,
                 format!("Error: the call to `{name}` was not run: {reason}"),
+            ),
+            Self::Interrupted { reason } => ToolResult::error(
+                id,
+                format!("Error: the call to `{name}` was interrupted: {reason}"),
             ),
             Self::InvalidArguments { violations } => {
                 ToolResult::error(id, invalid_arguments_text(name, violations))

@@ -23,6 +23,8 @@ pub struct ToolContext {
     /// Cancelled when the run is cancelled or the tool times out; long handlers should watch it.
     pub cancel: CancellationToken,
     state: Option<Arc<dyn Any + Send + Sync>>,
+    /// The durable run's id, when the call belongs to one.
+    run_id: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -47,6 +49,28 @@ impl ToolContext {
             tool_name: tool_name.into(),
             cancel,
             state,
+            run_id: None,
+        }
+    }
+
+    /// The context of a call in durable run `run_id` (see [`Self::idempotency_key`]).
+    pub fn with_run_id(mut self, run_id: Option<Arc<str>>) -> Self {
+        self.run_id = run_id;
+        self
+    }
+
+    /// The durable run the call belongs to ([`crate::Agent::run_durable`]), if any.
+    pub fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
+    }
+
+    /// A key that names this call and no other, for deduplication outside the process (a
+    /// payment API's idempotency key, a unique row): `run_id/call_id` in a durable run, where
+    /// a call re-run after a crash gets the same key; the call id alone otherwise.
+    pub fn idempotency_key(&self) -> String {
+        match &self.run_id {
+            Some(run_id) => format!("{run_id}/{}", self.call_id),
+            None => self.call_id.clone(),
         }
     }
 

@@ -287,6 +287,8 @@ pub struct Tool {
     native: bool,
     /// Whether its calls may run without a person's approval.
     approval: Option<ApprovalPolicy>,
+    /// Whether running a call twice does no harm (see [`Tool::with_idempotent`]).
+    idempotent: bool,
 }
 
 /// A check that arguments deserialize into a tool's type: serde's message when they do not.
@@ -325,6 +327,7 @@ impl Tool {
             accepts: None,
             native: false,
             approval: None,
+            idempotent: false,
         }
     }
 
@@ -512,6 +515,20 @@ impl Tool {
     /// The tool's approval policy, if it has one.
     pub fn approval(&self) -> Option<&ApprovalPolicy> {
         self.approval.as_ref()
+    }
+
+    /// Whether running a call twice does no harm. A durable run whose process died while this
+    /// tool ran runs the call again when it resumes; a tool not marked idempotent (the
+    /// default) gets an [`crate::run::ToolOutcome::Interrupted`] outcome instead, which the model
+    /// sees. See [`crate::run::RunStore`].
+    pub fn with_idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// Whether the tool is marked idempotent ([`Self::with_idempotent`]).
+    pub fn is_idempotent(&self) -> bool {
+        self.idempotent
     }
 
     /// The tool's name.

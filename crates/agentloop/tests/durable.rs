@@ -1,0 +1,664 @@
+//! Durable runs (issue 39 items 4-5): checkpoints in a `RunStore` after every state change that
+//! matters, optimistic versions, and "every tool once" when a run resumes after its process
+//! stopped. One suite, run against every store (the SQLite one with the `sqlite` feature).
+//!
+//! A crash is simulated in-process here: the store keeps the nth save (or refuses it) and then
+//! never answers, like a process killed right after (or during) that write; the run's future is
+//! dropped and a fresh agent resumes. `tests/durable_crash.rs` kills real processes.
+
+use std::sync::{Arc, Mutex};
+
+use agentloop::run::{
+    Checkpoint, Decision, MemoryStore, RunStatus, RunStore, RunSummary, ToolOutcome,
+};
+use agentloop::{Agent, Error, Role, Tool, ToolContext, ToolOutput, history};
+use agentloop_testkit::{ScriptedModel, Turn};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// A save as the store saw it: the version written, the status, and the machine's history
+/// and step counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Saved {
+    version: u64,
+    status: RunStatus,
+    messages: usize,
+    steps: usize,
+}
+
+/// How the simulated process dies at a save.
+#[derive(Clone, Copy)]
+enum Crash {
+    /// After the nth save (1-based) was written.
+    After(usize),
+    /// During the nth save: it is not written.
+    During(usize),
+}
+
+/// A store that records each save and can stop the run at one (see [`Crash`]).
+#[derive(Clone)]
+struct Recording<S> {
+    inner: S,
+    saves: Arc<Mutex<Vec<Saved>>>,
+    crash: Option<Crash>,
+    crashed: Arc<Notify>,
+}
+
+impl<S: RunStore + Clone> Recording<S> {
+    fn new(inner: S, crash: Option<Crash>) -> Self {
+        Self {
+            inner,
+            saves: Arc::default(),
+            crash,
+            crashed: Arc::default(),
+        }
+    }
+
+    fn saves(&self) -> Vec<Saved> {
+        self.saves.lock().unwrap().clone()
+    }
+}
+
+impl<S: RunStore + Clone> RunStore for Recording<S> {
+    fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, agentloop::Result<Option<Checkpoint>>> {
+        self.inner.load(run_id)
+    }
+
+    fn save<'a>(
+        &'a self,
+        run_id: &'a str,
+        read: u64,
+        status: RunStatus,
+        state: String,
+    ) -> BoxFuture<'a, agentloop::Result<u64>> {
+        Box::pin(async move {
+            let nth = self.saves.lock().unwrap().len() + 1;
+            if let Some(Crash::During(at)) = self.crash
+                && at == nth
+            {
+                self.crashed.notify_one();
+                return std::future::pending().await;
+            }
+            let machine = Checkpoint {
+                version: 0,
+                status,
+                state: state.clone(),
+            }
+            .machine()
+            .unwrap();
+            let version = self.inner.save(run_id, read, status, state).await?;
+            self.saves.lock().unwrap().push(Saved {
+                version,
+                status,
+                messages: machine.messages().len(),
+                steps: machine.steps().len(),
+            });
+            if let Some(Crash::After(at)) = self.crash
+                && at == nth
+            {
+                self.crashed.notify_one();
+                return std::future::pending().await;
+            }
+            Ok(version)
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, agentloop::Result<Vec<RunSummary>>> {
+        self.inner.list()
+    }
+}
+
+/// Idempotency keys in the order the tools ran.
+type Log = Arc<Mutex<Vec<String>>>;
+
+/// A tool that logs its idempotency key and answers `<name> done`.
+fn logging_tool(name: &'static str, log: &Log, idempotent: bool) -> Tool {
+    let log = log.clone();
+    Tool::from_schema(name, "Logs its call", json!({"type": "object"}))
+        .unwrap()
+        .with_handler(move |ctx: ToolContext, _input: Value| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push(ctx.idempotency_key());
+                Ok(ToolOutput::text(format!("{} done", ctx.tool_name)))
+            }
+        })
+        .with_idempotent(idempotent)
+}
+
+/// The model: two calls (`a` idempotent, `b` not) in its first answer, then text. It answers
+/// by the history it is sent, so a call issued again gets the same answer.
+fn model() -> ScriptedModel {
+    ScriptedModel::from_fn(|request, _| {
+        let answered = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        match answered {
+            0 => Turn::tool_calls([("a", json!({})), ("b", json!({}))]).with_ids(["c1", "c2"]),
+            _ => Turn::text("Done."),
+        }
+    })
+}
+
+/// The agent definition every process of a run shares; tools run one at a time, so the saves
+/// come in a fixed order.
+fn agent(model: ScriptedModel, log: &Log) -> Agent {
+    Agent::builder(model)
+        .model("m")
+        .tool(logging_tool("a", log, true))
+        .tool(logging_tool("b", log, false))
+        .max_concurrency(1)
+        .build()
+}
+
+fn saved(version: u64, status: RunStatus, messages: usize, steps: usize) -> Saved {
+    Saved {
+        version,
+        status,
+        messages,
+        steps,
+    }
+}
+
+/// The results of the history's tool-result message: (call id, text, is_error).
+fn tool_results(messages: &[agentloop::Message]) -> Vec<(String, String, bool)> {
+    messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            agentloop::ContentBlock::ToolResult(r) => {
+                Some((r.tool_use_id.clone(), r.content.to_text(), r.is_error))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Run `r1` until the store's crash, drop it, and resume it with a fresh agent (a new
+/// process's). Returns the resumed result, the first and second processes' tool logs.
+async fn crash_and_resume<S: RunStore + Clone>(
+    store: S,
+    crash: Crash,
+) -> (
+    agentloop::RunResult,
+    Vec<String>,
+    Vec<String>,
+    ScriptedModel,
+) {
+    let recording = Recording::new(store.clone(), Some(crash));
+    let first_log = Log::default();
+    let run = agent(model(), &first_log).run_durable("r1", "Go", &recording);
+    tokio::select! {
+        result = run => panic!("the run ended before its crash: {result:?}"),
+        () = recording.crashed.notified() => {}
+    }
+    let second_log = Log::default();
+    let second_model = model();
+    let result = agent(second_model.clone(), &second_log)
+        .resume_run("r1", &store)
+        .await
+        .unwrap();
+    history::validate(&result.messages).unwrap();
+    let first = first_log.lock().unwrap().clone();
+    let second = second_log.lock().unwrap().clone();
+    (result, first, second, second_model)
+}
+
+const INTERRUPTED: &str = "Error: the call to `b` was interrupted: it was running when the \
+    process running the run stopped, and it is not marked idempotent, so it was not run again; \
+    it may or may not have taken effect";
+
+async fn checkpoints_follow_every_state_change<S: RunStore + Clone>(store: S) {
+    let recording = Recording::new(store.clone(), None);
+    let log = Log::default();
+    let result = agent(model(), &log)
+        .run_durable("r1", "Go", &recording)
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "Done.");
+    assert_eq!(*log.lock().unwrap(), ["r1/c1", "r1/c2"]);
+    use RunStatus::{Done, Running};
+    assert_eq!(
+        recording.saves(),
+        [
+            saved(1, Running, 1, 0), // started
+            saved(2, Running, 2, 1), // the response recorded
+            saved(3, Running, 2, 1), // its tools started
+            saved(4, Running, 2, 1), // c1's outcome
+            saved(5, Running, 2, 1), // c2's outcome
+            saved(6, Running, 3, 1), // the step closed
+            saved(7, Done, 4, 2),    // the answer
+        ]
+    );
+    let last = store.load("r1").await.unwrap().unwrap();
+    assert_eq!((last.version, last.status), (7, Done));
+    assert_eq!(last.machine().unwrap().messages(), &result.messages[..]);
+    assert_eq!(
+        store.list().await.unwrap(),
+        [RunSummary {
+            run_id: "r1".into(),
+            version: 7,
+            status: Done
+        }]
+    );
+}
+
+async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once<S: RunStore + Clone>(store: S) {
+    let log = Log::default();
+    agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+
+    let stale = store
+        .save("r1", 3, RunStatus::Running, "{}".into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&stale, Error::StaleCheckpoint { run_id, expected: 3, found: 7 } if run_id == "r1"),
+        "{stale:?}"
+    );
+    assert_eq!(store.load("r1").await.unwrap().unwrap().version, 7);
+
+    let again = agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            again,
+            Error::StaleCheckpoint {
+                expected: 0,
+                found: 7,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    let missing = agent(model(), &log)
+        .resume_run("r2", &store)
+        .await
+        .unwrap_err();
+    assert!(matches!(&missing, Error::RunNotFound { run_id } if run_id == "r2"));
+    assert_eq!(
+        missing.to_string(),
+        "no run `r2` in the store; start it with Agent::run_durable"
+    );
+}
+
+async fn a_recorded_outcome_never_runs_again<S: RunStore + Clone>(store: S) {
+    // Killed after c1's outcome was saved: c1 is not run again; c2, started as far as the
+    // store knows and not idempotent, is interrupted.
+    let (result, first, second, model) = crash_and_resume(store, Crash::After(4)).await;
+    assert_eq!(first, ["r1/c1"]);
+    assert!(second.is_empty(), "{second:?}");
+    assert_eq!(
+        tool_results(&result.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), INTERRUPTED.into(), true)
+        ]
+    );
+    assert!(matches!(
+        result.steps[0].outcomes[1],
+        ToolOutcome::Interrupted { .. }
+    ));
+    assert_eq!(result.text(), "Done.");
+    assert_eq!(result.tool_calls, 2);
+    assert_eq!(model.calls(), 1);
+}
+
+async fn an_idempotent_tool_cut_off_runs_again<S: RunStore + Clone>(store: S) {
+    // Killed while c1's outcome was being saved: c1 ran but nothing says so, and `a` is
+    // idempotent, so it runs again with the same key; c2 is interrupted.
+    let (result, first, second, _) = crash_and_resume(store, Crash::During(4)).await;
+    assert_eq!(first, ["r1/c1"]);
+    assert_eq!(second, ["r1/c1"]);
+    assert_eq!(
+        tool_results(&result.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), INTERRUPTED.into(), true)
+        ]
+    );
+}
+
+async fn a_model_call_in_flight_is_issued_again<S: RunStore + Clone>(store: S) {
+    // Killed during the answer's call (after the step closed): the call is issued again and
+    // no tool runs again.
+    let (result, first, second, model) = crash_and_resume(store, Crash::During(7)).await;
+    assert_eq!(first, ["r1/c1", "r1/c2"]);
+    assert!(second.is_empty());
+    assert_eq!(model.calls(), 1);
+    assert_eq!(model.last_request().unwrap().messages.len(), 3);
+    assert_eq!(
+        tool_results(&result.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), "b done".into(), false)
+        ]
+    );
+    assert_eq!(result.text(), "Done.");
+    assert_eq!(result.turns, 2);
+}
+
+async fn a_finished_run_resumes_as_it_ended<S: RunStore + Clone>(store: S) {
+    let log = Log::default();
+    let done = agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    let model = model();
+    let again = agent(model.clone(), &log)
+        .resume_run("r1", &store)
+        .await
+        .unwrap();
+    assert_eq!(again.messages, done.messages);
+    assert_eq!(model.calls(), 0);
+    assert_eq!(log.lock().unwrap().len(), 2);
+}
+
+async fn a_paused_run_is_decided_in_the_store<S: RunStore + Clone>(store: S) {
+    // Both calls need approval: the run pauses; deciding one keeps it paused (and saved);
+    // deciding the other runs them and finishes the run.
+    let log = Log::default();
+    let approving = |log: &Log, model: ScriptedModel| {
+        Agent::builder(model)
+            .model("m")
+            .tool(logging_tool("a", log, true).with_approval_required(true))
+            .tool(logging_tool("b", log, false).with_approval_required(true))
+            .build()
+    };
+    let paused = approving(&log, model())
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        paused.stop_reason,
+        agentloop::RunStopReason::AwaitingApproval
+    );
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(saved.status, RunStatus::Paused);
+
+    let partly = approving(&log, model())
+        .decide_run("r1", [("c1", Decision::Approve)], &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        partly.stop_reason,
+        agentloop::RunStopReason::AwaitingApproval
+    );
+    assert_eq!(partly.pending_approvals.len(), 1);
+    assert_eq!(partly.pending_approvals[0].id, "c2");
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(saved.status, RunStatus::Paused);
+    assert_eq!(saved.machine().unwrap().pending_approvals().len(), 1);
+    assert!(log.lock().unwrap().is_empty());
+
+    let done = approving(&log, model())
+        .decide_run("r1", [("c2", Decision::deny("not now"))], &store)
+        .await
+        .unwrap();
+    assert_eq!(done.text(), "Done.");
+    assert_eq!(*log.lock().unwrap(), ["r1/c1"]);
+    assert_eq!(
+        tool_results(&done.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            (
+                "c2".into(),
+                "Error: the call to `b` was denied: not now".into(),
+                true
+            )
+        ]
+    );
+    assert_eq!(
+        store.load("r1").await.unwrap().unwrap().status,
+        RunStatus::Done
+    );
+    let wrong = approving(&log, model())
+        .decide_run("r1", [("c2", Decision::Approve)], &store)
+        .await
+        .unwrap_err();
+    assert!(matches!(wrong, Error::InvalidDecision { .. }), "{wrong:?}");
+}
+
+/// The suite against one store: `$make` is a future of `Some(store)`, or `None` when the
+/// store is not available here (it printed a skip notice).
+macro_rules! suite {
+    ($store:ident, $make:expr) => {
+        mod $store {
+            use super::*;
+
+            #[tokio::test]
+            async fn checkpoints_follow_every_state_change() {
+                let Some(store) = $make.await else { return };
+                super::checkpoints_follow_every_state_change(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once() {
+                let Some(store) = $make.await else { return };
+                super::a_stale_writer_is_refused_and_a_run_id_is_taken_once(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_recorded_outcome_never_runs_again() {
+                let Some(store) = $make.await else { return };
+                super::a_recorded_outcome_never_runs_again(store).await;
+            }
+
+            #[tokio::test]
+            async fn an_idempotent_tool_cut_off_runs_again() {
+                let Some(store) = $make.await else { return };
+                super::an_idempotent_tool_cut_off_runs_again(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_model_call_in_flight_is_issued_again() {
+                let Some(store) = $make.await else { return };
+                super::a_model_call_in_flight_is_issued_again(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_paused_run_is_decided_in_the_store() {
+                let Some(store) = $make.await else { return };
+                super::a_paused_run_is_decided_in_the_store(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_finished_run_resumes_as_it_ended() {
+                let Some(store) = $make.await else { return };
+                super::a_finished_run_resumes_as_it_ended(store).await;
+            }
+        }
+    };
+}
+
+suite!(memory, async { Some(MemoryStore::new()) });
+
+#[cfg(feature = "sqlite")]
+fn sqlite_store() -> agentloop::run::SqliteStore {
+    // The directory outlives the test: a test's store is small, and the OS cleans /tmp.
+    let dir = tempfile::tempdir().unwrap().keep();
+    agentloop::run::SqliteStore::open(dir.join("runs.db")).unwrap()
+}
+
+#[cfg(feature = "sqlite")]
+suite!(sqlite, async { Some(sqlite_store()) });
+
+/// A store in a fresh database of the Postgres server `AGENTLOOP_TEST_POSTGRES` names
+/// (`postgres://postgres@127.0.0.1:PORT/postgres`; CI starts one), or a skip notice.
+#[cfg(feature = "postgres")]
+async fn postgres_store(worker: &str) -> Option<agentloop::run::PostgresStore> {
+    let url = postgres_database().await?;
+    Some(postgres_worker(&url, worker).await)
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_worker(url: &str, worker: &str) -> agentloop::run::PostgresStore {
+    agentloop::run::PostgresStore::connect(url, worker, std::time::Duration::from_millis(300))
+        .await
+        .unwrap()
+}
+
+/// The URL of a fresh database, or `None` after a skip notice.
+#[cfg(feature = "postgres")]
+async fn postgres_database() -> Option<String> {
+    let Ok(url) = std::env::var("AGENTLOOP_TEST_POSTGRES") else {
+        agentloop_testkit::skip(
+            "Postgres run store: AGENTLOOP_TEST_POSTGRES is not set (CI starts a server)",
+        );
+        return None;
+    };
+    let db = format!("agentloop_test_{}", rand_suffix());
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let (base, _) = url.rsplit_once('/').unwrap();
+    Some(format!("{base}/{db}"))
+}
+
+#[cfg(feature = "postgres")]
+fn rand_suffix() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{}_{nanos}", std::process::id())
+}
+
+#[cfg(feature = "postgres")]
+suite!(postgres, postgres_store("w1"));
+
+#[tokio::test]
+async fn outside_a_durable_run_the_idempotency_key_is_the_call_id() {
+    let log = Log::default();
+    agent(model(), &log).run("Go").await.unwrap();
+    assert_eq!(*log.lock().unwrap(), ["c1", "c2"]);
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_sqlite_store_keeps_runs_in_one_wal_file_that_another_store_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = agentloop::run::SqliteStore::open(&path).unwrap();
+    let log = Log::default();
+    let done = agent(model(), &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    // WAL mode keeps a write-ahead log next to the database while it is open.
+    assert!(dir.path().join("runs.db-wal").exists());
+
+    let reopened = agentloop::run::SqliteStore::open(&path).unwrap();
+    let checkpoint = reopened.load("r1").await.unwrap().unwrap();
+    assert_eq!(checkpoint.version, 7);
+    assert_eq!(checkpoint.machine().unwrap().messages(), &done.messages[..]);
+    let stale = reopened
+        .save("r1", 6, RunStatus::Done, checkpoint.state.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        stale,
+        Error::StaleCheckpoint {
+            expected: 6,
+            found: 7,
+            ..
+        }
+    ));
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_postgres_worker_that_stops_loses_its_run_to_another_and_cannot_write() {
+    let Some(url) = postgres_database().await else {
+        return;
+    };
+    let first = postgres_worker(&url, "w1").await;
+    let second = postgres_worker(&url, "w2").await;
+
+    // w1 stops right after its tools' start was saved (version 3), holding the lease.
+    let stalled = Recording::new(first.clone(), Some(Crash::After(3)));
+    let log = Log::default();
+    let run = agent(model(), &log).run_durable("r1", "Go", &stalled);
+    tokio::select! {
+        result = run => panic!("the run ended before its crash: {result:?}"),
+        () = stalled.crashed.notified() => {}
+    }
+    assert_eq!(
+        second.claim().await.unwrap(),
+        None,
+        "w1's lease still holds"
+    );
+
+    // Its lease expires; w2 takes the run and finishes it.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(second.claim().await.unwrap().as_deref(), Some("r1"));
+    assert_eq!(second.claim().await.unwrap(), None, "a run is claimed once");
+    assert!(!first.heartbeat("r1").await.unwrap(), "w1 lost the lease");
+    // w1's late write, on the version it read, is refused even before w2 wrote: the claim
+    // moved the version on.
+    let late = first
+        .save("r1", 3, RunStatus::Running, "{}".into())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            late,
+            Error::StaleCheckpoint {
+                expected: 3,
+                found: 4,
+                ..
+            }
+        ),
+        "{late:?}"
+    );
+    let second_log = Log::default();
+    let done = agent(model(), &second_log)
+        .resume_run("r1", &second)
+        .await
+        .unwrap();
+    assert_eq!(done.text(), "Done.");
+    // c1 (idempotent) runs again; c2 had started as far as the store knows.
+    assert_eq!(*second_log.lock().unwrap(), ["r1/c1"]);
+    history::validate(&done.messages).unwrap();
+
+    let last = second.load("r1").await.unwrap().unwrap();
+    assert_eq!(last.status, RunStatus::Done);
+    assert_eq!(last.machine().unwrap().messages(), &done.messages[..]);
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_heartbeat_keeps_a_postgres_lease_past_its_expiry() {
+    let Some(url) = postgres_database().await else {
+        return;
+    };
+    let first = postgres_worker(&url, "w1").await;
+    let second = postgres_worker(&url, "w2").await;
+    let stalled = Recording::new(first.clone(), Some(Crash::After(3)));
+    let log = Log::default();
+    let run = agent(model(), &log).run_durable("r1", "Go", &stalled);
+    let heartbeat = first.keep_alive("r1");
+    tokio::select! {
+        result = run => panic!("the run ended before its stall: {result:?}"),
+        () = stalled.crashed.notified() => {}
+    }
+    // Twice the 300 ms lease: the heartbeat keeps it.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(second.claim().await.unwrap(), None);
+    drop(heartbeat);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(second.claim().await.unwrap().as_deref(), Some("r1"));
+}
