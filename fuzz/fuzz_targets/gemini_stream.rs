@@ -58,6 +58,8 @@ fuzz_target!(|data: &[u8]| {
         let _ = call.input.to_string();
     }
     // Replay reads bodies that are one JSON value (Gemini's error bodies) whole.
-    let _ =
-        agentloop::provider::replay::assemble(agentloop::provider::replay::WireFormat::Gemini, body);
+    let _ = agentloop::provider::replay::assemble(
+        agentloop::provider::replay::WireFormat::Gemini,
+        body,
+    );
 });

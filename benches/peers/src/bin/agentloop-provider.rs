@@ -86,8 +86,8 @@ async fn main() -> ExitCode {
     };
     let tool = ToolDefinition::from(
         &Tool::from_type::<GetWeather>()
-            .name(TOOL_NAME)
-            .description(TOOL_DESCRIPTION),
+            .with_name(TOOL_NAME)
+            .with_description(TOOL_DESCRIPTION),
     );
     let stream = options.stream;
     drive("agentloop-provider", &options, move || {
