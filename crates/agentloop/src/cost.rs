@@ -35,7 +35,6 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 pub use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::message::Usage;
@@ -214,35 +213,28 @@ enum Rule {
 }
 
 impl Rule {
-    fn parse(value: &Value) -> Result<Self> {
-        let bad = || Error::parse("price table", format!("unknown model match rule {value}"));
-        let object = value.as_object().ok_or_else(bad)?;
-        let (key, arg) = object.iter().next().ok_or_else(bad)?;
-        let text = || arg.as_str().map(str::to_lowercase).ok_or_else(bad);
-        let list = || -> Result<Vec<Rule>> {
-            arg.as_array()
-                .ok_or_else(bad)?
-                .iter()
-                .map(Rule::parse)
-                .collect()
+    fn compile(file: RuleFile) -> Result<Self> {
+        let list = |rules: Vec<RuleFile>| -> Result<Vec<Rule>> {
+            rules.into_iter().map(Rule::compile).collect()
         };
-        Ok(match key.as_str() {
-            "equals" => Rule::Equals(text()?),
-            "starts_with" => Rule::StartsWith(text()?),
-            "ends_with" => Rule::EndsWith(text()?),
-            "contains" => Rule::Contains(text()?),
-            "or" => Rule::Or(list()?),
-            "and" => Rule::And(list()?),
+        Ok(match file {
+            RuleFile::Equals(s) => Rule::Equals(s.to_lowercase()),
+            RuleFile::StartsWith(s) => Rule::StartsWith(s.to_lowercase()),
+            RuleFile::EndsWith(s) => Rule::EndsWith(s.to_lowercase()),
+            RuleFile::Contains(s) => Rule::Contains(s.to_lowercase()),
+            RuleFile::Or(rules) => Rule::Or(list(rules)?),
+            RuleFile::And(rules) => Rule::And(list(rules)?),
             #[cfg(feature = "prices")]
-            "regex" => {
-                let pattern = arg.as_str().ok_or_else(bad)?;
-                Rule::Regex(regex::Regex::new(pattern).map_err(|e| {
+            RuleFile::Regex(pattern) => {
+                Rule::Regex(regex::Regex::new(&pattern).map_err(|e| {
                     Error::parse("price table", format!("bad regex {pattern}: {e}"))
                 })?)
             }
             #[cfg(not(feature = "prices"))]
-            "regex" => Rule::Never,
-            _ => return Err(bad()),
+            RuleFile::Regex(pattern) => {
+                tracing::debug!(%pattern, "a regex price rule needs the `prices` feature");
+                Rule::Never
+            }
         })
     }
 
@@ -341,19 +333,17 @@ impl Prices {
     /// `{"base", "tiers": [[above, rate]]}`, and `"dated": [{"from": "YYYY-MM-DD", "prices"}]`
     /// in place of `prices` for prices that change on a date.
     pub fn from_json(text: &str) -> Result<Self> {
-        let document: Value =
+        // Read into typed records, not a `Value` tree: the built-in table is parsed in every
+        // process that prices a run, and a tree of it would take megabytes at its peak.
+        let file: TableFile =
             serde_json::from_str(text).map_err(|e| Error::parse("price table", e.to_string()))?;
-        let providers = document
-            .get("providers")
-            .and_then(Value::as_object)
-            .ok_or_else(|| Error::parse("price table", "no `providers` object"))?;
         let mut table = Prices::empty();
-        for (provider, models) in providers {
-            let models = models.as_array().ok_or_else(|| {
-                Error::parse("price table", format!("`{provider}` is not a list"))
-            })?;
-            let entries = models.iter().map(parse_entry).collect::<Result<Vec<_>>>()?;
-            table.providers.insert(provider.clone(), entries);
+        for (provider, models) in file.providers {
+            let entries = models
+                .into_iter()
+                .map(ModelFile::into_entry)
+                .collect::<Result<Vec<_>>>()?;
+            table.providers.insert(provider, entries);
         }
         Ok(table)
     }
@@ -409,82 +399,140 @@ impl Prices {
     }
 }
 
-fn parse_entry(model: &Value) -> Result<Entry> {
-    let bad = |what: &str| {
-        let id = model.get("id").and_then(Value::as_str).unwrap_or("?");
-        Error::parse("price table", format!("model `{id}`: {what}"))
-    };
-    let rule = Rule::parse(model.get("match").ok_or_else(|| bad("no `match`"))?)?;
-    let context_window = model.get("context_window").and_then(Value::as_u64);
-    let sheets = if let Some(prices) = model.get("prices") {
-        vec![(None, parse_sheet(prices).map_err(|e| bad(&e))?)]
-    } else if let Some(dated) = model.get("dated").and_then(Value::as_array) {
-        dated
-            .iter()
-            .map(|d| {
-                let from = match d.get("from").and_then(Value::as_str) {
-                    Some(day) => Some(days_from_date(day).ok_or_else(|| bad("bad `from` date"))?),
-                    None => None,
-                };
-                let sheet = d
-                    .get("prices")
-                    .ok_or_else(|| bad("a dated entry without `prices`"))
-                    .and_then(|p| parse_sheet(p).map_err(|e| bad(&e)))?;
-                Ok((from, sheet))
-            })
-            .collect::<Result<Vec<_>>>()?
-    } else {
-        return Err(bad("neither `prices` nor `dated`"));
-    };
-    Ok(Entry {
-        rule,
-        context_window,
-        sheets,
-    })
+/// The price table's file format (see [`Prices::from_json`]).
+#[derive(Deserialize)]
+struct TableFile {
+    providers: HashMap<String, Vec<ModelFile>>,
 }
 
-fn parse_sheet(prices: &Value) -> std::result::Result<PriceSheet, String> {
-    let rate = |key: &str| -> std::result::Result<Option<Rate>, String> {
-        prices.get(key).map(|v| parse_rate(v, key)).transpose()
-    };
-    Ok(PriceSheet {
-        input: rate("input")?.ok_or("no input price")?,
-        output: rate("output")?.unwrap_or(Rate::flat(Decimal::ZERO)),
-        cache_read: rate("cache_read")?,
-        cache_write: rate("cache_write")?,
-    })
+#[derive(Deserialize)]
+struct ModelFile {
+    id: String,
+    #[serde(rename = "match")]
+    rule: RuleFile,
+    #[serde(default)]
+    context_window: Option<u64>,
+    #[serde(default)]
+    prices: Option<SheetFile>,
+    #[serde(default)]
+    dated: Option<Vec<DatedFile>>,
 }
 
-fn parse_rate(value: &Value, key: &str) -> std::result::Result<Rate, String> {
-    let decimal = |v: &Value| -> Option<Decimal> {
-        match v {
-            Value::String(s) => s.parse().ok(),
-            Value::Number(n) => n.to_string().parse().ok(),
-            _ => None,
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RuleFile {
+    Equals(String),
+    StartsWith(String),
+    EndsWith(String),
+    Contains(String),
+    Regex(String),
+    Or(Vec<RuleFile>),
+    And(Vec<RuleFile>),
+}
+
+#[derive(Deserialize)]
+struct DatedFile {
+    #[serde(default)]
+    from: Option<String>,
+    prices: SheetFile,
+}
+
+#[derive(Deserialize)]
+struct SheetFile {
+    #[serde(default)]
+    input: Option<RateFile>,
+    #[serde(default)]
+    output: Option<RateFile>,
+    #[serde(default)]
+    cache_read: Option<RateFile>,
+    #[serde(default)]
+    cache_write: Option<RateFile>,
+}
+
+/// A rate: a decimal string (or a JSON number), or a base rate with tiers.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RateFile {
+    Flat(Amount),
+    Tiered {
+        base: Amount,
+        #[serde(default)]
+        tiers: Vec<(u64, Amount)>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Amount {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+impl Amount {
+    fn decimal(&self) -> Option<Decimal> {
+        match self {
+            Amount::Text(s) => s.parse().ok(),
+            Amount::Number(n) => n.to_string().parse().ok(),
         }
-    };
-    if let Some(flat) = decimal(value) {
-        return Ok(Rate::flat(flat));
     }
-    let base = value
-        .get("base")
-        .and_then(decimal)
-        .ok_or(format!("bad `{key}` price"))?;
-    let mut rate = Rate::flat(base);
-    for tier in value
-        .get("tiers")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let start = tier.get(0).and_then(Value::as_u64);
-        let price = tier.get(1).and_then(decimal);
-        match (start, price) {
-            (Some(start), Some(price)) => rate = rate.tier(start, price),
-            _ => return Err(format!("bad `{key}` tier")),
+}
+
+impl ModelFile {
+    fn into_entry(self) -> Result<Entry> {
+        let id = self.id;
+        let bad = |what: &str| Error::parse("price table", format!("model `{id}`: {what}"));
+        let sheets = match (self.prices, self.dated) {
+            (Some(prices), _) => vec![(None, prices.into_sheet().map_err(|e| bad(&e))?)],
+            (None, Some(dated)) => dated
+                .into_iter()
+                .map(|d| {
+                    let from = match d.from {
+                        Some(day) => {
+                            Some(days_from_date(&day).ok_or_else(|| bad("bad `from` date"))?)
+                        }
+                        None => None,
+                    };
+                    Ok((from, d.prices.into_sheet().map_err(|e| bad(&e))?))
+                })
+                .collect::<Result<Vec<_>>>()?,
+            (None, None) => return Err(bad("neither `prices` nor `dated`")),
+        };
+        Ok(Entry {
+            rule: Rule::compile(self.rule)?,
+            context_window: self.context_window,
+            sheets,
+        })
+    }
+}
+
+impl SheetFile {
+    fn into_sheet(self) -> std::result::Result<PriceSheet, String> {
+        let rate = |file: Option<RateFile>, key: &str| {
+            file.map(|f| f.into_rate().ok_or(format!("bad `{key}` price")))
+                .transpose()
+        };
+        Ok(PriceSheet {
+            input: rate(self.input, "input")?.ok_or("no input price")?,
+            output: rate(self.output, "output")?.unwrap_or(Rate::flat(Decimal::ZERO)),
+            cache_read: rate(self.cache_read, "cache_read")?,
+            cache_write: rate(self.cache_write, "cache_write")?,
+        })
+    }
+}
+
+impl RateFile {
+    fn into_rate(self) -> Option<Rate> {
+        match self {
+            RateFile::Flat(amount) => Some(Rate::flat(amount.decimal()?)),
+            RateFile::Tiered { base, tiers } => {
+                let mut rate = Rate::flat(base.decimal()?);
+                for (start, price) in tiers {
+                    rate = rate.tier(start, price.decimal()?);
+                }
+                Some(rate)
+            }
         }
     }
-    Ok(rate)
 }
 
 /// Days since 1970-01-01 of a `YYYY-MM-DD` date (proleptic Gregorian).
