@@ -95,13 +95,23 @@ pub async fn serve(args: &MockServerArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("could not create a directory for the demo tool: {e}"))?;
     write_demo_tool(tools.path())?;
     let tools_arg = shell_word(&tools.path().to_string_lossy());
-    println!("OpenAI-compatible:    {}", openai.base_url());
-    println!("Anthropic-compatible: {}", anthropic.base_url());
-    println!("demo tool:            {tools_arg} (removed when this server stops)");
-    println!(
-        "try: agentloop run --model openai-compatible/demo --base-url {} --tools {tools_arg} \"What's the weather in Paris?\"",
-        openai.base_url()
+    // The banner is for whoever reads it; a reader that went away (`| head -1`) must not
+    // take the servers down, so write errors are ignored rather than panicking in `println!`.
+    let banner = format!(
+        "OpenAI-compatible:    {openai}\n\
+         Anthropic-compatible: {anthropic}\n\
+         demo tool:            {tools_arg} (removed when this server stops)\n\
+         try: agentloop run --model openai-compatible/demo --base-url {openai} --tools {tools_arg} \"What's the weather in Paris?\"\n",
+        openai = openai.base_url(),
+        anthropic = anthropic.base_url(),
     );
+    {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout
+            .write_all(banner.as_bytes())
+            .and_then(|()| stdout.flush());
+    }
     stopped().await?;
     tools
         .close()
