@@ -748,8 +748,39 @@ pub(crate) fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: 
                 .map(str::to_owned)
         })
         .unwrap_or_else(|| excerpt(body));
-    let provider = provider.to_owned();
     let overloaded = error_type.as_deref() == Some("overloaded_error");
+    error_for_status(
+        ErrorParts {
+            provider,
+            status,
+            error_type,
+            message,
+            retry_after: retry_after(headers),
+        },
+        overloaded,
+    )
+}
+
+/// What a provider's error response said, read by the provider's own error reader.
+pub(crate) struct ErrorParts<'a> {
+    pub(crate) provider: &'a str,
+    pub(crate) status: u16,
+    pub(crate) error_type: Option<String>,
+    pub(crate) message: String,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+/// The typed error for an HTTP status, shared by every provider; `overloaded` when the body
+/// said so whatever the status (Anthropic's `overloaded_error`).
+pub(crate) fn error_for_status(parts: ErrorParts<'_>, overloaded: bool) -> Error {
+    let ErrorParts {
+        provider,
+        status,
+        error_type,
+        message,
+        retry_after,
+    } = parts;
+    let provider = provider.to_owned();
     match status {
         401 | 403 => Error::Auth {
             provider,
@@ -758,7 +789,7 @@ pub(crate) fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: 
         },
         429 if !overloaded => Error::RateLimited {
             provider,
-            retry_after: retry_after(headers),
+            retry_after,
             message,
         },
         529 | 503 => Error::Overloaded { provider, message },

@@ -557,13 +557,16 @@ impl Driver {
 
     /// What `response` cost, from the run's price table.
     fn price(&self, machine: &Machine, response: &Response) -> Option<Cost> {
-        let model = if response.model.is_empty() {
-            &machine.request().model
-        } else {
-            &response.model
-        };
-        let prices = self.options.prices.clone().unwrap_or_else(Prices::builtin);
-        prices.cost(self.provider.name(), model, &response.usage)
+        self.prices().cost(
+            self.provider.name(),
+            answered_by(machine, response),
+            &response.usage,
+        )
+    }
+
+    /// The run's price table: its own, or the built-in one.
+    fn prices(&self) -> Arc<Prices> {
+        self.options.prices.clone().unwrap_or_else(Prices::builtin)
     }
 
     /// Stop before the next model call when what the run spent plus that call's projected
@@ -578,13 +581,9 @@ impl Driver {
         ) else {
             return;
         };
-        let prices = self.options.prices.clone().unwrap_or_else(Prices::builtin);
-        let model = if last.response.model.is_empty() {
-            &machine.request().model
-        } else {
-            &last.response.model
-        };
-        let Some(found) = prices.find(self.provider.name(), model) else {
+        let prices = self.prices();
+        let Some(found) = prices.find(self.provider.name(), answered_by(machine, &last.response))
+        else {
             return;
         };
         let usage = last.response.usage;
@@ -1011,5 +1010,15 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "(no message)".to_owned()
+    }
+}
+
+/// The model a response came from: the one it names, else the one the run asked for. Steps are
+/// priced by it.
+fn answered_by<'a>(machine: &'a Machine, response: &'a Response) -> &'a str {
+    if response.model.is_empty() {
+        &machine.request().model
+    } else {
+        &response.model
     }
 }

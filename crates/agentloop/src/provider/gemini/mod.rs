@@ -336,32 +336,16 @@ pub(crate) fn map_error(provider: &str, status: u16, headers: &HeaderMap, body: 
         .get("status")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let provider = provider.to_owned();
-    match status {
-        401 | 403 => Error::Auth {
+    http::error_for_status(
+        http::ErrorParts {
             provider,
             status,
+            error_type,
             message,
-        },
-        429 => Error::RateLimited {
-            provider,
             retry_after: http::retry_after(headers).or_else(|| retry_delay(error)),
-            message,
         },
-        503 | 529 => Error::Overloaded { provider, message },
-        400 | 404 | 413 | 422 => Error::InvalidRequest {
-            provider,
-            status,
-            error_type,
-            message,
-        },
-        _ => Error::Api {
-            provider,
-            status,
-            error_type,
-            message,
-        },
-    }
+        false,
+    )
 }
 
 /// The wait a `google.rpc.RetryInfo` detail asks for (`"retryDelay": "7s"`, a protobuf
