@@ -4,15 +4,15 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use agentloop::run::RunStopReason;
-use agentloop::{Message, RunEvent, history};
+use agentloop::run::{Decision, PausedRun, RunStopReason, RunStream};
+use agentloop::{Agent, Message, RunEvent, Usage, history};
 use futures::StreamExt;
 
 use crate::error::ServerError;
 use crate::events::Frame;
-use crate::runs::RunLog;
+use crate::runs::{PausedChat, RunLog};
 use crate::state::AppState;
-use crate::store::Store;
+use crate::store::{PausedRow, Store};
 
 /// A chat answer to start.
 pub(crate) struct ChatStart {
@@ -111,10 +111,15 @@ impl Saver {
 struct Finisher {
     state: AppState,
     run: Arc<RunLog>,
+    /// The answer paused for approval: it stays registered, its conversation busy.
+    paused: bool,
 }
 
 impl Drop for Finisher {
     fn drop(&mut self) {
+        if self.paused {
+            return;
+        }
         if !self.run.is_finished() {
             self.run.push(Frame::End {
                 stop_reason: RunStopReason::Error,
@@ -164,13 +169,35 @@ fn limit_message(reason: &RunStopReason, max_tool_iterations: u32) -> Option<Str
             "the agent is in manual tool mode, which the server does not support".into()
         }
         RunStopReason::AwaitingApproval => {
-            "a tool call needs approval, which the server does not support yet".into()
+            "the tool calls waiting for approval could not be kept; send the message again".into()
         }
         RunStopReason::EndTurn
         | RunStopReason::MaxTokens
         | RunStopReason::Custom(_)
         | RunStopReason::Cancelled
         | RunStopReason::Error => return None,
+    })
+}
+
+/// The agent for one answer: the server's tool-iteration limit, the answer's cancellation,
+/// and the history saved between steps.
+fn answer_agent(state: &AppState, run: &RunLog, saver: &Saver) -> Agent {
+    let inner = &state.inner;
+    let step_saver = saver.clone();
+    inner.agent.with_options(|options| {
+        options.limits.max_tool_iterations = inner.config.max_tool_iterations;
+        options.cancel = Some(run.cancel.clone());
+        options.hooks = std::mem::take(&mut options.hooks).prepare_step(move |step| {
+            let saver = step_saver.clone();
+            async move {
+                // Between steps the history is complete: save it, so a crash loses at most the
+                // step about to run.
+                if let Err(e) = saver.save(&step.request.messages).await {
+                    tracing::warn!(conversation = %saver.conversation_id, "could not save a step: {e}");
+                }
+                step.request
+            }
+        });
     })
 }
 
@@ -184,6 +211,7 @@ async fn drive(
     let finisher = Finisher {
         state: state.clone(),
         run: run.clone(),
+        paused: false,
     };
     let inner = &state.inner;
     let created = creating.is_some();
@@ -207,26 +235,37 @@ async fn drive(
         conversation_id: run.conversation_id.clone(),
         stored: Arc::new(tokio::sync::Mutex::new(stored)),
     };
-    let step_saver = saver.clone();
-    let agent = inner.agent.with_options(|options| {
-        options.limits.max_tool_iterations = inner.config.max_tool_iterations;
-        options.cancel = Some(run.cancel.clone());
-        options.hooks = std::mem::take(&mut options.hooks).prepare_step(move |step| {
-            let saver = step_saver.clone();
-            async move {
-                // Between steps the history is complete: save it, so a crash loses at most the
-                // step about to run.
-                if let Err(e) = saver.save(&step.request.messages).await {
-                    tracing::warn!(conversation = %saver.conversation_id, "could not save a step: {e}");
-                }
-                step.request
-            }
-        });
-    });
-
+    let agent = answer_agent(&state, &run, &saver);
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
-    let mut events = agent.run_stream(history);
+    let events = agent.run_stream(history);
+    let answer = Answer {
+        saver,
+        prompt_index,
+        earlier_usage: Usage::default(),
+        created,
+    };
+    follow(finisher, answer, events).await;
+}
+
+/// What following a run needs besides its events.
+struct Answer {
+    saver: Saver,
+    prompt_index: usize,
+    /// What the answer used before it paused for approval (nothing for a fresh answer), for
+    /// an answer that ends without a result.
+    earlier_usage: Usage,
+    /// The answer created its conversation (removed again when nothing was saved).
+    created: bool,
+}
+
+/// Record the run's events in the log, save what it produced, and end the log, or leave it
+/// open when the run paused for approval.
+async fn follow(mut finisher: Finisher, answer: Answer, mut events: RunStream) {
+    let state = finisher.state.clone();
+    let run = finisher.run.clone();
+    let inner = &state.inner;
+    let saver = &answer.saver;
     let mut failure: Option<String> = None;
     let mut ended = false;
     while let Some(event) = events.next().await {
@@ -236,8 +275,24 @@ async fn drive(
                 tracing::error!(conversation = %run.conversation_id, message_id = %run.message_id, "the chat failed: {error}");
                 failure = Some(crate::error::user_message(&error));
             }
-            RunEvent::RunFinish { result } => {
+            RunEvent::RunFinish { mut result } => {
                 ended = true;
+                // A resumed run's usage counts the steps before its pause already.
+                let usage = result.usage;
+                if result.stop_reason == RunStopReason::AwaitingApproval
+                    && failure.is_none()
+                    && let Some(paused) = result.paused.take()
+                {
+                    match pause(&state, &run, *paused, answer.prompt_index, usage).await {
+                        Ok(()) => {
+                            finisher.paused = true;
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::error!(conversation = %run.conversation_id, "could not keep the paused answer: {e}");
+                        }
+                    }
+                }
                 if let Err(e) = saver.save(&result.messages).await {
                     tracing::error!(conversation = %run.conversation_id, "could not save the answer: {e}");
                     failure.get_or_insert_with(|| {
@@ -248,9 +303,9 @@ async fn drive(
                     .store
                     .save_answer(
                         run.conversation_id.clone(),
-                        prompt_index,
+                        answer.prompt_index,
                         crate::events::stop_reason_name(&result.stop_reason).to_owned(),
-                        result.usage,
+                        usage,
                     )
                     .await
                 {
@@ -261,7 +316,7 @@ async fn drive(
                 });
                 run.push(Frame::End {
                     stop_reason: result.stop_reason,
-                    usage: result.usage,
+                    usage,
                 });
                 if let Some(message) = message {
                     run.push(Frame::Failed { message });
@@ -271,16 +326,19 @@ async fn drive(
             event => run.push(Frame::Run(event)),
         }
     }
+    if finisher.paused {
+        return;
+    }
     if !ended {
         // The run never started (the prompt hook refused the message).
         run.push(Frame::End {
             stop_reason: RunStopReason::Error,
-            usage: Default::default(),
+            usage: answer.earlier_usage,
         });
         run.push(Frame::Failed {
             message: failure.unwrap_or_else(|| "the run ended without a result".into()),
         });
-        if created
+        if answer.created
             && saver.saved().await == 0
             && let Err(e) = inner.store.delete(run.conversation_id.clone()).await
         {
@@ -289,4 +347,182 @@ async fn drive(
     }
     run.finish();
     drop(finisher);
+}
+
+/// Keep the paused answer (in the database, so a restart keeps it waiting, and in its log).
+async fn pause(
+    state: &AppState,
+    run: &RunLog,
+    paused: PausedRun,
+    prompt_index: usize,
+    usage: Usage,
+) -> Result<(), ServerError> {
+    let row = PausedRow {
+        message_id: run.message_id.clone(),
+        conversation_id: run.conversation_id.clone(),
+        prompt_index,
+        usage: serde_json::to_string(&usage).map_err(ServerError::database)?,
+        paused_run: paused.to_json().map_err(ServerError::database)?,
+    };
+    state.inner.store.save_paused(row).await?;
+    run.pause(Box::new(PausedChat {
+        run: paused,
+        prompt_index,
+        usage,
+    }));
+    Ok(())
+}
+
+/// Why decisions could not resume an answer.
+#[derive(Debug)]
+pub(crate) enum ResumeError {
+    /// The answer does not wait for decisions (running, finished, or decided concurrently).
+    NotPaused,
+    /// The decisions do not fit the pending calls (an unknown or undecided call, an edited
+    /// input the tool's schema refuses).
+    Invalid(String),
+    /// The database failed.
+    Store(ServerError),
+}
+
+/// Resume an answer paused for approval with a decision for each pending call; the rest of the
+/// answer is recorded in the same log.
+pub(crate) async fn resume(
+    state: &AppState,
+    run: Arc<RunLog>,
+    decisions: Vec<(String, Decision)>,
+) -> Result<(), ResumeError> {
+    let paused = run.take_paused().ok_or(ResumeError::NotPaused)?;
+    let give_back = |paused, error| {
+        run.pause(paused);
+        Err(error)
+    };
+    let pending: Vec<&str> = paused.run.pending().iter().map(|p| p.id.as_str()).collect();
+    if let Some((unknown, _)) = decisions
+        .iter()
+        .find(|(id, _)| !pending.contains(&id.as_str()))
+    {
+        let message = format!(
+            "no call `{unknown}` waits for approval in this answer; the pending calls are {pending:?}"
+        );
+        return give_back(paused, ResumeError::Invalid(message));
+    }
+    let undecided: Vec<&str> = pending
+        .iter()
+        .copied()
+        .filter(|id| !decisions.iter().any(|(d, _)| d == id))
+        .collect();
+    if !undecided.is_empty() {
+        let message = format!("every pending call needs a decision; undecided: {undecided:?}");
+        return give_back(paused, ResumeError::Invalid(message));
+    }
+    let stored = match state.conversation(&run.conversation_id).await {
+        Ok(conversation) => conversation.map_or(0, |c| c.messages.len()),
+        Err(e) => return give_back(paused, ResumeError::Store(e)),
+    };
+    let saver = Saver {
+        store: state.inner.store.clone(),
+        conversation_id: run.conversation_id.clone(),
+        stored: Arc::new(tokio::sync::Mutex::new(stored)),
+    };
+    let agent = answer_agent(state, &run, &saver);
+    let events = match agent.resume_stream(&paused.run, decisions) {
+        Ok(events) => events,
+        Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
+    };
+    // Forgotten before anything runs: a crash from here on must not offer the calls again.
+    if let Err(e) = state
+        .inner
+        .store
+        .delete_paused(run.message_id.clone())
+        .await
+    {
+        return give_back(paused, ResumeError::Store(e));
+    }
+    let finisher = Finisher {
+        state: state.clone(),
+        run,
+        paused: false,
+    };
+    let answer = Answer {
+        saver,
+        prompt_index: paused.prompt_index,
+        earlier_usage: paused.usage,
+        created: false,
+    };
+    state.inner.tasks.spawn(follow(finisher, answer, events));
+    Ok(())
+}
+
+/// End an answer paused for approval without running its calls (a cancel): the history stays
+/// as saved before the calls, and the answer is recorded as interrupted.
+pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<PausedChat>) {
+    let store = &state.inner.store;
+    if let Err(e) = store.delete_paused(run.message_id.clone()).await {
+        tracing::warn!(message_id = %run.message_id, "could not forget the paused answer: {e}");
+    }
+    if let Err(e) = store
+        .save_answer(
+            run.conversation_id.clone(),
+            paused.prompt_index,
+            crate::events::stop_reason_name(&RunStopReason::Cancelled).to_owned(),
+            paused.usage,
+        )
+        .await
+    {
+        tracing::warn!(conversation = %run.conversation_id, "could not save the answer's usage: {e}");
+    }
+    run.push(Frame::End {
+        stop_reason: RunStopReason::Cancelled,
+        usage: paused.usage,
+    });
+    run.finish();
+    drop(Finisher {
+        state: state.clone(),
+        run,
+        paused: false,
+    });
+}
+
+/// At start-up: every answer that was waiting for approval waits again, its log holding its
+/// start and its calls' approval requests (what came before the pause is not kept).
+pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> {
+    let inner = &state.inner;
+    for row in inner.store.paused().await? {
+        let paused = match PausedRun::from_json(&row.paused_run) {
+            Ok(paused) => paused,
+            Err(e) => {
+                tracing::error!(message_id = %row.message_id, "a paused answer cannot be read, and is left waiting in the database: {e}");
+                continue;
+            }
+        };
+        let usage = serde_json::from_str(&row.usage).unwrap_or_default();
+        let run = match inner.runs.start(
+            row.message_id.clone(),
+            row.conversation_id.clone(),
+            inner.config.disconnect_grace,
+            inner.shutdown.child_token(),
+        ) {
+            Ok(run) => run,
+            Err(busy) => {
+                tracing::error!(message_id = %row.message_id, "another answer ({}) holds the conversation; this paused one is left in the database", busy.message_id);
+                continue;
+            }
+        };
+        run.push(Frame::Start {
+            conversation_id: row.conversation_id.clone(),
+            message_id: row.message_id.clone(),
+        });
+        for pending in paused.pending() {
+            run.push(Frame::Run(RunEvent::ApprovalRequested(Box::new(
+                pending.clone(),
+            ))));
+        }
+        run.pause(Box::new(PausedChat {
+            run: paused,
+            prompt_index: row.prompt_index,
+            usage,
+        }));
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use agentloop::Agent;
+use agentloop::run::ApprovalPolicy;
 
 use crate::error::ServerError;
 use crate::skills::SandboxLimits;
@@ -48,6 +49,12 @@ pub struct ServerConfig {
     pub sandbox: Option<PathBuf>,
     /// Size limits of the file skills.
     pub sandbox_limits: SandboxLimits,
+    /// Whether the sandbox's `write_file` asks the chat's user before it runs (on by default):
+    /// the chat pauses with an `approval_requested` event until a decision is posted.
+    pub sandbox_writes_need_approval: bool,
+    /// A policy deciding, for every tool call of every chat, whether it runs, needs the user's
+    /// approval, or is refused (besides the tools' own approval settings; the stricter wins).
+    pub approval_policy: Option<ApprovalPolicy>,
     /// When set, every `/v1` request must carry `Authorization: Bearer <token>`.
     pub token: Option<String>,
     /// Rounds of tools per chat message, after which the model is asked for its answer; a chat
@@ -101,6 +108,11 @@ impl std::fmt::Debug for ServerConfig {
             .field("database", &self.database)
             .field("sandbox", &self.sandbox)
             .field("sandbox_limits", &self.sandbox_limits)
+            .field(
+                "sandbox_writes_need_approval",
+                &self.sandbox_writes_need_approval,
+            )
+            .field("approval_policy", &self.approval_policy)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("max_tool_iterations", &self.max_tool_iterations)
             .field("max_body_bytes", &self.max_body_bytes)
@@ -132,6 +144,8 @@ impl ServerConfig {
             database: Database::File(PathBuf::from(DEFAULT_DATABASE)),
             sandbox: None,
             sandbox_limits: SandboxLimits::default(),
+            sandbox_writes_need_approval: true,
+            approval_policy: None,
             token: None,
             max_tool_iterations,
             max_body_bytes: 1024 * 1024,
@@ -165,6 +179,18 @@ impl ServerConfig {
     /// Offer the file skills, confined to `dir`.
     pub fn sandbox(mut self, dir: impl Into<PathBuf>) -> Self {
         self.sandbox = Some(dir.into());
+        self
+    }
+
+    /// Whether the sandbox's `write_file` needs the user's approval (on by default).
+    pub fn sandbox_writes_need_approval(mut self, needed: bool) -> Self {
+        self.sandbox_writes_need_approval = needed;
+        self
+    }
+
+    /// Decide for every tool call whether it runs, needs the user's approval, or is refused.
+    pub fn approval_policy(mut self, policy: ApprovalPolicy) -> Self {
+        self.approval_policy = Some(policy);
         self
     }
 

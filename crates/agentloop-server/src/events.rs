@@ -54,6 +54,20 @@ pub enum ChatEvent {
         /// Whether the model sees it as an error.
         is_error: bool,
     },
+    /// A complete call (after its `tool_call_start`) needs the user's approval before it
+    /// runs: one per call. Once every call of the step that needs none has run, the answer
+    /// waits, its stream open, until decisions are posted to
+    /// `POST /v1/chat/{message_id}/approvals`; it then goes on with the calls' results.
+    ApprovalRequested {
+        /// The call id (decisions name calls by it).
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments as the model sent them.
+        arguments: Value,
+        /// Why approval is needed.
+        reason: String,
+    },
     /// The answer ended. Always sent; an `error` event may follow it.
     MessageEnd {
         /// Why the run stopped (`end_turn`, `max_tool_iterations`, `interrupted`, `error`, ...).
@@ -77,6 +91,7 @@ impl ChatEvent {
             Self::ThinkingDelta { .. } => "thinking_delta",
             Self::ToolCallStart { .. } => "tool_call_start",
             Self::ToolCallResult { .. } => "tool_call_result",
+            Self::ApprovalRequested { .. } => "approval_requested",
             Self::MessageEnd { .. } => "message_end",
             Self::Error { .. } => "error",
         }
@@ -146,6 +161,12 @@ impl Frame {
                 id: id.clone(),
                 content: result.content.clone(),
                 is_error: result.is_error,
+            },
+            Self::Run(RunEvent::ApprovalRequested(pending)) => ChatEvent::ApprovalRequested {
+                id: pending.id.clone(),
+                name: pending.tool.clone(),
+                arguments: pending.input.clone(),
+                reason: pending.reason.clone(),
             },
             Self::Run(_) => return None,
             Self::End { stop_reason, usage } => ChatEvent::MessageEnd {

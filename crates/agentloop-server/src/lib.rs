@@ -29,6 +29,7 @@
 //! | `POST /v1/chat` | send a message, answer streamed as chat events (below) |
 //! | `GET /v1/chat/{message_id}/events` | reconnect to an answer: the events after `Last-Event-ID` |
 //! | `POST /v1/chat/{message_id}/cancel` | stop an answer (202); what it produced is kept |
+//! | `POST /v1/chat/{message_id}/approvals` | decide the calls an answer waits on (202; see "Approvals") |
 //! | `POST /v1/chat/ui-stream` | the same chat for AI SDK frontends (UI message stream v1) |
 //! | `GET /v1/chat/ui-stream/{chat_id}/stream` | the AI SDK's resume request (replay, or 204) |
 //! | `GET /v1/conversations` | `{"conversations": [{id, title, created_at, updated_at, message_count}]}` |
@@ -129,6 +130,7 @@
 //! | `thinking_delta` | `{text}` — reasoning, from models that stream it |
 //! | `tool_call_start` | `{id, name, arguments}` — the call is complete and about to run |
 //! | `tool_call_result` | `{id, content, is_error}` — `content` is a string, or content blocks |
+//! | `approval_requested` | `{id, name, arguments, reason}` — the call (after its `tool_call_start`) waits for a decision |
 //! | `message_end` | `{stop_reason, usage}` — always sent |
 //! | `error` | `{message}` — after `message_end` when the answer did not complete |
 //!
@@ -146,6 +148,24 @@
 //! When no client has followed an answer for the grace period (default 10 s) it is cancelled:
 //! the text produced so far is saved, unfinished tool calls get an error result saying they were
 //! not run, and the history stays valid.
+//!
+//! **Approvals.** A call needs the user's approval when its tool says so (a descriptor's
+//! `needs_approval: true`, [`agentloop::Tool::with_approval_required`]), when the sandbox's
+//! `write_file` is on ([`ServerConfig::sandbox_writes_need_approval()`], on by default), or when
+//! the server's policy asks ([`ServerConfig::approval_policy()`]). Each such call gets
+//! `approval_requested` after its `tool_call_start`; once the step's other calls have run, the
+//! answer waits, its stream open (a paused answer is not cancelled when its listeners leave).
+//! `POST /v1/chat/{message_id}/approvals` with `{"decisions": [{"id": "call_1", "decision":
+//! "approve"}, {"id": "call_2", "decision": "approve_edited", "input": {...}}, {"id": "call_3",
+//! "decision": "deny", "message": "..."}]}` (or `"always_approve"`: this tool for the rest of
+//! the answer) decides every pending call at once; the answer goes on in the same stream (or a
+//! reconnect) with the calls' `tool_call_result`s. An edited input the tool's schema refuses, an
+//! unknown or undecided call get 422 and the answer keeps waiting; an answer not waiting gets
+//! 409. The model sees what ran: the edited input in its history, or the denial's message as
+//! the call's error result. A cancel ends a waiting answer as `interrupted` without running the
+//! calls. Waiting answers are stored in the database (table `paused_answers`) and wait again
+//! after a restart: a reconnect then gets `message_start` and the `approval_requested` events,
+//! under new ids. The conversation stays busy (409) while its answer waits.
 //!
 //! **Persistence.** The history is saved after every step (each model call and its tools), so
 //! a crash loses at most the step in flight. Continuing a conversation sends the model its whole

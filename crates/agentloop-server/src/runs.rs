@@ -42,6 +42,21 @@ pub(crate) struct RunLog {
     listeners: Mutex<Listeners>,
     pub(crate) cancel: CancellationToken,
     grace: Duration,
+    /// Set while the answer waits for approval decisions: no task runs it, and listeners
+    /// leaving do not cancel it.
+    paused: Mutex<Option<Box<PausedChat>>>,
+}
+
+/// An answer waiting for approval: the library's paused run and what the rest of the answer
+/// needs to finish it as if it had not stopped.
+#[derive(Debug)]
+pub(crate) struct PausedChat {
+    /// The paused run, to resume with decisions.
+    pub(crate) run: agentloop::run::PausedRun,
+    /// Where the prompt the answer replies to sits in the history.
+    pub(crate) prompt_index: usize,
+    /// What the answer used before it paused.
+    pub(crate) usage: agentloop::Usage,
 }
 
 impl RunLog {
@@ -58,7 +73,24 @@ impl RunLog {
             listeners: Mutex::default(),
             cancel,
             grace,
+            paused: Mutex::new(None),
         }
+    }
+
+    /// The answer waits for approval decisions.
+    pub(crate) fn pause(&self, paused: Box<PausedChat>) {
+        *lock(&self.paused) = Some(paused);
+    }
+
+    /// Take the paused answer to resume or end it; `None` when it is not waiting (running,
+    /// finished, or taken by a concurrent request).
+    pub(crate) fn take_paused(&self) -> Option<Box<PausedChat>> {
+        lock(&self.paused).take()
+    }
+
+    /// Whether the answer waits for approval decisions.
+    pub(crate) fn is_paused(&self) -> bool {
+        lock(&self.paused).is_some()
     }
 
     /// Record a frame; listeners wake up.
@@ -143,7 +175,8 @@ impl RunLog {
                 () = run.finished() => return,
             }
             let listeners = lock(&run.listeners);
-            if listeners.count == 0 && listeners.generation == generation {
+            // An answer waiting for a person keeps waiting; only a running one is stopped.
+            if listeners.count == 0 && listeners.generation == generation && !run.is_paused() {
                 tracing::debug!(message_id = %run.message_id, "no listener came back: cancelling the chat");
                 run.cancel.cancel();
             }

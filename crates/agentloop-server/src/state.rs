@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use agentloop::Agent;
+use agentloop::run::{Approval, ApprovalPolicy};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -37,6 +38,35 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// The agent chats run through: the configured one with the file skills added and the
+/// server's approval policy applied.
+fn chat_agent(config: &ServerConfig) -> Result<Agent, ServerError> {
+    let agent = agent_with_skills(config)?;
+    let Some(policy) = config.approval_policy.clone() else {
+        return Ok(agent);
+    };
+    Ok(agent.with_options(|options| {
+        options.approval_policy = Some(match options.approval_policy.take() {
+            None => policy,
+            Some(own) => {
+                ApprovalPolicy::new(move |ctx| stricter(own.check(ctx), policy.check(ctx)))
+            }
+        });
+    }))
+}
+
+/// The stricter of two answers: deny over require over allow (the first of equals).
+fn stricter(a: Approval, b: Approval) -> Approval {
+    fn rank(a: &Approval) -> u8 {
+        match a {
+            Approval::Allow => 0,
+            Approval::Require(_) => 1,
+            Approval::Deny(_) => 2,
+        }
+    }
+    if rank(&b) > rank(&a) { b } else { a }
+}
+
 /// The agent with the file skills added (the agent's own tools win on a name clash).
 fn agent_with_skills(config: &ServerConfig) -> Result<Agent, ServerError> {
     let Some(dir) = &config.sandbox else {
@@ -52,7 +82,13 @@ fn agent_with_skills(config: &ServerConfig) -> Result<Agent, ServerError> {
     let base = agent.base_request().clone();
     Ok(Agent::builder_shared(agent.provider().clone())
         .request(move |request| *request = base)
-        .tools(Arc::new(sandbox).tools())
+        .tools(Arc::new(sandbox).tools().into_iter().map(|tool| {
+            if tool.name() == "write_file" && config.sandbox_writes_need_approval {
+                tool.with_approval_required(true)
+            } else {
+                tool
+            }
+        }))
         .tools(agent.tools().iter().cloned())
         .options(agent.options())
         .build())
@@ -64,9 +100,9 @@ impl AppState {
     pub async fn new(config: ServerConfig) -> Result<Self, ServerError> {
         config.check()?;
         crate::skills::check_sandbox_placement(&config)?;
-        let agent = agent_with_skills(&config)?;
+        let agent = chat_agent(&config)?;
         let store = Store::open(config.database.clone()).await?;
-        Ok(Self {
+        let state = Self {
             inner: Arc::new(Inner {
                 // A token the embedding program set on the agent stops the server's answers too.
                 shutdown: agent
@@ -79,7 +115,9 @@ impl AppState {
                 runs: Runs::default(),
                 tasks: TaskTracker::new(),
             }),
-        })
+        };
+        crate::chat::restore_paused(&state).await?;
+        Ok(state)
     }
 
     /// The configuration.

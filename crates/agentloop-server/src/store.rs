@@ -38,7 +38,29 @@ const MIGRATIONS: &[&str] = &[
         usage           TEXT NOT NULL,
         PRIMARY KEY (conversation_id, prompt_index)
     );",
+    // Answers waiting for approval decisions: the library's paused run as JSON, so a restart
+    // keeps them waiting.
+    "CREATE TABLE paused_answers (
+        message_id      TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        prompt_index    INTEGER NOT NULL,
+        usage           TEXT NOT NULL,
+        paused_run      TEXT NOT NULL,
+        created_at      INTEGER NOT NULL
+    );",
 ];
+
+/// An answer waiting for approval, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PausedRow {
+    pub(crate) message_id: String,
+    pub(crate) conversation_id: String,
+    pub(crate) prompt_index: usize,
+    /// The usage so far, as JSON.
+    pub(crate) usage: String,
+    /// [`agentloop::run::PausedRun::to_json`]'s text.
+    pub(crate) paused_run: String,
+}
 
 /// A conversation in the list: no messages, just what a picker shows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -519,6 +541,60 @@ impl Store {
                 "INSERT OR REPLACE INTO answers (conversation_id, prompt_index, stop_reason, usage)
                  VALUES (?1, ?2, ?3, ?4)",
                 params![id, prompt_index as i64, stop_reason, usage],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Keep an answer waiting for approval (replacing an earlier pause of the same answer).
+    pub(crate) async fn save_paused(&self, row: PausedRow) -> Result<(), ServerError> {
+        self.call(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO paused_answers
+                 (message_id, conversation_id, prompt_index, usage, paused_run, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    row.message_id,
+                    row.conversation_id,
+                    row.prompt_index as i64,
+                    row.usage,
+                    row.paused_run,
+                    now_millis()
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Every answer waiting for approval, oldest first.
+    pub(crate) async fn paused(&self) -> Result<Vec<PausedRow>, ServerError> {
+        self.call(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT message_id, conversation_id, prompt_index, usage, paused_run
+                 FROM paused_answers ORDER BY created_at, message_id",
+            )?;
+            let rows = stmt.query_map([], |row| {
+                Ok(PausedRow {
+                    message_id: row.get(0)?,
+                    conversation_id: row.get(1)?,
+                    prompt_index: usize::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
+                    usage: row.get(3)?,
+                    paused_run: row.get(4)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// The answer no longer waits (decided or cancelled).
+    pub(crate) async fn delete_paused(&self, message_id: String) -> Result<(), ServerError> {
+        self.call(move |conn| {
+            conn.execute(
+                "DELETE FROM paused_answers WHERE message_id = ?1",
+                params![message_id],
             )?;
             Ok(())
         })

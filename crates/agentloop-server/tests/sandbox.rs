@@ -374,7 +374,8 @@ async fn chat_tool_results(root: &Path, call: Turn) -> Vec<(String, Value)> {
     let model = ScriptedModel::new([call, Turn::text("Done.")]);
     let config = ServerConfig::new(Agent::builder(model).build())
         .in_memory_database()
-        .sandbox(root);
+        .sandbox(root)
+        .sandbox_writes_need_approval(false);
     let server = TestServer::start(config).await;
     let events = EventReader::new(post_chat(&server, json!({"message": "Go"})).await)
         .rest()

@@ -4,6 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use agentloop::Message;
+use agentloop::run::Decision;
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -15,7 +16,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{ApiError, CONVERSATION_HEADER, MESSAGE_HEADER, check_conversation_id};
-use crate::chat::{self, ChatStart, new_id};
+use crate::chat::{self, ChatStart, ResumeError, new_id};
 use crate::events::{PROTOCOL_HEADER, PROTOCOL_VERSION};
 use crate::runs::RunLog;
 use crate::state::AppState;
@@ -146,12 +147,68 @@ pub(crate) async fn cancel(
             format!("the answer `{message_id}` has finished already"),
         ));
     }
-    run.cancel.cancel();
+    if let Some(paused) = run.take_paused() {
+        chat::end_paused(&state, run, paused).await;
+    } else {
+        run.cancel.cancel();
+    }
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "message_id": message_id, "cancelled": true })),
     )
         .into_response())
+}
+
+/// The body of `POST /v1/chat/{message_id}/approvals`: a decision for every call the answer
+/// waits on.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsRequest {
+    decisions: Vec<DecisionItem>,
+}
+
+/// One call's decision: `{"id": "call_1", "decision": "approve"}`, `"approve_edited"` with an
+/// `input`, `"deny"` with a `message` for the model, or `"always_approve"`.
+#[derive(Debug, Deserialize)]
+pub struct DecisionItem {
+    id: String,
+    #[serde(flatten)]
+    decision: Decision,
+}
+
+/// `POST /v1/chat/{message_id}/approvals`: decide the calls an answer waits on; the answer
+/// goes on in its event stream (`GET /v1/chat/{message_id}/events` after a disconnect).
+pub(crate) async fn approvals(
+    State(state): State<AppState>,
+    Path(message_id): Path<String>,
+    body: Result<Json<ApprovalsRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    let run = state.inner.runs.get(&message_id).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no answer `{message_id}` is running or recently finished"
+        ))
+    })?;
+    let decisions = request
+        .decisions
+        .into_iter()
+        .map(|item| (item.id, item.decision))
+        .collect();
+    match chat::resume(&state, run, decisions).await {
+        Ok(()) => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "message_id": message_id, "resumed": true })),
+        )
+            .into_response()),
+        Err(ResumeError::NotPaused) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("the answer `{message_id}` is not waiting for approval"),
+        )),
+        Err(ResumeError::Invalid(message)) => {
+            Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message))
+        }
+        Err(ResumeError::Store(e)) => Err(e.into()),
+    }
 }
 
 /// The protocol's SSE response following `run` from frame `from` on. Event ids are frame

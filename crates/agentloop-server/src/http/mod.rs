@@ -37,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat", post(chat::post_chat))
         .route("/v1/chat/{message_id}/events", get(chat::get_events))
         .route("/v1/chat/{message_id}/cancel", post(chat::cancel))
+        .route("/v1/chat/{message_id}/approvals", post(chat::approvals))
         .route("/v1/chat/ui-stream", post(ui_stream::post_ui_stream))
         .route(
             "/v1/chat/ui-stream/{chat_id}/stream",
