@@ -370,6 +370,7 @@ async fn pause(
         prompt_index,
         usage,
     }));
+    run.push(Frame::Paused);
     Ok(())
 }
 
@@ -426,6 +427,7 @@ pub(crate) async fn resume(
         stored: Arc::new(tokio::sync::Mutex::new(stored)),
     };
     let agent = answer_agent(state, &run, &saver);
+    let decided = decisions.iter().map(|(id, _)| id.clone()).collect();
     let events = match agent.resume_stream(&paused.run, decisions) {
         Ok(events) => events,
         Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
@@ -439,6 +441,7 @@ pub(crate) async fn resume(
     {
         return give_back(paused, ResumeError::Store(e));
     }
+    run.begin_segment(decided);
     let finisher = Finisher {
         state: state.clone(),
         run,
@@ -523,6 +526,7 @@ pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> 
             prompt_index: row.prompt_index,
             usage,
         }));
+        run.push(Frame::Paused);
     }
     Ok(())
 }

@@ -132,6 +132,9 @@ pub(crate) enum Frame {
     },
     /// The answer did not complete (`error`), for people.
     Failed { message: String },
+    /// The answer waits for approval decisions (after its `approval_requested` events). Not an
+    /// event of `/v1/chat`, whose stream stays open; a UI stream response ends here.
+    Paused,
 }
 
 impl Frame {
@@ -176,6 +179,7 @@ impl Frame {
             Self::Failed { message } => ChatEvent::Error {
                 message: message.clone(),
             },
+            Self::Paused => return None,
         })
     }
 }

@@ -177,7 +177,8 @@
 //! (`{id, messages, trigger, ...}`) and answers with the UI message stream protocol v1 (`data:
 //! <chunk json>` events: `start`, `start-step`, `text-start`/`text-delta`/`text-end`,
 //! `reasoning-*`, `tool-input-start`/`tool-input-delta`/`tool-input-available`,
-//! `tool-output-available`/`tool-output-error`, `finish-step`, `error`, `finish`, then
+//! `tool-output-available`/`tool-output-error`, `tool-approval-request`/`tool-output-denied`,
+//! `finish-step`, `error`, `finish`, then
 //! `data: [DONE]`; header `x-vercel-ai-ui-message-stream: v1`). The chat id is the conversation
 //! id. For a conversation the server knows, only the client's last user message is used (the
 //! stored history is the faithful one); `regenerate-message` answers the last prompt again. For
@@ -185,6 +186,17 @@
 //! Tool outputs that are JSON objects or arrays are sent parsed. Every tool call gets
 //! `tool-input-start`, its `tool-input-delta`s, `tool-input-available` and its output, like in
 //! the run's events it is projected from.
+//!
+//! Approvals use the AI SDK's own parts (`ai` 6 and 7): a call waiting for approval gets
+//! `tool-approval-request {approvalId, toolCallId}` (the approval id is the call id) and the
+//! response ends there (`finish`, `[DONE]`). The client's next request, which `useChat` sends
+//! after `addToolApprovalResponse` with `sendAutomaticallyWhen:
+//! lastAssistantMessageIsCompleteWithApprovalResponses`, ends with the assistant message whose
+//! tool parts are `approval-responded` (`approval: {id, approved, reason?}`); the answer goes on
+//! with those decisions (a denial's `reason` is what the model reads) and the response continues
+//! the same assistant message: `start` with its id, each approved call's output, a denied call's
+//! `tool-output-denied`, then the rest. The protocol has no edited arguments; use
+//! `/v1/chat/{message_id}/approvals` for those.
 
 #![warn(missing_docs)]
 
@@ -206,7 +218,9 @@ use std::net::SocketAddr;
 /// so fuzzers and clients' tests can decode bytes exactly as the server does
 /// (`serde_json::from_slice::<ChatRequest>(body)`, [`requests::resume_after`]).
 pub mod requests {
-    pub use crate::http::chat::{ChatRequest, InvalidLastEventId, resume_after};
+    pub use crate::http::chat::{
+        ApprovalsRequest, ChatRequest, DecisionItem, InvalidLastEventId, resume_after,
+    };
     pub use crate::http::ui_stream::{UiChatRequest, UiMessage};
 }
 

@@ -45,6 +45,17 @@ pub(crate) struct RunLog {
     /// Set while the answer waits for approval decisions: no task runs it, and listeners
     /// leaving do not cancel it.
     paused: Mutex<Option<Box<PausedChat>>>,
+    /// Where the answer's latest part begins: 0, or the first frame after the last resume.
+    segment: Mutex<Segment>,
+}
+
+/// The part of an answer after its last resume (the whole answer when it never paused).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Segment {
+    /// Its first frame.
+    pub(crate) start: usize,
+    /// The calls decided by the resume that began it.
+    pub(crate) decided: Vec<String>,
 }
 
 /// An answer waiting for approval: the library's paused run and what the rest of the answer
@@ -74,7 +85,21 @@ impl RunLog {
             cancel,
             grace,
             paused: Mutex::new(None),
+            segment: Mutex::default(),
         }
+    }
+
+    /// A resume with decisions on `decided` begins a new part of the answer at the next frame.
+    pub(crate) fn begin_segment(&self, decided: Vec<String>) {
+        *lock(&self.segment) = Segment {
+            start: self.len(),
+            decided,
+        };
+    }
+
+    /// The answer's latest part.
+    pub(crate) fn segment(&self) -> Segment {
+        lock(&self.segment).clone()
     }
 
     /// The answer waits for approval decisions.

@@ -470,3 +470,188 @@ async fn the_sandbox_write_file_and_a_server_policy_ask_first() {
     assert!(!dir.path().join("a.txt").exists());
     assert!(ran.lock().unwrap().is_empty());
 }
+
+async fn post_ui(server: &TestServer, body: Value) -> reqwest::Response {
+    client()
+        .post(server.url("/v1/chat/ui-stream"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The `data:` payloads of a UI message stream, which must end (a pause ends it too).
+async fn ui_chunks(response: reqwest::Response) -> Vec<Value> {
+    assert_eq!(response.status(), 200);
+    // A guard against a stream left open, not a timing assumption.
+    tokio::time::timeout(Duration::from_secs(30), EventReader::new(response).rest())
+        .await
+        .expect("the UI stream ends")
+        .into_iter()
+        .map(|e| e.data)
+        .collect()
+}
+
+/// The AI SDK's approval chunks (package `ai` 6.0.326 and 7.0.173, `uiMessageChunkSchema`:
+/// `tool-approval-request {approvalId, toolCallId}`, `tool-output-denied {toolCallId}`): the
+/// paused answer's response ends after the request; the client's next request carries the
+/// assistant message with its tool part `approval-responded` (`approval: {id, approved,
+/// reason?}`, what `addToolApprovalResponse` writes), and the response continues the same
+/// assistant message.
+#[tokio::test]
+async fn the_ui_stream_asks_with_approval_requests_and_continues_after_the_response() {
+    let ran = Ran::default();
+    let model = model();
+    let server = TestServer::start(config(&model, &ran)).await;
+    let question =
+        json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Deploy it"}]});
+    let first =
+        ui_chunks(post_ui(&server, json!({"id": "chat-a", "messages": [question]})).await).await;
+    let message_id = first[0]["messageId"].as_str().unwrap().to_owned();
+    let mut expected = vec![
+        json!({"type": "start", "messageId": message_id}),
+        json!({"type": "start-step"}),
+        json!({"type": "tool-input-start", "toolCallId": "call_1", "toolName": "deploy"}),
+    ];
+    // The scripted model streams the arguments in pieces of four characters.
+    expected.extend(
+        split_pieces(r#"{"env":"prod"}"#, 4).into_iter().map(
+            |d| json!({"type": "tool-input-delta", "toolCallId": "call_1", "inputTextDelta": d}),
+        ),
+    );
+    expected.extend([
+        json!({"type": "tool-input-available", "toolCallId": "call_1", "toolName": "deploy", "input": {"env": "prod"}}),
+        json!({"type": "tool-approval-request", "approvalId": "call_1", "toolCallId": "call_1"}),
+        json!({"type": "finish-step"}),
+        json!({"type": "finish", "finishReason": "other"}),
+        json!("[DONE]"),
+    ]);
+    assert_eq!(first, expected);
+    assert!(ran.lock().unwrap().is_empty());
+    // Nothing to replay while the answer waits for the user.
+    let resume = client()
+        .get(server.url("/v1/chat/ui-stream/chat-a/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resume.status(), 204);
+
+    let answered = json!({"id": message_id, "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-deploy", "toolCallId": "call_1", "state": "approval-responded",
+         "input": {"env": "prod"}, "approval": {"id": "call_1", "approved": false, "reason": "not on a Friday"}}
+    ]});
+    let second = ui_chunks(
+        post_ui(
+            &server,
+            json!({"id": "chat-a", "messages": [question, answered], "trigger": "submit-message", "messageId": message_id}),
+        )
+        .await,
+    )
+    .await;
+    let mut expected = vec![
+        json!({"type": "start", "messageId": message_id}),
+        json!({"type": "tool-output-denied", "toolCallId": "call_1"}),
+        json!({"type": "start-step"}),
+        json!({"type": "text-start", "id": "text_1"}),
+    ];
+    expected.extend(
+        split_pieces(ANSWER, 3)
+            .into_iter()
+            .map(|t| json!({"type": "text-delta", "id": "text_1", "delta": t})),
+    );
+    expected.extend([
+        json!({"type": "text-end", "id": "text_1"}),
+        json!({"type": "finish-step"}),
+        json!({"type": "finish", "finishReason": "stop"}),
+        json!("[DONE]"),
+    ]);
+    assert_eq!(second, expected);
+    assert!(ran.lock().unwrap().is_empty());
+    check_history(
+        &server,
+        &model,
+        "chat-a",
+        history_after(json!({"env": "prod"}), ToolResult::error("call_1", DENIED)),
+    )
+    .await;
+}
+
+/// The directory holding `node_modules/ai`: `AGENTLOOP_NPM_DIR` (CI runs the Node tests once
+/// per major of `ai`), else `target/npm`.
+fn npm_dir() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("AGENTLOOP_NPM_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/npm")
+        });
+    dir.join("node_modules/ai/package.json")
+        .is_file()
+        .then_some(dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ai_sdk_chat_approves_and_denies_with_the_real_client() {
+    let Some(npm) = npm_dir() else {
+        agentloop_testkit::skip(
+            "the `ai` npm package is not installed; run `npm install --prefix target/npm ai@6.0.326` (see crates/agentloop-server/tests/node/package.json)",
+        );
+        return;
+    };
+    if !std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        agentloop_testkit::skip("node is not installed");
+        return;
+    }
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text(ANSWER),
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_2"]),
+        Turn::text(ANSWER),
+    ]);
+    let server = TestServer::start(config(&model, &ran)).await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/approvals.mjs");
+    let run = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg(&server.url)
+        .env("AGENTLOOP_NPM_DIR", &npm)
+        .kill_on_drop(true)
+        .output();
+    // A guard against a hung client, not a timing assumption.
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the node client finishes")
+        .expect("node starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the AI SDK client failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert_eq!(stdout.trim(), "ai sdk approvals: 2 checks passed");
+    // The approved call ran once, the denied one never; the model saw both decisions.
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+    model.assert_complete();
+    let requests = model.requests();
+    assert_eq!(
+        requests[1].messages[2],
+        Message::tool_results([ToolResult::text("call_1", "deployed to prod")])
+    );
+    assert_eq!(
+        requests[3].messages.last().unwrap(),
+        &Message::tool_results([ToolResult::error("call_2", DENIED)])
+    );
+    let stored = server
+        .state
+        .conversation("node-approvals")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(agentloop::history::is_valid(&stored.messages));
+    assert_eq!(stored.messages.len(), 8);
+}

@@ -194,20 +194,25 @@ pub(crate) async fn approvals(
         .into_iter()
         .map(|item| (item.id, item.decision))
         .collect();
-    match chat::resume(&state, run, decisions).await {
-        Ok(()) => Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({ "message_id": message_id, "resumed": true })),
-        )
-            .into_response()),
-        Err(ResumeError::NotPaused) => Err(ApiError::new(
+    chat::resume(&state, run, decisions)
+        .await
+        .map_err(|e| resume_error(&message_id, e))?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "message_id": message_id, "resumed": true })),
+    )
+        .into_response())
+}
+
+/// The answer to a refused resume of answer `message_id`.
+pub(super) fn resume_error(message_id: &str, error: ResumeError) -> ApiError {
+    match error {
+        ResumeError::NotPaused => ApiError::new(
             StatusCode::CONFLICT,
             format!("the answer `{message_id}` is not waiting for approval"),
-        )),
-        Err(ResumeError::Invalid(message)) => {
-            Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message))
-        }
-        Err(ResumeError::Store(e)) => Err(e.into()),
+        ),
+        ResumeError::Invalid(message) => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message),
+        ResumeError::Store(e) => e.into(),
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use agentloop::run::RunStopReason;
+use agentloop::run::{Decision, RunStopReason, ToolOutcome};
 use agentloop::{
     ContentBlock, Message, Role, RunEvent, StreamEvent, ToolResult, ToolResultContent,
 };
@@ -226,6 +226,13 @@ pub(crate) async fn post_ui_stream(
             )));
         }
     };
+    if request
+        .messages
+        .last()
+        .is_some_and(|m| m.role == "assistant")
+    {
+        return decide(&state, &request).await;
+    }
     let start = match state.conversation(&request.id).await? {
         // The server's history is the faithful one (exact tool results, reasoning
         // signatures); the client only contributes the new prompt.
@@ -274,25 +281,95 @@ pub(crate) async fn post_ui_stream(
     Ok(ui_event_stream(&state, run))
 }
 
+/// The decisions in an assistant UI message: its tool parts the user answered
+/// (`approval-responded`, with `approval: {id, approved, reason?}`), by call id.
+fn approval_responses(message: &UiMessage) -> Vec<(String, Decision)> {
+    message
+        .parts
+        .iter()
+        .filter(|part| str_field(part, "state") == Some("approval-responded"))
+        .filter_map(|part| {
+            let id = str_field(part, "toolCallId")?;
+            let approval = part.get("approval")?;
+            let decision = if approval.get("approved")?.as_bool()? {
+                Decision::Approve
+            } else {
+                let reason = str_field(approval, "reason").filter(|r| !r.trim().is_empty());
+                Decision::deny(reason.unwrap_or("the user denied this call"))
+            };
+            Some((id.to_owned(), decision))
+        })
+        .collect()
+}
+
+/// The `useChat` request after `addToolApprovalResponse`: the chat's paused answer goes on
+/// with the decisions, streamed as the continuation of the same assistant message.
+async fn decide(state: &AppState, request: &UiChatRequest) -> Result<Response, ApiError> {
+    let decisions = request
+        .messages
+        .last()
+        .map(approval_responses)
+        .unwrap_or_default();
+    if decisions.is_empty() {
+        return Err(ApiError::bad_request(
+            "the last message is an assistant message without approval responses; \
+             send a user message, or decide the calls waiting for approval",
+        ));
+    }
+    let run = state
+        .inner
+        .runs
+        .active_in(&request.id)
+        .filter(|run| run.is_paused())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                format!("no answer of chat `{}` waits for approval", request.id),
+            )
+        })?;
+    chat::resume(state, run.clone(), decisions)
+        .await
+        .map_err(|e| super::chat::resume_error(&run.message_id, e))?;
+    Ok(ui_event_stream(state, run))
+}
+
 /// `GET /v1/chat/ui-stream/{chat_id}/stream`: the AI SDK's resume request. Replays the running
 /// answer of the chat from its start (the transport's default `resumeStreamIsReplay`), or
 /// answers 204 when none is running.
 pub(crate) async fn resume(State(state): State<AppState>, Path(chat_id): Path<String>) -> Response {
     match state.inner.runs.active_in(&chat_id) {
-        Some(run) => ui_event_stream(&state, run),
-        None => StatusCode::NO_CONTENT.into_response(),
+        // A paused answer has nothing to stream until the client decides.
+        Some(run) if !run.is_paused() => ui_event_stream(&state, run),
+        _ => StatusCode::NO_CONTENT.into_response(),
     }
 }
 
+/// The UI stream of the answer's latest part: from its start, or from the resume that began
+/// it (then as the continuation of the same assistant message), to its end or its next pause.
 fn ui_event_stream(state: &AppState, run: Arc<RunLog>) -> Response {
     let mut headers = stream_headers(&run);
     headers.insert(
         HeaderName::from_static(UI_STREAM_HEADER),
         HeaderValue::from_static("v1"),
     );
-    let frames = Box::pin(run.follow(0));
+    let segment = run.segment();
+    let mut translator = UiTranslator {
+        decided: segment.decided,
+        ..UiTranslator::default()
+    };
+    let mut queue = VecDeque::new();
+    if segment.start > 0 {
+        translator.frame(
+            &Frame::Start {
+                conversation_id: run.conversation_id.clone(),
+                message_id: run.message_id.clone(),
+            },
+            &mut queue,
+        );
+    }
+    let frames = Box::pin(run.follow(segment.start));
     let chunks = futures::stream::unfold(
-        (frames, UiTranslator::default(), VecDeque::new(), false),
+        (frames, translator, queue, false),
         |(mut frames, mut translator, mut queue, mut done)| async move {
             loop {
                 if let Some(data) = queue.pop_front() {
@@ -303,7 +380,14 @@ fn ui_event_stream(state: &AppState, run: Arc<RunLog>) -> Response {
                     return None;
                 }
                 match frames.next().await {
-                    Some((_, frame)) => translator.frame(&frame, &mut queue),
+                    Some((_, frame)) => {
+                        translator.frame(&frame, &mut queue);
+                        // The client answers a pause with a new request carrying the decisions.
+                        if matches!(*frame, Frame::Paused) {
+                            translator.end(&mut queue);
+                            done = true;
+                        }
+                    }
                     None => {
                         translator.end(&mut queue);
                         done = true;
@@ -371,6 +455,16 @@ enum UiChunk<'a> {
     ToolOutputError {
         tool_call_id: &'a str,
         error_text: String,
+    },
+    /// A call waits for the user's approval (AI SDK 6 and later). The approval id is the
+    /// call id: the client sends it back with its decision.
+    ToolApprovalRequest {
+        approval_id: &'a str,
+        tool_call_id: &'a str,
+    },
+    /// The user denied the call (AI SDK 6 and later).
+    ToolOutputDenied {
+        tool_call_id: &'a str,
     },
     FinishStep,
     Error {
@@ -441,6 +535,9 @@ struct UiTranslator {
     parts: usize,
     calls: Vec<String>,
     finish_reason: Option<FinishReason>,
+    /// The calls the user decided on before this part of the answer: their denials are
+    /// `tool-output-denied` (a hook's refusal stays an error).
+    decided: Vec<String>,
 }
 
 impl UiTranslator {
@@ -490,6 +587,10 @@ impl UiTranslator {
             Frame::End { stop_reason, .. } => {
                 self.finish_step(queue);
                 self.finish_reason = Some(stop_reason.into());
+            }
+            Frame::Paused => {
+                self.finish_step(queue);
+                self.finish_reason = Some((&RunStopReason::AwaitingApproval).into());
             }
             Frame::Failed { message } => {
                 self.close_parts(queue);
@@ -571,6 +672,20 @@ impl UiTranslator {
                         input: &call.input,
                     },
                 );
+            }
+            RunEvent::ApprovalRequested(pending) => {
+                Self::push(
+                    queue,
+                    &UiChunk::ToolApprovalRequest {
+                        approval_id: &pending.id,
+                        tool_call_id: &pending.id,
+                    },
+                );
+            }
+            RunEvent::ToolCallResult { id, outcome, .. }
+                if matches!(outcome, ToolOutcome::Denied { .. }) && self.decided.contains(id) =>
+            {
+                Self::push(queue, &UiChunk::ToolOutputDenied { tool_call_id: id });
             }
             RunEvent::ToolCallResult { id, result, .. } => {
                 let chunk = if result.is_error {
