@@ -185,7 +185,7 @@ function usageText(usage) {
 }
 
 // A tool call as a card: its name and state on a button that folds the arguments and the
-// result away. A card for a call waiting for approval would be another component here.
+// result away; a call waiting for approval gets an ApprovalCard inside it.
 class ToolCard {
   constructor(id, name, args) {
     this.root = el('div', 'tool-card running');
@@ -219,6 +219,103 @@ class ToolCard {
     const result = el('div', 'tool-section tool-result');
     result.append(el('div', 'tool-label', isError ? 'Error' : 'Result'), el('pre', '', pretty(contentText(content))));
     this.body.append(result);
+  }
+}
+
+// The question a call needing approval asks: why, the arguments, and Approve / Edit / Deny
+// (plain buttons, so the keyboard works; the focus goes to Approve when it appears). Edit opens
+// the arguments as JSON to change; Deny asks what to tell the model. `decide(decision)` is
+// called with the call's decision in the server's format.
+class ApprovalCard {
+  constructor(name, args, reason, decide) {
+    this.decide = decide;
+    this.args = args;
+    this.root = el('div', 'approval');
+    this.root.setAttribute('role', 'group');
+    this.root.setAttribute('aria-label', `${name} needs your approval`);
+    this.root.append(el('p', 'approval-reason', reason));
+    this.argsView = el('pre', 'approval-arguments', pretty(args));
+    this.editor = el('textarea', 'approval-editor');
+    this.editor.hidden = true;
+    this.editor.rows = 6;
+    this.editor.setAttribute('aria-label', `Arguments for ${name} (JSON)`);
+    this.why = el('input', 'approval-why');
+    this.why.type = 'text';
+    this.why.hidden = true;
+    this.why.placeholder = 'Why not? (the model reads this)';
+    this.why.setAttribute('aria-label', 'Why the call is denied (the model reads this)');
+    this.why.addEventListener('keydown', (event) => {
+      if (event.key === 'Enter') { event.preventDefault(); this.deny(); }
+    });
+    this.error = el('p', 'approval-error');
+    this.error.setAttribute('role', 'alert');
+    const actions = el('div', 'approval-actions');
+    this.approveButton = this.button('Approve', 'approve', () => this.send({ decision: 'approve' }, 'Approved'));
+    this.editButton = this.button('Edit', 'edit', () => this.edit());
+    this.denyButton = this.button('Deny', 'deny', () => this.deny());
+    actions.append(this.approveButton, this.editButton, this.denyButton);
+    this.root.append(this.argsView, this.editor, this.why, actions, this.error);
+  }
+
+  button(label, className, onClick) {
+    const button = el('button', className, label);
+    button.type = 'button';
+    button.addEventListener('click', onClick);
+    return button;
+  }
+
+  focus() {
+    this.approveButton.focus();
+  }
+
+  edit() {
+    if (this.editor.hidden) {
+      this.editor.value = pretty(this.args);
+      this.editor.hidden = false;
+      this.argsView.hidden = true;
+      this.editButton.textContent = 'Approve edited';
+      this.editor.focus();
+      return;
+    }
+    let input;
+    try {
+      input = JSON.parse(this.editor.value);
+    } catch (error) {
+      this.error.textContent = `The arguments are not valid JSON: ${error.message}`;
+      this.editor.focus();
+      return;
+    }
+    this.send({ decision: 'approve_edited', input }, 'Approved with edited arguments');
+  }
+
+  deny() {
+    if (this.why.hidden) {
+      this.why.hidden = false;
+      this.denyButton.textContent = 'Deny with this reason';
+      this.why.focus();
+      return;
+    }
+    const message = this.why.value.trim() || 'The user denied this call.';
+    this.send({ decision: 'deny', message }, 'Denied');
+  }
+
+  send(decision, label) {
+    this.error.textContent = '';
+    this.label = label;
+    this.decide(decision);
+  }
+
+  // The server refused the decisions (an edit the tool's schema does not accept): ask again.
+  refused(message) {
+    this.error.textContent = message;
+    (this.editor.hidden ? this.approveButton : this.editor).focus();
+  }
+
+  decided() {
+    for (const node of [...this.root.children]) {
+      if (!node.classList.contains('approval-reason')) node.remove();
+    }
+    this.root.append(el('p', 'approval-decision', this.label));
   }
 }
 
@@ -284,6 +381,56 @@ class AssistantView {
     this.root.append(card.root);
     state.cards.set(id, card);
     scrollDown();
+  }
+
+  // A call waits for approval: its card asks. Once every waiting call of the answer has a
+  // decision, they are sent together and the answer goes on in the same stream.
+  approval(id, name, args, reason, messageId) {
+    const card = state.cards.get(id);
+    if (!card) return;
+    this.approvals = this.approvals || new Map();
+    const ask = new ApprovalCard(name, args, reason, (decision) => {
+      this.approvals.set(id, decision);
+      this.sendDecisions(messageId);
+    });
+    this.approvals.set(id, null);
+    this.askers = this.askers || new Map();
+    this.askers.set(id, ask);
+    card.root.classList.add('waiting');
+    card.state.textContent = 'needs approval';
+    card.root.append(ask.root);
+    if (this.askers.size === 1) ask.focus();
+    setStatus('Waiting for your approval');
+    scrollDown();
+  }
+
+  async sendDecisions(messageId) {
+    if ([...this.approvals.values()].some((d) => d === null)) return;
+    const decisions = [...this.approvals].map(([id, decision]) => ({ id, ...decision }));
+    try {
+      await api(`/v1/chat/${encodeURIComponent(messageId)}/approvals`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ decisions }),
+      });
+    } catch (error) {
+      for (const [id, ask] of this.askers) {
+        this.approvals.set(id, null);
+        ask.refused(error.message);
+      }
+      return;
+    }
+    for (const [id, ask] of this.askers) {
+      ask.decided();
+      const card = state.cards.get(id);
+      if (card) {
+        card.root.classList.remove('waiting');
+        card.state.textContent = 'running';
+      }
+    }
+    this.approvals = new Map();
+    this.askers = new Map();
+    setStatus('Answering… (Escape stops)');
   }
 
   end(stopReason, usage) {
@@ -371,7 +518,9 @@ function handle(event, view, session) {
       view.error(d.message);
       if (current) announce(`The answer failed: ${d.message}`);
       break;
-    // An approval-required event gets its card here once the server sends one.
+    case 'approval_requested':
+      view.approval(d.id, d.name, d.arguments, d.reason, state.messageId);
+      break;
     default: break; // newer events of protocol 1
   }
 }

@@ -968,3 +968,179 @@ async fn conversations_are_renamed_and_deleted_from_the_list() {
     assert!(server.state.conversations().await.unwrap().is_empty());
     model.assert_complete();
 }
+
+#[derive(Deserialize, JsonSchema)]
+struct Deploy {
+    env: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_needing_approval_shows_a_keyboard_usable_card_that_approves_edits_and_denies() {
+    if no_browser() {
+        return;
+    }
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = ran.clone();
+    let deploy = Tool::function("deploy", "Deploy the app", move |d: Deploy| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().push(d.env.clone());
+            Ok::<_, String>(format!("deployed to {}", d.env))
+        }
+    })
+    .with_approval_required(true);
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Deployed to staging."),
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_2"]),
+        Turn::text("Not deployed."),
+    ]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).tool(deploy).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    let dir = artifacts();
+
+    browser.type_into("#input", "Deploy it").await;
+    browser.click("#send").await;
+    browser
+        .until(
+            "the approval card",
+            "return !!document.querySelector('.approval .approve');",
+        )
+        .await;
+    // The card shows the tool, why it asks, and the arguments; the focus is on Approve.
+    let card = browser
+        .script(
+            "const a = document.querySelector('.approval');
+             return {
+                 label: a.getAttribute('aria-label'),
+                 reason: a.querySelector('.approval-reason').textContent,
+                 arguments: JSON.parse(a.querySelector('.approval-arguments').textContent),
+                 buttons: [...a.querySelectorAll('.approval-actions button')].map(b => b.textContent),
+                 focused: document.activeElement.textContent,
+                 status: document.getElementById('status').textContent,
+             };",
+        )
+        .await;
+    assert_eq!(
+        card,
+        json!({
+            "label": "deploy needs your approval",
+            "reason": "tool `deploy` needs approval",
+            "arguments": {"env": "prod"},
+            "buttons": ["Approve", "Edit", "Deny"],
+            "focused": "Approve",
+            "status": "Waiting for your approval",
+        })
+    );
+    assert!(ran.lock().unwrap().is_empty());
+    browser
+        .screenshot(&dir.join("page-approval-card.png"))
+        .await;
+
+    // Keyboard only: Tab to Edit, Enter opens the arguments in a text box.
+    browser.press("\u{E004}").await;
+    browser.press("\u{E007}").await;
+    browser
+        .until(
+            "the arguments editor",
+            "const t = document.querySelector('.approval textarea');
+             return !!t && !t.hidden && document.activeElement === t;",
+        )
+        .await;
+    // Not JSON: the card says so and nothing is sent.
+    browser
+        .script("document.querySelector('.approval textarea').value = '{oops'; return null;")
+        .await;
+    browser.click(".approval .edit").await;
+    browser
+        .until(
+            "the JSON error",
+            "return document.querySelector('.approval-error').textContent.includes('not valid JSON');",
+        )
+        .await;
+    // A value the tool's schema refuses: the server's 422 shows in the card, which stays.
+    browser
+        .script("document.querySelector('.approval textarea').value = '{\"env\": 5}'; return null;")
+        .await;
+    browser.click(".approval .edit").await;
+    browser
+        .until(
+            "the server's refusal",
+            "return document.querySelector('.approval-error').textContent.includes('does not fit');",
+        )
+        .await;
+    browser
+        .script(
+            "document.querySelector('.approval textarea').value = '{\"env\": \"staging\"}'; return null;",
+        )
+        .await;
+    browser.click(".approval .edit").await;
+    browser
+        .until(
+            "the answer after the edit",
+            "return document.querySelectorAll('.message.assistant .meta').length === 1
+                && document.getElementById('stop').hidden;",
+        )
+        .await;
+    let state = browser.page_state().await;
+    assert_eq!(state["answer"], json!(["Deployed to staging."]));
+    assert_eq!(state["cards"][0]["state"], "done");
+    assert_eq!(state["cards"][0]["result"], "deployed to staging");
+    let decided = browser
+        .script("return [...document.querySelectorAll('.approval')].map(a => a.querySelector('.approval-decision')?.textContent ?? null);")
+        .await;
+    assert_eq!(decided, json!(["Approved with edited arguments"]));
+    assert_eq!(*ran.lock().unwrap(), ["staging"]);
+
+    // Deny, with a reason the model reads.
+    browser.type_into("#input", "Deploy again").await;
+    browser.click("#send").await;
+    browser
+        .until(
+            "the second approval card",
+            "return document.querySelectorAll('.approval .approve').length === 1;",
+        )
+        .await;
+    browser.click(".approval .deny").await;
+    browser
+        .until(
+            "the reason box",
+            "const r = document.querySelector('.approval input.approval-why');
+             return !!r && !r.hidden && document.activeElement === r;",
+        )
+        .await;
+    browser
+        .type_into(".approval input.approval-why", "not on a Friday")
+        .await;
+    browser.press("\u{E007}").await;
+    browser
+        .until(
+            "the answer after the denial",
+            "return document.querySelectorAll('.message.assistant .meta').length === 2
+                && document.getElementById('stop').hidden;",
+        )
+        .await;
+    let state = browser.page_state().await;
+    assert_eq!(
+        state["answer"],
+        json!(["Deployed to staging.", "Not deployed."])
+    );
+    assert_eq!(state["cards"][1]["state"], "error");
+    browser
+        .screenshot(&dir.join("page-approval-decided.png"))
+        .await;
+    assert_eq!(*ran.lock().unwrap(), ["staging"]);
+    model.assert_complete();
+    let denied = model.requests()[3].messages.last().unwrap().clone();
+    assert_eq!(
+        denied,
+        agentloop::Message::tool_results([agentloop::ToolResult::error(
+            "call_2",
+            "Error: the call to `deploy` was denied: not on a Friday"
+        )])
+    );
+}
