@@ -268,8 +268,12 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: RunStream) {
     let saver = &answer.saver;
     let mut failure: Option<String> = None;
     let mut ended = false;
+    // Approval requests are shown once the pause is stored: a client that saw one can decide
+    // it, even after a crash right after.
+    let mut asked: Vec<RunEvent> = Vec::new();
     while let Some(event) = events.next().await {
         match event {
+            event @ RunEvent::ApprovalRequested(_) => asked.push(event),
             RunEvent::Error { error } => {
                 // Web users get the kind of failure; the details (provider URL, body) are logged.
                 tracing::error!(conversation = %run.conversation_id, message_id = %run.message_id, "the chat failed: {error}");
@@ -283,7 +287,8 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: RunStream) {
                     && failure.is_none()
                     && let Some(paused) = result.paused.take()
                 {
-                    match pause(&state, &run, *paused, answer.prompt_index, usage).await {
+                    let asked = std::mem::take(&mut asked);
+                    match pause(&state, &run, *paused, answer.prompt_index, usage, asked).await {
                         Ok(()) => {
                             finisher.paused = true;
                             continue;
@@ -349,13 +354,15 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: RunStream) {
     drop(finisher);
 }
 
-/// Keep the paused answer (in the database, so a restart keeps it waiting, and in its log).
+/// Keep the paused answer (in the database, so a restart keeps it waiting, and in its log),
+/// then show its approval requests.
 async fn pause(
     state: &AppState,
     run: &RunLog,
     paused: PausedRun,
     prompt_index: usize,
     usage: Usage,
+    asked: Vec<RunEvent>,
 ) -> Result<(), ServerError> {
     let row = PausedRow {
         message_id: run.message_id.clone(),
@@ -370,6 +377,9 @@ async fn pause(
         prompt_index,
         usage,
     }));
+    for event in asked {
+        run.push(Frame::Run(event));
+    }
     run.push(Frame::Paused);
     Ok(())
 }

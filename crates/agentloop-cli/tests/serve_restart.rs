@@ -1,0 +1,236 @@
+//! `agentloop serve` killed with SIGKILL while an answer waits for approval: after a restart on
+//! the same database the answer still waits, is approved, runs its call once and finishes.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agentloop_testkit::Turn;
+use agentloop_testkit::server::{MockServer, Wire};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// `agentloop serve` on a free port with the tools in `tools` against the mock model at
+/// `base_url`; its URL.
+fn serve(db: &Path, tools: &Path, base_url: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
+        .env_remove("AGENTLOOP_MODEL")
+        .env_remove("AGENTLOOP_TOKEN")
+        .env("NO_COLOR", "1")
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(["--model", "openai-compatible/demo", "--base-url", base_url])
+        .arg("--db")
+        .arg(db)
+        .arg("--tools")
+        .arg(tools)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the agentloop binary runs");
+    let stdout = child.stdout.take().unwrap();
+    let line = std::io::BufReader::new(stdout)
+        .lines()
+        .next()
+        .expect("serve prints its address")
+        .unwrap();
+    let url = line.trim_start_matches("serving on ").to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+    (child, url)
+}
+
+/// A tool endpoint on loopback that counts its calls and answers `{"deployed": true}`.
+async fn tool_endpoint() -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/deploy", listener.local_addr().unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                // One request per connection: read its head and its body, then answer.
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = stream.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (name, value) = l.split_once(':')?;
+                                name.eq_ignore_ascii_case("content-length")
+                                    .then(|| value.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let body = r#"{"deployed": true}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (url, calls)
+}
+
+/// `(event, data)` of each SSE event in `body` up to the first `stop` event.
+async fn read_events(response: reqwest::Response, stop: &str) -> Vec<(String, Value)> {
+    let mut response = response;
+    let mut text = String::new();
+    let mut events = Vec::new();
+    // A guard against a stream that never sends `stop`, not a timing assumption.
+    let read = async {
+        while let Some(chunk) = response.chunk().await.unwrap() {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find("\n\n") {
+                let block = text[..end].to_owned();
+                text.drain(..end + 2);
+                let name = block.lines().find_map(|l| l.strip_prefix("event: "));
+                let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+                if let (Some(name), Some(data)) = (name, data) {
+                    events.push((name.to_owned(), serde_json::from_str(data).unwrap()));
+                    if name == stop {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("the stream reaches its event");
+    events
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_the_restart() {
+    let (endpoint, calls) = tool_endpoint().await;
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+            Turn::text("Deployed."),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    std::fs::write(
+        tools.join("deploy.json"),
+        json!({
+            "name": "deploy",
+            "description": "Deploy the app",
+            "input_schema": {"type": "object", "properties": {"env": {"type": "string"}}, "required": ["env"]},
+            "mode": "http",
+            "http": {"url": endpoint},
+            "needs_approval": true,
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let db = dir.path().join("chats.db");
+    let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
+        tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
+    };
+    let (mut server, url) = start(db.clone(), tools.clone(), model.base_url())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Deploy it"}))
+        .send()
+        .await
+        .unwrap();
+    let conversation_id = response.headers()["x-agentloop-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let message_id = response.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let events = read_events(response, "approval_requested").await;
+    assert_eq!(
+        events.last().unwrap(),
+        &(
+            "approval_requested".to_owned(),
+            json!({"id": "call_1", "name": "deploy", "arguments": {"env": "prod"}, "reason": "tool `deploy` needs approval"})
+        )
+    );
+    // SIGKILL: nothing is saved on the way out.
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    let (mut server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let response = http
+        .get(format!("{url}/v1/chat/{message_id}/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let decided = http
+        .post(format!("{url}/v1/chat/{message_id}/approvals"))
+        .json(&json!({"decisions": [{"id": "call_1", "decision": "approve"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 202);
+    let events = read_events(response, "message_end").await;
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "approval_requested",
+            "tool_call_result",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "message_end"
+        ]
+    );
+    assert_eq!(
+        events[2].1,
+        json!({"id": "call_1", "content": "{\"deployed\":true}", "is_error": false})
+    );
+    assert_eq!(events[6].1["stop_reason"], "end_turn");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the call ran once");
+    let stored: Value = http
+        .get(format!("{url}/v1/conversations/{conversation_id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let messages: Vec<agentloop::Message> =
+        serde_json::from_value(stored["messages"].clone()).unwrap();
+    assert!(agentloop::history::is_valid(&messages));
+    assert_eq!(messages.len(), 4);
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
