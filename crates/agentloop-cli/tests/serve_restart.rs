@@ -205,6 +205,7 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
         names,
         [
             "message_start",
+            "tool_call_start",
             "approval_requested",
             "tool_call_result",
             "text_delta",
@@ -214,10 +215,10 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
         ]
     );
     assert_eq!(
-        events[2].1,
+        events[3].1,
         json!({"id": "call_1", "content": "{\"deployed\":true}", "is_error": false})
     );
-    assert_eq!(events[6].1["stop_reason"], "end_turn");
+    assert_eq!(events[7].1["stop_reason"], "end_turn");
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the call ran once");
     let stored: Value = http
         .get(format!("{url}/v1/conversations/{conversation_id}"))

@@ -498,7 +498,8 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
 }
 
 /// At start-up: every answer that was waiting for approval waits again, its log holding its
-/// start and its calls' approval requests (what came before the pause is not kept).
+/// start and each waiting call with its approval request (what else came before the pause is
+/// not kept).
 pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> {
     let inner = &state.inner;
     for row in inner.store.paused().await? {
@@ -527,6 +528,9 @@ pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> 
             message_id: row.message_id.clone(),
         });
         for pending in paused.pending() {
+            run.push(Frame::Run(RunEvent::ToolCallReady {
+                call: pending.call(),
+            }));
             run.push(Frame::Run(RunEvent::ApprovalRequested(Box::new(
                 pending.clone(),
             ))));
