@@ -12,7 +12,7 @@ use crate::error::ServerError;
 use crate::events::Frame;
 use crate::runs::{PausedChat, RunLog};
 use crate::state::AppState;
-use crate::store::{PausedRow, Store};
+use crate::store::{PausedRow, RecordedEvents, Store};
 
 /// A chat answer to start.
 pub(crate) struct ChatStart {
@@ -364,12 +364,26 @@ async fn pause(
     usage: Usage,
     asked: Vec<RunEvent>,
 ) -> Result<(), ServerError> {
+    // The events as they will be once the requests and the pause are recorded below.
+    let (len, mut events) = run.chat_events();
+    let asked: Vec<Frame> = asked.into_iter().map(Frame::Run).collect();
+    events.extend(
+        asked
+            .iter()
+            .enumerate()
+            .filter_map(|(i, frame)| Some((len + i, frame.chat_event()?))),
+    );
+    let recorded = RecordedEvents {
+        len: len + asked.len() + 1,
+        events,
+    };
     let row = PausedRow {
         message_id: run.message_id.clone(),
         conversation_id: run.conversation_id.clone(),
         prompt_index,
         usage: serde_json::to_string(&usage).map_err(ServerError::database)?,
         paused_run: paused.to_json().map_err(ServerError::database)?,
+        events: serde_json::to_string(&recorded).map_err(ServerError::database)?,
     };
     state.inner.store.save_paused(row).await?;
     run.pause(Box::new(PausedChat {
@@ -377,8 +391,8 @@ async fn pause(
         prompt_index,
         usage,
     }));
-    for event in asked {
-        run.push(Frame::Run(event));
+    for frame in asked {
+        run.push(frame);
     }
     run.push(Frame::Paused);
     Ok(())
@@ -498,8 +512,7 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
 }
 
 /// At start-up: every answer that was waiting for approval waits again, its log holding its
-/// start and each waiting call with its approval request (what else came before the pause is
-/// not kept).
+/// `/v1/chat` events up to the pause at their old positions.
 pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> {
     let inner = &state.inner;
     for row in inner.store.paused().await? {
@@ -523,17 +536,32 @@ pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> 
                 continue;
             }
         };
-        run.push(Frame::Start {
-            conversation_id: row.conversation_id.clone(),
-            message_id: row.message_id.clone(),
-        });
-        for pending in paused.pending() {
-            run.push(Frame::Run(RunEvent::ToolCallReady {
-                call: pending.call(),
-            }));
-            run.push(Frame::Run(RunEvent::ApprovalRequested(Box::new(
-                pending.clone(),
-            ))));
+        match serde_json::from_str::<RecordedEvents>(&row.events) {
+            // The events at their old positions, so reconnects keep their `Last-Event-ID`.
+            Ok(recorded) => {
+                let mut events = recorded.events.into_iter().peekable();
+                for position in 0..recorded.len.saturating_sub(1) {
+                    match events.next_if(|(at, _)| *at == position) {
+                        Some((_, event)) => run.push(Frame::Replayed(event)),
+                        None => run.push(Frame::Hidden),
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(message_id = %row.message_id, "the events of a paused answer cannot be read; it is shown from its waiting calls: {e}");
+                run.push(Frame::Start {
+                    conversation_id: row.conversation_id.clone(),
+                    message_id: row.message_id.clone(),
+                });
+                for pending in paused.pending() {
+                    run.push(Frame::Run(RunEvent::ToolCallReady {
+                        call: pending.call(),
+                    }));
+                    run.push(Frame::Run(RunEvent::ApprovalRequested(Box::new(
+                        pending.clone(),
+                    ))));
+                }
+            }
         }
         run.pause(Box::new(PausedChat {
             run: paused,

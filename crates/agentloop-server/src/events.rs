@@ -135,6 +135,11 @@ pub(crate) enum Frame {
     /// The answer waits for approval decisions (after its `approval_requested` events). Not an
     /// event of `/v1/chat`, whose stream stays open; a UI stream response ends here.
     Paused,
+    /// A `/v1/chat` event recorded before a restart, at its old position (the answer waited
+    /// for approval then).
+    Replayed(ChatEvent),
+    /// A position whose frame showed nothing in `/v1/chat` before a restart.
+    Hidden,
 }
 
 impl Frame {
@@ -179,7 +184,8 @@ impl Frame {
             Self::Failed { message } => ChatEvent::Error {
                 message: message.clone(),
             },
-            Self::Paused => return None,
+            Self::Replayed(event) => event.clone(),
+            Self::Paused | Self::Hidden => return None,
         })
     }
 }

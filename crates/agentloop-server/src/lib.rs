@@ -164,9 +164,9 @@
 //! 409. The model sees what ran: the edited input in its history, or the denial's message as
 //! the call's error result. A cancel ends a waiting answer as `interrupted` without running the
 //! calls. Waiting answers are stored in the database (table `paused_answers`) and wait again
-//! after a restart: a reconnect then gets `message_start` and each waiting call's
-//! `tool_call_start` and `approval_requested`, under new ids. The conversation stays busy
-//! (409) while its answer waits.
+//! after a restart, with their events up to the pause (kept with the pause, under the same
+//! ids: a reconnect with `Last-Event-ID` gets exactly what it missed, then the rest once
+//! decided). The conversation stays busy (409) while its answer waits.
 //!
 //! **Persistence.** The history is saved after every step (each model call and its tools), so
 //! a crash loses at most the step in flight. Continuing a conversation sends the model its whole

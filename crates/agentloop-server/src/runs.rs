@@ -102,6 +102,18 @@ impl RunLog {
         lock(&self.segment).clone()
     }
 
+    /// The `/v1/chat` events recorded so far, by position, and how many frames there are.
+    pub(crate) fn chat_events(&self) -> (usize, Vec<(usize, crate::events::ChatEvent)>) {
+        let log = self.log.borrow();
+        let events = log
+            .frames
+            .iter()
+            .enumerate()
+            .filter_map(|(i, frame)| Some((i, frame.chat_event()?)))
+            .collect();
+        (log.frames.len(), events)
+    }
+
     /// The answer waits for approval decisions.
     pub(crate) fn pause(&self, paused: Box<PausedChat>) {
         *lock(&self.paused) = Some(paused);

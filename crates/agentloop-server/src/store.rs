@@ -46,6 +46,7 @@ const MIGRATIONS: &[&str] = &[
         prompt_index    INTEGER NOT NULL,
         usage           TEXT NOT NULL,
         paused_run      TEXT NOT NULL,
+        events          TEXT NOT NULL,
         created_at      INTEGER NOT NULL
     );",
 ];
@@ -60,6 +61,18 @@ pub(crate) struct PausedRow {
     pub(crate) usage: String,
     /// [`agentloop::run::PausedRun::to_json`]'s text.
     pub(crate) paused_run: String,
+    /// The answer's `/v1/chat` events up to its pause, as [`RecordedEvents`] JSON.
+    pub(crate) events: String,
+}
+
+/// The `/v1/chat` events of an answer up to its pause, at their positions in its log, so a
+/// restart keeps their ids.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub(crate) struct RecordedEvents {
+    /// How many frames the log had, the pause included.
+    pub(crate) len: usize,
+    /// Each event with its position.
+    pub(crate) events: Vec<(usize, crate::events::ChatEvent)>,
 }
 
 /// A conversation in the list: no messages, just what a picker shows.
@@ -552,14 +565,15 @@ impl Store {
         self.call(move |conn| {
             conn.execute(
                 "INSERT OR REPLACE INTO paused_answers
-                 (message_id, conversation_id, prompt_index, usage, paused_run, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                 (message_id, conversation_id, prompt_index, usage, paused_run, events, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     row.message_id,
                     row.conversation_id,
                     row.prompt_index as i64,
                     row.usage,
                     row.paused_run,
+                    row.events,
                     now_millis()
                 ],
             )?;
@@ -572,7 +586,7 @@ impl Store {
     pub(crate) async fn paused(&self) -> Result<Vec<PausedRow>, ServerError> {
         self.call(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT message_id, conversation_id, prompt_index, usage, paused_run
+                "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
                  FROM paused_answers ORDER BY created_at, message_id",
             )?;
             let rows = stmt.query_map([], |row| {
@@ -582,6 +596,7 @@ impl Store {
                     prompt_index: usize::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
                     usage: row.get(3)?,
                     paused_run: row.get(4)?,
+                    events: row.get(5)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -371,11 +371,12 @@ async fn a_paused_answer_survives_a_restart_and_is_approved_after_it() {
     let ran = Ran::default();
     let model = model();
     let server = TestServer::start(config(&model, &ran).database(&db)).await;
-    let (reader, conversation_id, message_id) = start_paused(&server).await;
+    let (reader, conversation_id, message_id, first) = start_paused_events(&server).await;
     drop(reader);
     server.stop().await;
 
-    // A new server on the same file: the answer waits again, with the same ids.
+    // A new server on the same file: the answer waits again, its events as they were, under
+    // the same ids.
     let server = TestServer::start(config(&model, &ran).database(&db)).await;
     let response = client()
         .get(server.url(&format!("/v1/chat/{message_id}/events")))
@@ -383,10 +384,21 @@ async fn a_paused_answer_survives_a_restart_and_is_approved_after_it() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    let mut whole = EventReader::new(response);
+    let again: Vec<Received> = whole.read_until(|e| e.event == "approval_requested").await;
+    assert_eq!(again, first);
+    drop(whole);
+    // A client that saw the first event before the restart gets exactly the rest.
+    let response = client()
+        .get(server.url(&format!("/v1/chat/{message_id}/events")))
+        .header("last-event-id", first[0].id.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
     let mut reader = EventReader::new(response);
-    let before: Vec<Received> = reader.read_until(|e| e.event == "approval_requested").await;
-    // The waiting calls are shown again as they were (under new event ids).
-    assert_eq!(named(&before), paused_events(&conversation_id, &message_id));
+    let missed: Vec<Received> = reader.read_until(|e| e.event == "approval_requested").await;
+    assert_eq!(missed, first[1..]);
     let response = decide(
         &server,
         &message_id,

@@ -588,6 +588,8 @@ impl UiTranslator {
                 self.finish_step(queue);
                 self.finish_reason = Some(stop_reason.into());
             }
+            // Only the part after a resume is streamed, and no resume comes before these.
+            Frame::Replayed(_) | Frame::Hidden => {}
             Frame::Paused => {
                 self.finish_step(queue);
                 self.finish_reason = Some((&RunStopReason::AwaitingApproval).into());
