@@ -6,7 +6,9 @@
 //! package (packages/ai/src/ui-message-stream/ui-message-chunks.ts). Every chunk is an SSE
 //! `data: <json>` event; the stream ends with `data: [DONE]`; the response carries
 //! `x-vercel-ai-ui-message-stream: v1`. Only fields every version from 5 to 7 of the package
-//! accepts are sent (version 5 rejects unknown fields).
+//! accepts are sent (version 5 rejects unknown fields); the approval chunks
+//! (`tool-approval-request`, `tool-output-denied`), sent only for calls that need approval,
+//! are those of versions 6 and 7.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
