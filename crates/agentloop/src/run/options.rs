@@ -186,6 +186,10 @@ pub struct RunOptions {
     /// Tools whose calls are approved without asking from the start of the run (a conversation
     /// passes its sticky decisions here); a guardrail's denial still applies.
     pub approved_tools: Vec<String>,
+    /// Nobody can answer a tool's request for input in this run (a batch job, a scheduled
+    /// run): such a request is refused, and the model gets an error result saying what was
+    /// asked, instead of the run pausing ([`super::ToolOutcome::InputRequired`]).
+    pub non_interactive: bool,
 }
 
 impl Default for RunOptions {
@@ -205,6 +209,7 @@ impl Default for RunOptions {
             approval_policy: None,
             hold_for_approval: false,
             approved_tools: Vec::new(),
+            non_interactive: false,
         }
     }
 }
@@ -314,6 +319,13 @@ impl RunOptions {
     /// the same name).
     pub fn hold_for_approval(mut self, hold: bool) -> Self {
         self.hold_for_approval = hold;
+        self
+    }
+
+    /// Refuse tools' requests for input instead of pausing for them (the field of the same
+    /// name).
+    pub fn non_interactive(mut self, yes: bool) -> Self {
+        self.non_interactive = yes;
         self
     }
 }
