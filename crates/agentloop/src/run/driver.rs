@@ -71,7 +71,7 @@ impl ToolSet {
         self.0.by_name.get(name).and_then(|&at| self.0.list.get(at))
     }
 
-    fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.0.list.iter().map(|t| t.name().to_owned()).collect()
     }
 
@@ -290,9 +290,10 @@ impl Driver {
         self,
         mut machine: Machine,
     ) -> impl Future<Output = RunResult> + Send + 'static {
+        let mut driver = self;
         async move {
-            self.steps(&mut machine).await;
-            self.stopped(machine.into_result()).await
+            driver.steps(&mut machine).await;
+            driver.stopped(machine.into_result()).await
         }
     }
 
@@ -305,11 +306,12 @@ impl Driver {
         self,
         mut machine: Machine,
     ) -> impl Future<Output = Result<RunResult, Error>> + Send + 'static {
+        let mut driver = self;
         async move {
-            self.prompt(&mut machine).await?;
-            self.checkpoint(&mut machine).await;
-            self.steps(&mut machine).await;
-            Ok(self.stopped(machine.into_result()).await)
+            driver.prompt(&mut machine).await?;
+            driver.checkpoint(&mut machine).await;
+            driver.steps(&mut machine).await;
+            Ok(driver.stopped(machine.into_result()).await)
         }
     }
 
@@ -353,14 +355,33 @@ impl Driver {
         result
     }
 
+    /// Take the run's tools anew when its tool source says they changed.
+    async fn refresh_tools(&mut self, machine: &mut Machine) {
+        let Some(source) = &self.options.tool_updates else {
+            return;
+        };
+        match source.changed().await {
+            Ok(Some(tools)) => {
+                let old = self.tools.names();
+                self.tools = ToolSet::new(tools);
+                machine.replace_tools(&old, self.tools.definitions());
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(target: "agentloop::run", "the run's tools could not be refreshed, so they stay as they were: {error}");
+            }
+        }
+    }
+
     /// Model calls and tool steps until the machine stops.
-    async fn steps(&self, machine: &mut Machine) {
+    async fn steps(&mut self, machine: &mut Machine) {
         let run_deadline = Deadline::new(TimeoutKind::Run, Instant::now(), self.options.timeout);
         self.emit(|| RunEvent::RunStart);
         loop {
             match machine.next_action() {
                 Action::Stop(_) => break,
                 Action::CallModel => {
+                    self.refresh_tools(machine).await;
                     let step = machine.steps().len();
                     self.emit(|| RunEvent::StepStart { step });
                     let started = Instant::now();

@@ -415,6 +415,27 @@ impl Machine {
         &self.request
     }
 
+    /// Replace the definitions of the tools named `old` by `new` (the run's tools changed
+    /// between steps); definitions the base request had of its own stay.
+    pub(crate) fn replace_tools(
+        &mut self,
+        old: &[String],
+        new: impl IntoIterator<Item = crate::tool::ToolDefinition>,
+    ) {
+        self.request.tools.retain(|t| {
+            t.function_name()
+                .is_none_or(|n| !old.iter().any(|o| o == n))
+        });
+        for definition in new {
+            let listed = self.request.tools.iter().any(|t| {
+                t.function_name().is_some() && t.function_name() == definition.function_name()
+            });
+            if !listed {
+                self.request.tools.push(definition);
+            }
+        }
+    }
+
     /// The new user message a run starts with, for the prompt hooks: the last message, when it
     /// is the user's and answers no tool call.
     pub(crate) fn prompt_mut(&mut self) -> Option<&mut Message> {

@@ -152,7 +152,7 @@ pub use approval::{
 pub use hooks::{Hooks, PromptDecision, StepRequest, StopInfo, ToolDecision, WithHistory};
 pub use input::RunInput;
 pub use machine::{Action, Machine};
-pub use options::{Limits, RunOptions, StopCondition, StopMoment};
+pub use options::{Limits, RunOptions, StopCondition, StopMoment, ToolUpdates};
 pub use outcome::ToolOutcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{Heartbeat, PostgresStore};

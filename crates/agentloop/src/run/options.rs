@@ -4,6 +4,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -190,6 +191,25 @@ pub struct RunOptions {
     /// run): such a request is refused, and the model gets an error result saying what was
     /// asked, instead of the run pausing ([`super::ToolOutcome::InputRequired`]).
     pub non_interactive: bool,
+    /// Where the run's tools may change between steps (a registry whose MCP servers announce
+    /// tool list changes): asked before every model call, and a new list replaces the run's
+    /// tools and their definitions in the next request.
+    pub tool_updates: Option<Arc<dyn ToolUpdates>>,
+}
+
+/// Tools that can change while a run goes on: asked before each model call of a run that has
+/// it ([`RunOptions::tool_updates`]). `Mutex<Registry>` is one: it refreshes the MCP servers
+/// that sent `notifications/tools/list_changed`.
+pub trait ToolUpdates: Send + Sync {
+    /// The tools now, when they changed since the last time; `None` when they did not. An
+    /// error keeps the run's tools as they were (it is logged).
+    fn changed(&self) -> BoxFuture<'_, crate::error::Result<Option<Vec<crate::Tool>>>>;
+}
+
+impl std::fmt::Debug for dyn ToolUpdates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ToolUpdates(..)")
+    }
 }
 
 impl Default for RunOptions {
@@ -210,6 +230,7 @@ impl Default for RunOptions {
             hold_for_approval: false,
             approved_tools: Vec::new(),
             non_interactive: false,
+            tool_updates: None,
         }
     }
 }
