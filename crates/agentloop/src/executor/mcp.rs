@@ -148,6 +148,7 @@ pub struct McpHttp {
     prefix: Option<String>,
     connect_timeout: Duration,
     protocol: McpProtocol,
+    oauth: Option<super::McpOAuth>,
 }
 
 impl std::fmt::Debug for McpHttp {
@@ -158,6 +159,7 @@ impl std::fmt::Debug for McpHttp {
             .field("headers", &headers)
             .field("prefix", &self.prefix)
             .field("protocol", &self.protocol)
+            .field("oauth", &self.oauth)
             .finish_non_exhaustive()
     }
 }
@@ -171,7 +173,16 @@ impl McpHttp {
             prefix: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             protocol: McpProtocol::Auto,
+            oauth: None,
         }
+    }
+
+    /// Authorize with OAuth 2.1 when connecting (see [`super::mcp_oauth`]): discovery,
+    /// registration, a person's consent through `oauth`'s callback unless its store holds
+    /// good tokens, and tokens refreshed as they expire.
+    pub fn oauth(mut self, oauth: super::McpOAuth) -> Self {
+        self.oauth = Some(oauth);
+        self
     }
 
     /// Send a header with every request; the value may reference `${VAR}` (expanded from
@@ -609,20 +620,34 @@ impl McpConnection {
             value.set_sensitive(true);
             headers.insert(header, value);
         }
-        let transport = || {
-            StreamableHttpClientTransport::from_config(
-                StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
-                    .custom_headers(headers.clone()),
-            )
+        let config = || {
+            StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
+                .custom_headers(headers.clone())
         };
         let changed = Arc::new(Shared::default());
-        let service = match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await
-        {
-            Err(Failed {
-                retry: Some(protocol),
-                ..
-            }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
-            other => other,
+        let service = match &spec.oauth {
+            None => {
+                let transport = || StreamableHttpClientTransport::from_config(config());
+                match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await {
+                    Err(Failed {
+                        retry: Some(protocol),
+                        ..
+                    }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
+                    other => other,
+                }
+            }
+            Some(oauth) => {
+                let client = oauth.client(&spec.url).await?;
+                let transport =
+                    || StreamableHttpClientTransport::with_client(client.clone(), config());
+                match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await {
+                    Err(Failed {
+                        retry: Some(protocol),
+                        ..
+                    }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
+                    other => other,
+                }
+            }
         }
         .map_err(|f| f.reason)?;
         Ok(Self::new(spec.url.clone(), service, None, changed))
