@@ -304,3 +304,53 @@ async fn oauth_discovers_registers_authorizes_with_pkce_and_refreshes() {
     assert_eq!(asked.load(Ordering::SeqCst), 1);
     assert_eq!(seen.lock().unwrap().registrations.len(), 1);
 }
+
+/// The command-line flow: the URL is shown, the browser (here reqwest following redirects)
+/// ends at the loopback listener, which takes the code and answers the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loopback_listener_receives_the_browsers_redirect() {
+    let (base, seen) = start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let page = Arc::new(Mutex::new(None::<(u16, String)>));
+    let shown = page.clone();
+    let oauth = McpOAuth::loopback(listener, move |url| {
+        let url = url.to_owned();
+        let page = shown.clone();
+        tokio::spawn(async move {
+            let response = reqwest::get(&url).await.unwrap();
+            let status = response.status().as_u16();
+            *page.lock().unwrap() = Some((status, response.text().await.unwrap()));
+        });
+    })
+    .unwrap();
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_http(McpHttp::new(format!("{base}/mcp")).oauth(oauth))
+        .await
+        .unwrap();
+    assert_eq!(
+        registry
+            .call("echo", json!({"message": "cli"}))
+            .await
+            .unwrap()
+            .0
+            .to_text(),
+        "Echo: cli"
+    );
+    assert_eq!(
+        seen.lock().unwrap().registrations[0]["redirect_uris"],
+        json!([format!("http://127.0.0.1:{port}/callback")])
+    );
+    // The browser got the page (it may arrive just after the connection completes).
+    for _ in 0..100 {
+        if page.lock().unwrap().is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        page.lock().unwrap().clone(),
+        Some((200, "Authorized: you can close this window.".to_owned()))
+    );
+}

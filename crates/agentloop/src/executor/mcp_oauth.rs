@@ -65,6 +65,27 @@ impl McpOAuth {
         }
     }
 
+    /// Authorize in the person's browser, as a command-line program does: `show` presents the
+    /// authorization URL (prints it, opens a browser), and the browser's redirect is received
+    /// by `listener` (bind it to `127.0.0.1`), which answers it with a page saying the window
+    /// may be closed. The redirect URI is `http://127.0.0.1:<port>/callback`.
+    pub fn loopback(
+        listener: tokio::net::TcpListener,
+        show: impl Fn(&str) + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
+        let port = listener.local_addr()?.port();
+        let redirect_uri = format!("http://127.0.0.1:{port}/callback");
+        let listener = Arc::new(tokio::sync::Mutex::new(listener));
+        Ok(Self::new(redirect_uri, move |url: String| {
+            show(&url);
+            let listener = listener.clone();
+            async move {
+                let listener = listener.lock().await;
+                receive_redirect(&listener, port).await
+            }
+        }))
+    }
+
     /// Ask for these scopes (by default, what the server's metadata and challenge suggest).
     pub fn scopes(mut self, scopes: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.scopes = scopes.into_iter().map(Into::into).collect();
@@ -134,6 +155,52 @@ impl McpOAuth {
             .ok_or("OAuth authorization did not complete")?;
         Ok(AuthClient::new(reqwest::Client::new(), manager))
     }
+}
+
+/// How many connections the loopback listener takes before giving up on the redirect (a
+/// browser may ask for a favicon first).
+const REDIRECT_ATTEMPTS: usize = 8;
+
+/// Wait for the browser's request to `/callback` with a code or an error, answer it, and
+/// return its URL.
+async fn receive_redirect(listener: &tokio::net::TcpListener, port: u16) -> Result<String, String> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    for _ in 0..REDIRECT_ATTEMPTS {
+        let (stream, _) = listener
+            .accept()
+            .await
+            .map_err(|e| format!("waiting for the browser's redirect failed: {e}"))?;
+        let mut stream = BufReader::new(stream);
+        let mut line = String::new();
+        if stream.read_line(&mut line).await.is_err() {
+            continue;
+        }
+        // `GET /callback?code=...&state=... HTTP/1.1`
+        let target = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        let is_callback = target.starts_with("/callback?")
+            && (target.contains("code=") || target.contains("error="));
+        let (status, body) = if is_callback {
+            ("200 OK", "Authorized: you can close this window.")
+        } else {
+            ("404 Not Found", "Not found.")
+        };
+        let response = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.get_mut().write_all(response.as_bytes()).await;
+        let _ = stream.get_mut().shutdown().await;
+        if is_callback {
+            return Ok(format!("http://127.0.0.1:{port}{target}"));
+        }
+    }
+    Err(format!(
+        "no redirect to /callback came in {REDIRECT_ATTEMPTS} requests to the loopback listener"
+    ))
 }
 
 /// The application's store, shared: rmcp takes a store by value.
