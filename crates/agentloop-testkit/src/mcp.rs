@@ -185,10 +185,10 @@ impl TestMcpServer {
     fn router(&self) -> ToolRouter<Self> {
         let mut router = self.tool_router.clone();
         if self.greet {
-            router = router + Self::greet_router();
+            router += Self::greet_router();
         }
         if self.extra.load(Ordering::Acquire) {
-            router = router + Self::extra_router();
+            router += Self::extra_router();
         }
         router
     }

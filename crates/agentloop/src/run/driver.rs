@@ -287,13 +287,12 @@ impl Driver {
         reason = "an async fn doubles the future's arguments"
     )]
     pub(crate) fn drive(
-        self,
+        mut self,
         mut machine: Machine,
     ) -> impl Future<Output = RunResult> + Send + 'static {
-        let mut driver = self;
         async move {
-            driver.steps(&mut machine).await;
-            driver.stopped(machine.into_result()).await
+            self.steps(&mut machine).await;
+            self.stopped(machine.into_result()).await
         }
     }
 
@@ -303,15 +302,14 @@ impl Driver {
         reason = "an async fn doubles the future's arguments"
     )]
     pub(crate) fn drive_new(
-        self,
+        mut self,
         mut machine: Machine,
     ) -> impl Future<Output = Result<RunResult, Error>> + Send + 'static {
-        let mut driver = self;
         async move {
-            driver.prompt(&mut machine).await?;
-            driver.checkpoint(&mut machine).await;
-            driver.steps(&mut machine).await;
-            Ok(driver.stopped(machine.into_result()).await)
+            self.prompt(&mut machine).await?;
+            self.checkpoint(&mut machine).await;
+            self.steps(&mut machine).await;
+            Ok(self.stopped(machine.into_result()).await)
         }
     }
 
