@@ -240,3 +240,82 @@ async fn a_run_that_cannot_pause_refuses_the_request_and_the_model_is_told() {
         );
     }
 }
+
+/// A durable run records the question as the call's state, and `decide_run` answers it: the
+/// call runs again with the answer, once.
+#[tokio::test]
+async fn a_durable_run_pauses_for_input_and_decide_run_answers_it() {
+    use agentloop::run::MemoryStore;
+
+    let server = serve_http_with(TestMcpServer::new().eliciting())
+        .await
+        .unwrap();
+    let model = ScriptedModel::new([
+        Turn::tool_call("greet", json!({})).with_ids(["call_1"]),
+        Turn::text("Greeted."),
+    ]);
+    let registry = connect(Via::Stateless, &server.url).await;
+    let agent = agent(&model, &registry);
+    let store = MemoryStore::new();
+    let first = agent.run_durable("r1", "Greet me", &store).await.unwrap();
+    assert_eq!(first.stop_reason, RunStopReason::AwaitingApproval);
+    assert_eq!(
+        first.pending_approvals[0]
+            .input_request
+            .as_ref()
+            .map(|r| r.message.as_str()),
+        Some("What is your name?")
+    );
+    let done = agent
+        .decide_run(
+            "r1",
+            [("call_1", Decision::accept(json!({"name": "Eve"})))],
+            &store,
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.stop_reason, RunStopReason::EndTurn, "{:?}", done.error);
+    assert_eq!(done.tool_calls, 1);
+    assert_eq!(
+        done.steps[0].tool_results[0].content.to_text(),
+        "Hello, Eve!"
+    );
+}
+
+/// A streamed run announces the question as `approval_requested`, after the call started.
+#[tokio::test]
+async fn the_stream_announces_the_question() {
+    use agentloop::run::RunEvent;
+    use futures::StreamExt;
+
+    let server = serve_http_with(TestMcpServer::new().eliciting())
+        .await
+        .unwrap();
+    let model = ScriptedModel::new([Turn::tool_call("greet", json!({})).with_ids(["call_1"])]);
+    let registry = connect(Via::Handshake, &server.url).await;
+    let events: Vec<RunEvent> = agent(&model, &registry)
+        .run_stream("Greet me")
+        .collect()
+        .await;
+    let asked: Vec<&PendingApproval> = events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::ApprovalRequested(pending) => Some(&**pending),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].id, "call_1");
+    assert_eq!(
+        asked[0].input_request.as_ref().map(|r| &r.schema),
+        Some(&name_schema())
+    );
+    let finished = events.iter().find_map(|e| match e {
+        RunEvent::RunFinish { result } => Some(result),
+        _ => None,
+    });
+    assert_eq!(
+        finished.map(|r| r.stop_reason.clone()),
+        Some(RunStopReason::AwaitingApproval)
+    );
+}
