@@ -21,6 +21,9 @@
 //! question gets the person's answer (a tool with side effects before it asks has them
 //! twice). An elicitation while several calls to one server are in flight cannot be told
 //! apart, and URL elicitations cannot be handed over: both are declined.
+//!
+//! A streamable-HTTP server behind OAuth 2.1 is reached with [`McpHttp::oauth`] (see
+//! [`super::mcp_oauth`]); one behind a plain bearer token with [`McpHttp::bearer_token_env`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
