@@ -354,3 +354,54 @@ async fn the_loopback_listener_receives_the_browsers_redirect() {
         Some((200, "Authorized: you can close this window.".to_owned()))
     );
 }
+
+/// Log lines, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything agentloop, rmcp and the HTTP stack log at every level during an OAuth flow
+/// (registration, code exchange, refresh, authorized MCP calls) names no access or refresh
+/// token.
+#[tokio::test(flavor = "current_thread")]
+async fn no_token_reaches_the_logs() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test's runtime has one thread, so every task of the flow logs through this.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (base, _seen) = start().await;
+    let oauth = McpOAuth::new(format!("{base}/callback"), browser(Arc::default()));
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_http(McpHttp::new(format!("{base}/mcp")).oauth(oauth))
+        .await
+        .unwrap();
+    registry
+        .call("echo", json!({"message": "logged"}))
+        .await
+        .unwrap();
+    registry.close().await;
+
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(!text.is_empty(), "nothing was logged");
+    // rmcp 3.9 logs the authorization code at debug level ("start exchange code for
+    // token"); it is single-use and worthless without the PKCE verifier, which is not logged.
+    for secret in ["at-1", "at-2", "rt-1", "rt-2"] {
+        assert!(!text.contains(secret), "`{secret}` in the logs:\n{text}");
+    }
+}
