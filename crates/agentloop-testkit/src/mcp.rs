@@ -6,7 +6,10 @@
 //! (with an output schema); `fail {reason}` → an `isError` result saying `failed: <reason>`;
 //! `sleep {ms}` → `slept <ms> ms` after that long (for cancellation tests); `toggle_extra`
 //! adds (or removes again) a tool `extra {message}` → `Extra: <message>` and sends
-//! `notifications/tools/list_changed` (for refresh tests).
+//! `notifications/tools/list_changed` (for refresh tests). [`TestMcpServer::eliciting`] adds
+//! `greet`, which asks the user's name with a
+//! form elicitation (`elicitation/create` in the handshake revisions, an `input_required`
+//! result in 2026-07-28) → `Hello, <name>!`, `You declined.` or `You cancelled.`.
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::{Json, Parameters};
@@ -14,8 +17,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use rmcp::handler::server::tool::InputResponses;
 use rmcp::model::{
-    DiscoverRequestMethod, DiscoverResult, Implementation, ProtocolVersion, ServerCapabilities,
+    CallToolResponse, CallToolResult, ContentBlock, DiscoverRequestMethod, DiscoverResult,
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    Implementation, InputRequest, InputRequiredResult, ProtocolVersion, ServerCapabilities,
     ServerConfig,
 };
 use rmcp::service::RequestContext;
@@ -72,6 +78,8 @@ pub struct TestMcpServer {
     discover: bool,
     /// Whether `extra` is listed; shared by every session of one server.
     extra: Arc<AtomicBool>,
+    /// Whether `greet` is listed.
+    greet: bool,
 }
 
 impl Default for TestMcpServer {
@@ -89,6 +97,15 @@ impl TestMcpServer {
             versions: ProtocolVersion::KNOWN_VERSIONS.to_vec(),
             discover: true,
             extra: Arc::default(),
+            greet: false,
+        }
+    }
+
+    /// This server with the tool `greet` too, which asks for the user's name.
+    pub fn eliciting(self) -> Self {
+        Self {
+            greet: true,
+            ..self
         }
     }
 
@@ -114,8 +131,18 @@ impl TestMcpServer {
 
     /// [`TestMcpServer::speaking`] the comma-separated revisions of
     /// `$AGENTLOOP_TEST_MCP_PROTOCOLS` ([`TestMcpServer::predating_discover`] them when
-    /// `$AGENTLOOP_TEST_MCP_NO_DISCOVER` is set), or every revision when it is unset.
+    /// `$AGENTLOOP_TEST_MCP_NO_DISCOVER` is set), or every revision when it is unset;
+    /// [`TestMcpServer::eliciting`] when `$AGENTLOOP_TEST_MCP_ELICIT` is set.
     pub fn from_env() -> Self {
+        let server = Self::from_env_protocols();
+        if std::env::var_os("AGENTLOOP_TEST_MCP_ELICIT").is_some() {
+            server.eliciting()
+        } else {
+            server
+        }
+    }
+
+    fn from_env_protocols() -> Self {
         let Ok(list) = std::env::var("AGENTLOOP_TEST_MCP_PROTOCOLS") else {
             return Self::new();
         };
@@ -156,17 +183,75 @@ impl TestMcpServer {
 
     /// The tools listed now.
     fn router(&self) -> ToolRouter<Self> {
-        if self.extra.load(Ordering::Acquire) {
-            self.tool_router.clone() + Self::extra_router()
-        } else {
-            self.tool_router.clone()
+        let mut router = self.tool_router.clone();
+        if self.greet {
+            router += Self::greet_router();
         }
+        if self.extra.load(Ordering::Acquire) {
+            router += Self::extra_router();
+        }
+        router
     }
 
     #[tool(description = "Wait, then say how long")]
     async fn sleep(&self, Parameters(args): Parameters<SleepArgs>) -> String {
         tokio::time::sleep(std::time::Duration::from_millis(args.ms)).await;
         format!("slept {} ms", args.ms)
+    }
+}
+
+#[tool_router(router = greet_router)]
+impl TestMcpServer {
+    #[tool(description = "Ask the user's name, then greet them")]
+    async fn greet(
+        &self,
+        context: RequestContext<RoleServer>,
+        InputResponses(responses): InputResponses,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let schema = ElicitationSchema::builder()
+            .required_string("name")
+            .build()
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: "What is your name?".to_owned(),
+            requested_schema: schema,
+        };
+        let stateless = context
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        let answer: ElicitResult = if stateless {
+            // 2026-07-28: ask in the result; the client calls again with the answer.
+            let Some(answer) = responses.and_then(|mut r| r.remove("name")) else {
+                let mut requests = rmcp::model::InputRequests::new();
+                requests.insert(
+                    "name".to_owned(),
+                    InputRequest::Elicitation(ElicitRequest::new(params)),
+                );
+                return Ok(InputRequiredResult::from_input_requests(requests).into());
+            };
+            serde_json::from_value(answer)
+                .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?
+        } else {
+            context
+                .peer
+                .create_elicitation(params)
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
+        };
+        let text = match answer.action {
+            ElicitationAction::Accept => format!(
+                "Hello, {}!",
+                answer
+                    .content
+                    .as_ref()
+                    .and_then(|c| c["name"].as_str())
+                    .unwrap_or("?")
+            ),
+            ElicitationAction::Decline => "You declined.".to_owned(),
+            _ => "You cancelled.".to_owned(),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
     }
 }
 

@@ -234,3 +234,73 @@ async fn server_everything_over_http_client_half() {
     exercise_everything(&mut registry, &info).await;
     registry.close().await;
 }
+
+/// server-everything's `trigger-elicitation-request` (registered once the client declares
+/// the elicitation capability, and announced with `notifications/tools/list_changed`) asks
+/// with `elicitation/create` during the call: the run pauses with its form, and the answer
+/// reaches the tool when the run resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_elicitation_pauses_the_run_and_the_answer_resumes_it() {
+    use agentloop::run::Decision;
+    use agentloop::{Agent, RunStopReason};
+    use agentloop_testkit::{ScriptedModel, Turn};
+
+    let Some((node, script)) = package("server-everything") else {
+        return;
+    };
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_stdio(
+            McpStdio::new(node.to_string_lossy())
+                .arg(script.to_string_lossy())
+                .arg("stdio"),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while registry.get("trigger-elicitation-request").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the elicitation tool was not listed: {:?}",
+            registry.names()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        registry.refresh().await.unwrap();
+    }
+    let model = ScriptedModel::new([
+        Turn::tool_call("trigger-elicitation-request", json!({})).with_ids(["call_1"]),
+        Turn::text("Done."),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tools(registry.tools())
+        .build();
+    let first = agent.run("Ask me").await.unwrap();
+    assert_eq!(first.stop_reason, RunStopReason::AwaitingApproval);
+    let request = first.pending_approvals[0].input_request.clone().unwrap();
+    assert_eq!(
+        request.message,
+        "Please provide inputs for the following fields:"
+    );
+    assert_eq!(request.schema["required"], json!(["name"]));
+    assert_eq!(request.schema["properties"]["check"]["type"], "boolean");
+
+    let done = agent
+        .resume(
+            &first.paused.unwrap(),
+            [(
+                "call_1",
+                Decision::accept(json!({"name": "Ada Lovelace", "check": true})),
+            )],
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.stop_reason, RunStopReason::EndTurn, "{:?}", done.error);
+    let text = done.steps[0].tool_results[0].content.to_text();
+    assert!(
+        text.contains("User provided the requested information")
+            && text.contains("- Name: Ada Lovelace")
+            && text.contains("- Agreed to terms: true"),
+        "{text}"
+    );
+    registry.close().await;
+}

@@ -123,3 +123,94 @@ async fn a_stateless_server_is_listed_again_on_every_refresh() {
     follows_the_list(&mut registry, false).await;
     registry.close().await;
 }
+
+/// The function names of an OpenAI Chat Completions request's `tools`.
+fn wire_tools(body: &serde_json::Value) -> Vec<String> {
+    let mut names: Vec<String> = body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A run whose registry is its tool updates: the server's `notifications/tools/list_changed`
+/// after the first step's call makes the second request carry the new tool (on the wire,
+/// OpenAI Chat Completions `tools`), and the model's call of it runs.
+async fn a_list_change_reaches_the_next_request(registry: Registry) {
+    use agentloop::provider::http::{ApiKey, HttpConfig};
+    use agentloop::provider::openai::OpenAi;
+    use agentloop::{Agent, RunStopReason};
+    use agentloop_testkit::Turn;
+    use agentloop_testkit::server::{MockServer, Wire};
+    use std::sync::Arc;
+
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("p_toggle_extra", json!({})),
+            Turn::tool_call("p_extra", json!({"message": "hi"})),
+            Turn::text("Done."),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut config = HttpConfig::new(server.base_url());
+    config.api_key = Some(ApiKey::new("sk-test"));
+    let tools = registry.tools();
+    let registry = Arc::new(tokio::sync::Mutex::new(registry));
+    let agent = Agent::builder(OpenAi::new(config).unwrap())
+        .model("gpt-4o")
+        .tools(tools)
+        .with_options(|o| o.tool_updates = Some(registry.clone()))
+        .build();
+    let result = agent.run("Toggle, then use extra").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::EndTurn);
+    let bodies: Vec<serde_json::Value> = server.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(bodies.len(), 3);
+    assert_eq!(wire_tools(&bodies[0]), expected(false));
+    assert_eq!(wire_tools(&bodies[1]), expected(true));
+    assert_eq!(wire_tools(&bodies[2]), expected(true));
+    let results: Vec<String> = result
+        .steps
+        .iter()
+        .flat_map(|s| s.tool_results.iter().map(|r| r.content.to_text()))
+        .collect();
+    assert_eq!(results, ["extra is listed", "Extra: hi"]);
+    // The shared registry saw the change too.
+    assert!(registry.lock().await.get("p_extra").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_change_during_a_run_reaches_the_next_model_request_over_http() {
+    let server = agentloop_testkit::mcp::serve_http().await.unwrap();
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_http(
+            McpHttp::new(&server.url)
+                .prefix("p_")
+                .protocol(McpProtocol::Handshake("2025-11-25".into())),
+        )
+        .await
+        .unwrap();
+    a_list_change_reaches_the_next_request(registry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_change_during_a_run_reaches_the_next_model_request_over_stdio() {
+    let mut registry = Registry::new();
+    registry
+        .add_mcp_stdio(
+            McpStdio::new(TEST_SERVER)
+                .prefix("p_")
+                .protocol(McpProtocol::Handshake("2025-06-18".into())),
+        )
+        .await
+        .unwrap();
+    a_list_change_reaches_the_next_request(registry).await;
+}

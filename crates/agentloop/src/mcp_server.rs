@@ -286,6 +286,10 @@ impl ServerHandler for McpHandler {
 fn error_text(error: &ToolError) -> String {
     match error {
         ToolError::Failed(message) => message.clone(),
+        ToolError::InputRequired(request) => format!(
+            "the tool asks a person for input (\"{}\"), which this server cannot pass on",
+            request.message
+        ),
         ToolError::InvalidArguments(violations) => {
             let mut text = "invalid arguments:".to_owned();
             for v in violations {

@@ -138,12 +138,14 @@ async fn pause_serialize_resume_over(wire: Wire, ids: [&str; 3], model: &str) ->
                     tool: "send_email".into(),
                     input: json!({"to": "bob@example.com", "body": "hi"}),
                     reason: "tool `send_email` needs approval".into(),
+                    input_request: None,
                 },
                 PendingApproval {
                     id: ids[2].into(),
                     tool: "transfer".into(),
                     input: json!({"amount": 500}),
                     reason: "a transfer of 500 is over 100".into(),
+                    input_request: None,
                 },
             ]
         );

@@ -12,6 +12,18 @@
 //! registry and every tool taken from it dropped, or [`crate::registry::Registry::close`]),
 //! so neither the child nor anything it started outlives its registry. A call in flight when
 //! its run is cancelled is cancelled at the server too (`notifications/cancelled`).
+//!
+//! A server's form elicitation during a call pauses the run for a person (see
+//! [`crate::run`]'s approvals): in 2026-07-28 the `input_required` result's question is kept
+//! with the paused run and the call is made again with `inputResponses` and the echoed
+//! `requestState`; in the handshake revisions the server's `elicitation/create` is answered
+//! `cancel`, the call's result set aside, and the call made again on resume, where the same
+//! question gets the person's answer (a tool with side effects before it asks has them
+//! twice). An elicitation while several calls to one server are in flight cannot be told
+//! apart, and URL elicitations cannot be handed over: both are declined.
+//!
+//! A streamable-HTTP server behind OAuth 2.1 is reached with [`McpHttp::oauth`] (see
+//! [`super::mcp_oauth`]); one behind a plain bearer token with [`McpHttp::bearer_token_env`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -23,7 +35,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, ProtocolVersion, ResourceContents,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, Implementation, InputRequest as McpInputRequest,
+    InputRequiredResult, InputResponses, ProtocolVersion, ResourceContents,
 };
 use rmcp::service::ClientInitializeError;
 use rmcp::service::RunningService;
@@ -37,6 +51,7 @@ use super::OutputCheck;
 use super::http::expand_env;
 use crate::message::ContentBlock;
 use crate::registry::{McpSource, ToolDescriptor, ToolMode};
+use crate::run::{InputAction, InputReply, InputRequest};
 use crate::tool::{ToolContext, ToolError, ToolHandler, ToolOutput};
 
 /// How long a server gets to answer the MCP handshake unless told otherwise.
@@ -136,6 +151,7 @@ pub struct McpHttp {
     prefix: Option<String>,
     connect_timeout: Duration,
     protocol: McpProtocol,
+    oauth: Option<super::McpOAuth>,
 }
 
 impl std::fmt::Debug for McpHttp {
@@ -146,6 +162,7 @@ impl std::fmt::Debug for McpHttp {
             .field("headers", &headers)
             .field("prefix", &self.prefix)
             .field("protocol", &self.protocol)
+            .field("oauth", &self.oauth)
             .finish_non_exhaustive()
     }
 }
@@ -159,7 +176,16 @@ impl McpHttp {
             prefix: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             protocol: McpProtocol::Auto,
+            oauth: None,
         }
+    }
+
+    /// Authorize with OAuth 2.1 when connecting (see [`super::mcp_oauth`]): discovery,
+    /// registration, a person's consent through `oauth`'s callback unless its store holds
+    /// good tokens, and tokens refreshed as they expire.
+    pub fn oauth(mut self, oauth: super::McpOAuth) -> Self {
+        self.oauth = Some(oauth);
+        self
     }
 
     /// Send a header with every request; the value may reference `${VAR}` (expanded from
@@ -291,10 +317,110 @@ pub struct McpServerInfo {
 
 type Service = RunningService<RoleClient, ClientState>;
 
-/// Our side of a session: who we are, and whether the server said its tools changed.
+/// Our side of a session: who we are, and what the server told us.
 struct ClientState {
     config: ClientConfig,
-    tools_changed: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+/// What a session's handler shares with its connection.
+#[derive(Default)]
+struct Shared {
+    /// Set by the server's `notifications/tools/list_changed`.
+    tools_changed: AtomicBool,
+    /// The calls in flight, for the server's `elicitation/create` requests (handshake
+    /// revisions): see [`ClientState::create_elicitation`].
+    calls: Mutex<Vec<InFlight>>,
+    next_call: std::sync::atomic::AtomicU64,
+}
+
+/// A `tools/call` in flight: the answer it carries to what it asked before, and what the
+/// server asked during it.
+struct InFlight {
+    id: u64,
+    reply: Option<InputReply>,
+    asked: Option<InputRequest>,
+}
+
+/// A call's entry in [`Shared::calls`], removed when the call ends (or is cancelled).
+struct InFlightGuard {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl InFlightGuard {
+    fn new(shared: &Arc<Shared>, reply: Option<InputReply>) -> Self {
+        let id = shared.next_call.fetch_add(1, Ordering::Relaxed);
+        shared.lock_calls().push(InFlight {
+            id,
+            reply,
+            asked: None,
+        });
+        Self {
+            shared: shared.clone(),
+            id,
+        }
+    }
+
+    /// What the server asked during the call, when it did not get an answer.
+    fn asked(&self) -> Option<InputRequest> {
+        let mut calls = self.shared.lock_calls();
+        calls
+            .iter_mut()
+            .find(|c| c.id == self.id)
+            .and_then(|c| c.asked.take())
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.shared.lock_calls().retain(|c| c.id != self.id);
+    }
+}
+
+impl Shared {
+    fn lock_calls(&self) -> std::sync::MutexGuard<'_, Vec<InFlight>> {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The answer to a form elicitation of the handshake revisions. The request does not say
+    /// which call it belongs to, so it is attributed only when one call is in flight; with
+    /// none or several it is declined. The call's stored answer is given when it answers this
+    /// very question; otherwise the question is kept for the run to pause on and the server
+    /// gets `cancel` (the call is made again, with the answer, once the person answered).
+    fn elicit(&self, message: String, schema: Value) -> ElicitResult {
+        let mut calls = self.lock_calls();
+        let [call] = calls.as_mut_slice() else {
+            return ElicitResult::new(ElicitationAction::Decline);
+        };
+        if let Some(reply) = call
+            .reply
+            .take_if(|r| r.request.message == message && r.request.schema == schema)
+        {
+            return elicit_result(&reply);
+        }
+        call.asked.get_or_insert(InputRequest {
+            message,
+            schema,
+            resume: Value::Null,
+        });
+        ElicitResult::new(ElicitationAction::Cancel)
+    }
+}
+
+fn elicit_result(reply: &InputReply) -> ElicitResult {
+    let action = match reply.action {
+        InputAction::Accept => ElicitationAction::Accept,
+        InputAction::Decline => ElicitationAction::Decline,
+        InputAction::Cancel => ElicitationAction::Cancel,
+    };
+    let result = ElicitResult::new(action);
+    match (&reply.content, reply.action) {
+        (Some(content), InputAction::Accept) => result.with_content(content.clone()),
+        _ => result,
+    }
 }
 
 impl rmcp::ClientHandler for ClientState {
@@ -303,7 +429,26 @@ impl rmcp::ClientHandler for ClientState {
     }
 
     async fn on_tool_list_changed(&self, _context: rmcp::service::NotificationContext<RoleClient>) {
-        self.tools_changed.store(true, Ordering::Release);
+        self.shared.tools_changed.store(true, Ordering::Release);
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        Ok(match request {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => {
+                let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
+                self.shared.elicit(message, schema)
+            }
+            // A URL to open is not something a paused run can hand over: declined.
+            _ => ElicitResult::new(ElicitationAction::Decline),
+        })
     }
 }
 
@@ -314,8 +459,8 @@ pub(crate) struct McpConnection {
     /// Held so that dropping the connection ends the session (and kills a stdio child).
     service: tokio::sync::Mutex<Option<Service>>,
     process_id: Option<u32>,
-    /// Set by the server's `notifications/tools/list_changed`.
-    tools_changed: Arc<AtomicBool>,
+    /// Shared with the session's handler: list changes and elicitations.
+    shared: Arc<Shared>,
 }
 
 impl Drop for McpConnection {
@@ -325,8 +470,12 @@ impl Drop for McpConnection {
 }
 
 fn client_config() -> ClientConfig {
+    // Form elicitation: a server's question pauses the run for a person to answer.
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.elicitation =
+        Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
     ClientConfig::new(
-        ClientCapabilities::default(),
+        capabilities,
         Implementation::new("agentloop", env!("CARGO_PKG_VERSION")),
     )
 }
@@ -354,7 +503,7 @@ async fn open<T, E, A>(
     protocol: &McpProtocol,
     timeout: Duration,
     transport: T,
-    tools_changed: &Arc<AtomicBool>,
+    shared: &Arc<Shared>,
 ) -> Result<Service, Failed>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -363,7 +512,7 @@ where
     let (lifecycle, config) = protocol.lifecycle().map_err(Failed::new)?;
     let client = ClientState {
         config,
-        tools_changed: tools_changed.clone(),
+        shared: shared.clone(),
     };
     match tokio::time::timeout(timeout, client.serve_with_lifecycle(transport, lifecycle)).await {
         Ok(Ok(service)) => Ok(service),
@@ -431,9 +580,9 @@ impl McpConnection {
             .map_err(|e| Failed::new(format!("could not start `{}`: {e}", spec.command)))?;
         let process_id = transport.id();
         let stderr_tail = stderr.map(read_stderr);
-        let tools_changed = Arc::new(AtomicBool::new(false));
-        let failed = match open(protocol, spec.connect_timeout, transport, &tools_changed).await {
-            Ok(service) => return Ok(Self::new(label, service, process_id, tools_changed)),
+        let shared = Arc::new(Shared::default());
+        let failed = match open(protocol, spec.connect_timeout, transport, &shared).await {
+            Ok(service) => return Ok(Self::new(label, service, process_id, shared)),
             Err(failed) => failed,
         };
         if failed.retry.is_some() {
@@ -474,37 +623,46 @@ impl McpConnection {
             value.set_sensitive(true);
             headers.insert(header, value);
         }
-        let transport = || {
-            StreamableHttpClientTransport::from_config(
-                StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
-                    .custom_headers(headers.clone()),
-            )
+        let config = || {
+            StreamableHttpClientTransportConfig::with_uri(spec.url.as_str())
+                .custom_headers(headers.clone())
         };
-        let changed = Arc::new(AtomicBool::new(false));
-        let service = match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await
-        {
-            Err(Failed {
-                retry: Some(protocol),
-                ..
-            }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
-            other => other,
+        let changed = Arc::new(Shared::default());
+        let service = match &spec.oauth {
+            None => {
+                let transport = || StreamableHttpClientTransport::from_config(config());
+                match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await {
+                    Err(Failed {
+                        retry: Some(protocol),
+                        ..
+                    }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
+                    other => other,
+                }
+            }
+            Some(oauth) => {
+                let client = oauth.client(&spec.url).await?;
+                let transport =
+                    || StreamableHttpClientTransport::with_client(client.clone(), config());
+                match open(&spec.protocol, spec.connect_timeout, transport(), &changed).await {
+                    Err(Failed {
+                        retry: Some(protocol),
+                        ..
+                    }) => open(&protocol, spec.connect_timeout, transport(), &changed).await,
+                    other => other,
+                }
+            }
         }
         .map_err(|f| f.reason)?;
         Ok(Self::new(spec.url.clone(), service, None, changed))
     }
 
-    fn new(
-        label: String,
-        service: Service,
-        process_id: Option<u32>,
-        tools_changed: Arc<AtomicBool>,
-    ) -> Self {
+    fn new(label: String, service: Service, process_id: Option<u32>, shared: Arc<Shared>) -> Self {
         Self {
             label,
             peer: service.peer().clone(),
             service: tokio::sync::Mutex::new(Some(service)),
             process_id,
-            tools_changed,
+            shared,
         }
     }
 
@@ -513,16 +671,78 @@ impl McpConnection {
     /// revision), or it is stateless (2026-07-28 sends that notification only on a
     /// `subscriptions/listen` stream, which is not opened, so every refresh asks).
     pub(crate) fn tools_changed_pending(&self) -> bool {
-        self.tools_changed.load(Ordering::Acquire)
+        self.shared.tools_changed.load(Ordering::Acquire)
     }
 
     pub(crate) fn take_tools_changed(&self) -> bool {
-        let announced = self.tools_changed.swap(false, Ordering::AcqRel);
+        let announced = self.shared.tools_changed.swap(false, Ordering::AcqRel);
         let stateless = self
             .peer
             .peer_info()
             .is_some_and(|p| !p.protocol_version.has_initialize());
         announced || stateless
+    }
+
+    /// Call `tool`, with the answer to what it asked before when it asked. A question from the
+    /// server (a form elicitation) that has no answer yet ends the call with
+    /// [`ToolError::InputRequired`], so the run pauses for a person.
+    async fn call(
+        &self,
+        tool: &str,
+        arguments: rmcp::model::JsonObject,
+        reply: Option<InputReply>,
+    ) -> Result<CallToolResult, ToolError> {
+        let failed = |e: rmcp::ServiceError| {
+            ToolError::Failed(format!(
+                "calling `{tool}` on MCP server `{}` failed: {e}",
+                self.label
+            ))
+        };
+        let mut request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let stateless = self
+            .peer
+            .peer_info()
+            .is_some_and(|p| !p.protocol_version.has_initialize());
+        if !stateless {
+            let call = InFlightGuard::new(&self.shared, reply);
+            let response = self.peer.call_tool_once(request).await.map_err(failed)?;
+            if let Some(asked) = call.asked() {
+                // The server was told `cancel`: what it answered to that is not the result.
+                return Err(ToolError::InputRequired(Box::new(asked)));
+            }
+            return complete(tool, response);
+        }
+        if let Some(reply) = &reply {
+            let (responses, state) = mrtr_retry(reply);
+            request.input_responses = responses;
+            request.request_state = state;
+        }
+        for round in 0..rmcp::model::DEFAULT_MRTR_MAX_ROUNDS {
+            let response = self
+                .peer
+                .call_tool_once(request.clone())
+                .await
+                .map_err(failed)?;
+            let CallToolResponse::InputRequired(needed) = response else {
+                return complete(tool, response);
+            };
+            match mrtr_question(tool, needed)? {
+                Mrtr::Ask(asked) => return Err(ToolError::InputRequired(Box::new(asked))),
+                Mrtr::Retry(responses, state) => {
+                    request.input_responses = responses;
+                    request.request_state = state;
+                    if request.input_responses.is_none() {
+                        // Only state: the server is working; back off a little each round.
+                        let wait = 50u64 << round.min(2);
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                    }
+                }
+            }
+        }
+        Err(ToolError::Failed(format!(
+            "MCP tool `{tool}` still asked for more input after {} rounds",
+            rmcp::model::DEFAULT_MRTR_MAX_ROUNDS
+        )))
     }
 
     /// The server's tools as descriptors (registered as `<prefix><name>`).
@@ -659,12 +879,13 @@ impl McpExecutor {
 impl ToolHandler for McpExecutor {
     fn call(
         &self,
-        _ctx: ToolContext,
+        ctx: ToolContext,
         input: Value,
     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         let connection = self.connection.clone();
         let tool = self.tool.clone();
         let output = self.output.clone();
+        let reply = ctx.input_reply().cloned();
         Box::pin(async move {
             let arguments = match input {
                 Value::Object(map) => map,
@@ -675,21 +896,103 @@ impl ToolHandler for McpExecutor {
                     )));
                 }
             };
-            let request = CallToolRequestParams::new(tool.clone()).with_arguments(arguments);
-            let response = connection.peer.call_tool_once(request).await.map_err(|e| {
-                ToolError::Failed(format!(
-                    "calling `{tool}` on MCP server `{}` failed: {e}",
-                    connection.label
-                ))
-            })?;
-            let CallToolResponse::Complete(result) = response else {
-                return Err(ToolError::Failed(format!(
-                    "MCP tool `{tool}` did not return a result: it asked for client input or started a task, which agentloop does not support"
-                )));
-            };
+            let result = connection.call(&tool, arguments, reply).await?;
             convert_result(result, output.as_deref())
         })
     }
+}
+
+/// A finished `tools/call`, or why it is not one.
+fn complete(tool: &str, response: CallToolResponse) -> Result<CallToolResult, ToolError> {
+    match response {
+        CallToolResponse::Complete(result) => Ok(result),
+        _ => Err(ToolError::Failed(format!(
+            "MCP tool `{tool}` did not return a result: it started a task, which agentloop does not support"
+        ))),
+    }
+}
+
+/// What to do with an `input_required` result (2026-07-28, multi round-trip requests).
+enum Mrtr {
+    /// Pause for a person: the first form elicitation.
+    Ask(InputRequest),
+    /// Call again with these responses and this state, without asking anyone.
+    Retry(Option<InputResponses>, Option<String>),
+}
+
+/// Where a paused 2026-07-28 call resumes: the elicitation's key, the other requests' keys
+/// (declined) and the server's opaque state, kept in [`InputRequest::resume`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MrtrResume {
+    key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    others: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request_state: Option<String>,
+}
+
+/// The first form elicitation of an `input_required` result becomes a question for a
+/// person; other requests are declined with it (a URL elicitation) or refused (sampling and
+/// roots, which agentloop does not offer). A result with only state is retried as it is.
+fn mrtr_question(tool: &str, needed: InputRequiredResult) -> Result<Mrtr, ToolError> {
+    let requests = needed.input_requests.unwrap_or_default();
+    let mut form = None;
+    let mut others = Vec::new();
+    for (key, request) in requests {
+        match request {
+            McpInputRequest::Elicitation(elicit) => match elicit.params {
+                ElicitRequestParams::FormElicitationParams {
+                    message,
+                    requested_schema,
+                    ..
+                } if form.is_none() => {
+                    let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
+                    form = Some((key, message, schema));
+                }
+                _ => others.push(key),
+            },
+            _ => {
+                return Err(ToolError::Failed(format!(
+                    "MCP tool `{tool}` asked the client for sampling or roots, which agentloop does not offer"
+                )));
+            }
+        }
+    }
+    let Some((key, message, schema)) = form else {
+        if others.is_empty() {
+            return Ok(Mrtr::Retry(None, needed.request_state));
+        }
+        let declined = others
+            .into_iter()
+            .map(|key| (key, serde_json::json!({"action": "decline"})))
+            .collect();
+        return Ok(Mrtr::Retry(Some(declined), needed.request_state));
+    };
+    let resume = MrtrResume {
+        key,
+        others,
+        request_state: needed.request_state,
+    };
+    Ok(Mrtr::Ask(InputRequest {
+        message,
+        schema,
+        resume: serde_json::to_value(resume).unwrap_or(Value::Null),
+    }))
+}
+
+/// The retry of a 2026-07-28 call that asked: the person's answer under the question's key,
+/// the other requests declined, and the server's state echoed.
+fn mrtr_retry(reply: &InputReply) -> (Option<InputResponses>, Option<String>) {
+    let Ok(resume) = serde_json::from_value::<MrtrResume>(reply.request.resume.clone()) else {
+        return (None, None);
+    };
+    let mut responses = InputResponses::new();
+    let answer = serde_json::to_value(elicit_result(reply)).unwrap_or(Value::Null);
+    responses.insert(resume.key, answer);
+    for key in resume.others {
+        responses.insert(key, serde_json::json!({"action": "decline"}));
+    }
+    (Some(responses), resume.request_state)
 }
 
 /// An MCP result as tool output: `isError` becomes an error result; structured content is

@@ -12,6 +12,8 @@ mod function;
 mod http;
 #[cfg(feature = "mcp")]
 pub(crate) mod mcp;
+#[cfg(feature = "mcp")]
+pub mod mcp_oauth;
 mod mock;
 
 use serde_json::Value;
@@ -24,6 +26,8 @@ pub use http::HttpExecutor;
 pub(crate) use http::http_client;
 #[cfg(feature = "mcp")]
 pub use mcp::{McpExecutor, McpHttp, McpProtocol, McpServerInfo, McpStdio};
+#[cfg(feature = "mcp")]
+pub use mcp_oauth::McpOAuth;
 pub use mock::MockExecutor;
 
 /// A tool's output schema, compiled once, checked against every successful result.

@@ -712,7 +712,8 @@ mod mcp_sources {
         /// after them, gone ones removed); every page of `tools/list` is read. Returns
         /// whether any name, description or schema changed. Call it between runs, or
         /// between the steps of a conversation, then hand the agent [`Registry::tools`]
-        /// again. When listing fails, that server keeps the tools it had and the error
+        /// again; within a run, a registry in a `tokio::sync::Mutex` given as
+        /// [`crate::RunOptions::tool_updates`] is refreshed before each model call. When listing fails, that server keeps the tools it had and the error
         /// names it.
         pub async fn refresh(&mut self) -> Result<bool> {
             let mut changed = false;
@@ -765,6 +766,21 @@ mod mcp_sources {
                     Err(error)
                 }
             }
+        }
+    }
+    /// A registry shared with runs ([`crate::RunOptions::tool_updates`]): before each model
+    /// call, the MCP servers that announced `notifications/tools/list_changed` are listed
+    /// again, and the run takes the registry's tools when any changed. Stateless (2026-07-28)
+    /// servers announce nothing, so they are not listed again within a run.
+    impl crate::run::ToolUpdates for tokio::sync::Mutex<Registry> {
+        fn changed(&self) -> futures::future::BoxFuture<'_, Result<Option<Vec<crate::Tool>>>> {
+            Box::pin(async move {
+                let mut registry = self.lock().await;
+                if !registry.mcp_tools_changed() {
+                    return Ok(None);
+                }
+                Ok(registry.refresh().await?.then(|| registry.tools()))
+            })
         }
     }
 }

@@ -1,5 +1,10 @@
 //! Human approval: which tool calls need it (policies), the paused run that waits for it, and
 //! the decisions that resume it.
+//!
+//! A tool that asks a person for input while it runs (an MCP server's elicitation) pauses the
+//! run the same way: its call is pending with an [`InputRequest`] and is answered with
+//! [`Decision::accept`], [`Decision::decline`] or [`Decision::cancel`]; the call then runs
+//! again with the answer ([`crate::ToolContext::input_reply`]).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -123,8 +128,13 @@ pub struct PendingApproval {
     pub tool: String,
     /// The arguments as the model sent them.
     pub input: Value,
-    /// Why approval is needed (the policy's reason).
+    /// Why approval is needed (the policy's reason, or the tool's question when it asks for
+    /// input).
     pub reason: String,
+    /// The tool ran and asks a person for input: the call waits for an answer
+    /// ([`Decision::accept`], [`Decision::decline`] or [`Decision::cancel`]), not an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_request: Option<InputRequest>,
 }
 
 impl PendingApproval {
@@ -134,6 +144,18 @@ impl PendingApproval {
             tool: call.name,
             input: call.input,
             reason,
+            input_request: None,
+        }
+    }
+
+    /// A call whose tool asks for input.
+    pub(crate) fn asking(call: ToolCall, request: InputRequest) -> Self {
+        Self {
+            id: call.id,
+            tool: call.name,
+            input: call.input,
+            reason: request.message.clone(),
+            input_request: Some(request),
         }
     }
 
@@ -169,6 +191,16 @@ pub enum Decision {
     /// [`crate::conversation::Conversation`], in the whole conversation) without asking.
     /// Other calls of the tool pending now are approved with it, unless decided otherwise.
     AlwaysApprove,
+    /// Answer a call whose tool asks for input ([`PendingApproval::input_request`]); the call
+    /// runs again with the answer. Accepted content is checked against the request's schema
+    /// before anything runs (a mismatch is an error to the caller).
+    Answer {
+        /// Accept (with `content`), decline or cancel.
+        action: InputAction,
+        /// The person's input, when accepting.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<Value>,
+    },
 }
 
 impl Decision {
@@ -183,6 +215,69 @@ impl Decision {
             message: message.into(),
         }
     }
+
+    /// Answer a request for input with this content (it must fit the request's schema).
+    pub fn accept(content: Value) -> Self {
+        Self::Answer {
+            action: InputAction::Accept,
+            content: Some(content),
+        }
+    }
+
+    /// Decline a request for input: the tool goes on without it.
+    pub fn decline() -> Self {
+        Self::Answer {
+            action: InputAction::Decline,
+            content: None,
+        }
+    }
+
+    /// Cancel a request for input: the person dismissed it without choosing.
+    pub fn cancel() -> Self {
+        Self::Answer {
+            action: InputAction::Cancel,
+            content: None,
+        }
+    }
+}
+
+/// A tool's request for input from a person, made while it ran: an MCP server's form
+/// elicitation (`elicitation/create` in the handshake revisions up to 2025-11-25, an
+/// `input_required` result of `tools/call` in 2026-07-28).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputRequest {
+    /// What the tool asks, for the person.
+    pub message: String,
+    /// The JSON Schema accepted content must fit (for MCP, an object of primitive fields).
+    pub schema: Value,
+    /// What the tool needs to go on with the answer; the application keeps it with the run.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub resume: Value,
+}
+
+/// How a person answers an [`InputRequest`] (MCP's elicitation actions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputAction {
+    /// They gave the input.
+    Accept,
+    /// They chose not to give it.
+    Decline,
+    /// They dismissed the request.
+    Cancel,
+}
+
+/// An answered [`InputRequest`], handed to the tool when its call runs again
+/// ([`crate::ToolContext::input_reply`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputReply {
+    /// What was asked.
+    pub request: InputRequest,
+    /// The answer.
+    pub action: InputAction,
+    /// The input, when accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
 }
 
 /// The format version [`PausedRun`] writes; other versions are refused.

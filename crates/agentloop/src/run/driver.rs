@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::approval::{Approval, ApprovalContext};
+use super::approval::{Approval, ApprovalContext, InputReply};
 use super::events::Outbox;
 use super::hooks::{StepRequest, StopInfo, ToolDecision, WithHistory};
 use super::machine::{Action, Gate, Machine};
@@ -71,7 +71,7 @@ impl ToolSet {
         self.0.by_name.get(name).and_then(|&at| self.0.list.get(at))
     }
 
-    fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.0.list.iter().map(|t| t.name().to_owned()).collect()
     }
 
@@ -287,7 +287,7 @@ impl Driver {
         reason = "an async fn doubles the future's arguments"
     )]
     pub(crate) fn drive(
-        self,
+        mut self,
         mut machine: Machine,
     ) -> impl Future<Output = RunResult> + Send + 'static {
         async move {
@@ -302,7 +302,7 @@ impl Driver {
         reason = "an async fn doubles the future's arguments"
     )]
     pub(crate) fn drive_new(
-        self,
+        mut self,
         mut machine: Machine,
     ) -> impl Future<Output = Result<RunResult, Error>> + Send + 'static {
         async move {
@@ -353,14 +353,33 @@ impl Driver {
         result
     }
 
+    /// Take the run's tools anew when its tool source says they changed.
+    async fn refresh_tools(&mut self, machine: &mut Machine) {
+        let Some(source) = &self.options.tool_updates else {
+            return;
+        };
+        match source.changed().await {
+            Ok(Some(tools)) => {
+                let old = self.tools.names();
+                self.tools = ToolSet::new(tools);
+                machine.replace_tools(&old, self.tools.definitions());
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(target: "agentloop::run", "the run's tools could not be refreshed, so they stay as they were: {error}");
+            }
+        }
+    }
+
     /// Model calls and tool steps until the machine stops.
-    async fn steps(&self, machine: &mut Machine) {
+    async fn steps(&mut self, machine: &mut Machine) {
         let run_deadline = Deadline::new(TimeoutKind::Run, Instant::now(), self.options.timeout);
         self.emit(|| RunEvent::RunStart);
         loop {
             match machine.next_action() {
                 Action::Stop(_) => break,
                 Action::CallModel => {
+                    self.refresh_tools(machine).await;
                     let step = machine.steps().len();
                     self.emit(|| RunEvent::StepStart { step });
                     let started = Instant::now();
@@ -507,15 +526,11 @@ impl Driver {
             self.step_finished(machine, step);
             return;
         }
-        // The tool hooks see the history; it is copied only for them.
-        let hooks = &self.options.hooks;
-        let history: Option<Arc<[Message]>> = (!hooks.before_tool.is_empty()
-            || !hooks.after_tool.is_empty())
-        .then(|| machine.messages().into());
+        let shared = self.step_shared(machine);
         let tools_started = Instant::now();
         if let Some(durable) = self.store() {
             let recorded =
-                Box::pin(self.run_tools_recorded(machine, calls, history.as_ref(), durable));
+                Box::pin(self.run_tools_recorded(machine, calls, shared.as_ref(), durable));
             let stopped = tokio::select! {
                 biased;
                 reason = stop.wait() => Some(reason),
@@ -541,7 +556,7 @@ impl Driver {
                 stop.halt(machine, reason, None);
                 None
             }
-            outcomes = self.run_tools(calls, history.as_ref()) => Some(outcomes),
+            outcomes = self.run_tools(calls, shared.as_ref()) => Some(outcomes),
         };
         if let Some(outcomes) = outcomes {
             machine.on_tool_outcomes(outcomes, tools_started.elapsed());
@@ -553,6 +568,26 @@ impl Driver {
         if !machine.is_done() {
             self.check_budget(machine);
         }
+    }
+
+    /// What the step's calls share, when they share anything: the history, copied only for
+    /// the tool hooks, and the answers to what calls asked for before. One pointer in the
+    /// run's future.
+    fn step_shared(&self, machine: &Machine) -> Option<Arc<StepShared>> {
+        let hooks = &self.options.hooks;
+        let replies = machine.input_replies();
+        if hooks.before_tool.is_empty() && hooks.after_tool.is_empty() && replies.is_empty() {
+            return None;
+        }
+        let history = (!hooks.before_tool.is_empty() || !hooks.after_tool.is_empty())
+            .then(|| machine.messages().into());
+        Some(Arc::new(StepShared {
+            history,
+            replies: replies
+                .iter()
+                .map(|(id, reply)| (id.clone(), Arc::new(reply.clone())))
+                .collect(),
+        }))
     }
 
     /// What `response` cost, from the run's price table.
@@ -657,6 +692,14 @@ impl Driver {
                     outcome: outcome.clone(),
                     result: Box::new(outcome.to_result(&call.id, &call.name)),
                 });
+            }
+            // Calls that asked for input while they ran: approvals were announced before.
+            for pending in machine
+                .pending_approvals()
+                .iter()
+                .filter(|p| p.input_request.is_some())
+            {
+                self.emit(|| RunEvent::ApprovalRequested(Box::new(pending.clone())));
             }
             return;
         }
@@ -763,7 +806,7 @@ impl Driver {
     async fn run_tools(
         &self,
         mut calls: Vec<ToolCall>,
-        history: Option<&Arc<[Message]>>,
+        shared: Option<&Arc<StepShared>>,
     ) -> Vec<ToolOutcome> {
         // A call that runs alone gains nothing from a task of its own: its first poll happens
         // on the run's task. Calls that may run side by side each get a task from the start,
@@ -777,12 +820,12 @@ impl Driver {
             let Some(call) = calls.pop() else {
                 return Vec::new();
             };
-            return vec![self.run_one(call, true, history).await];
+            return vec![self.run_one(call, true, shared).await];
         }
         let concurrency = self.options.max_concurrency.max(1);
         let first_poll_inline = concurrency == 1;
         stream::iter(calls)
-            .map(|call| self.run_one(call, first_poll_inline, history))
+            .map(|call| self.run_one(call, first_poll_inline, shared))
             .buffered(concurrency)
             .collect()
             .await
@@ -794,7 +837,7 @@ impl Driver {
         &self,
         machine: &mut Machine,
         calls: Vec<ToolCall>,
-        history: Option<&Arc<[Message]>>,
+        shared: Option<&Arc<StepShared>>,
         durable: &Durable,
     ) {
         let concurrency = self.options.max_concurrency.max(1);
@@ -802,7 +845,7 @@ impl Driver {
         let mut running = stream::iter(calls)
             .map(|call| {
                 let id = call.id.clone();
-                self.run_one(call, first_poll_inline, history)
+                self.run_one(call, first_poll_inline, shared)
                     .map(move |outcome| (id, outcome))
             })
             .buffer_unordered(concurrency);
@@ -825,7 +868,7 @@ impl Driver {
         &'a self,
         mut call: ToolCall,
         first_poll_inline: bool,
-        history: Option<&'a Arc<[Message]>>,
+        shared: Option<&'a Arc<StepShared>>,
     ) -> impl Future<Output = ToolOutcome> + 'a {
         async move {
             // After-tool hooks see the call as the model made it; without them the input can
@@ -835,13 +878,54 @@ impl Driver {
             } else {
                 call.input.clone()
             };
-            let mut outcome = self.execute(&call, input, first_poll_inline, history).await;
+            let mut outcome =
+                self.refuse_input(self.execute(&call, input, first_poll_inline, shared).await);
             for hook in &self.options.hooks.after_tool {
-                let seen = WithHistory::new(call.clone(), history.cloned().unwrap_or_default());
+                let history = shared.and_then(|s| s.history.clone());
+                let seen = WithHistory::new(call.clone(), history.unwrap_or_default());
                 outcome = hook((seen, outcome)).await;
             }
             outcome
         }
+    }
+
+    /// A run that cannot pause answers a tool's request for input with an error result.
+    fn refuse_input(&self, outcome: ToolOutcome) -> ToolOutcome {
+        match outcome {
+            ToolOutcome::InputRequired { request } if self.options.non_interactive => {
+                ToolOutcome::Failed {
+                    message: format!(
+                        "the tool asks a person for input (\"{}\"), but nobody can answer in \
+                         this run (it is not interactive); go on without it",
+                        request.message
+                    ),
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The handler's context for `call`: with the answer to what it asked before, if any.
+    fn context(
+        &self,
+        call: &ToolCall,
+        cancel: CancellationToken,
+        shared: Option<&Arc<StepShared>>,
+    ) -> ToolContext {
+        let reply = shared.and_then(|s| {
+            s.replies
+                .iter()
+                .find(|(id, _)| *id == call.id)
+                .map(|(_, reply)| reply.clone())
+        });
+        ToolContext::new(
+            call.id.clone(),
+            call.name.clone(),
+            cancel,
+            self.options.state.clone(),
+        )
+        .with_run_id(self.store().map(|d| d.run_id.clone()))
+        .with_input_reply(reply)
     }
 
     /// Run `call` with `input` (its arguments, owned by the handler once it runs).
@@ -850,12 +934,13 @@ impl Driver {
         call: &ToolCall,
         mut input: Value,
         first_poll_inline: bool,
-        history: Option<&Arc<[Message]>>,
+        shared: Option<&Arc<StepShared>>,
     ) -> ToolOutcome {
         for hook in &self.options.hooks.before_tool {
             let mut seen = call.clone();
             seen.input = input.clone();
-            let seen = WithHistory::new(seen, history.cloned().unwrap_or_default());
+            let history = shared.and_then(|s| s.history.clone());
+            let seen = WithHistory::new(seen, history.unwrap_or_default());
             match hook(seen).await {
                 ToolDecision::Continue => {}
                 ToolDecision::ModifyInput(new_input) => input = new_input,
@@ -900,13 +985,7 @@ impl Driver {
         };
         let timeout = tool.timeout().unwrap_or(self.options.tool_timeout);
         let cancel = self.cancel.child_token();
-        let ctx = ToolContext::new(
-            call.id.clone(),
-            call.name.clone(),
-            cancel.clone(),
-            self.options.state.clone(),
-        )
-        .with_run_id(self.store().map(|d| d.run_id.clone()));
+        let ctx = self.context(call, cancel.clone(), shared);
         let started = Instant::now();
         let mut call_future = handler.call(ctx, input);
         let first_poll = if first_poll_inline {
@@ -937,6 +1016,13 @@ impl Driver {
         cancel.cancel();
         outcome
     }
+}
+
+/// What every call of a tool step shares: the history for the tool hooks, and the answers
+/// calls get to what they asked for before.
+struct StepShared {
+    history: Option<Arc<[Message]>>,
+    replies: Vec<(String, Arc<InputReply>)>,
 }
 
 type ToolFuture = futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>;
@@ -972,6 +1058,7 @@ fn returned(result: Result<ToolOutput, ToolError>) -> ToolOutcome {
             }
         }
         Err(ToolError::Failed(message)) => ToolOutcome::Failed { message },
+        Err(ToolError::InputRequired(request)) => ToolOutcome::InputRequired { request },
         Err(ToolError::InvalidArguments(violations)) => {
             ToolOutcome::InvalidArguments { violations }
         }

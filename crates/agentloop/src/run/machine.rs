@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::approval::{Decision, PausedRun, PendingApproval};
+use super::approval::{Decision, InputAction, InputReply, PausedRun, PendingApproval};
 use super::options::Limits;
 use super::outcome::{ToolOutcome, invalid_arguments_text};
 use super::result::{RunResult, RunStopReason, Step};
@@ -84,6 +84,10 @@ struct Held {
     /// The run paused in this step: its calls' ready events were reported before the pause.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     paused: bool,
+    /// Answers to what calls asked for when they ran, by call id: given to them when they run
+    /// again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    replies: Vec<(String, InputReply)>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -96,6 +100,7 @@ impl Held {
             && self.approved.is_empty()
             && self.pending.is_empty()
             && !self.paused
+            && self.replies.is_empty()
     }
 }
 
@@ -112,6 +117,7 @@ static NOTHING_HELD: Held = Held {
     pending: Vec::new(),
     reported: 0,
     paused: false,
+    replies: Vec::new(),
 };
 
 impl HeldBox {
@@ -409,6 +415,27 @@ impl Machine {
         &self.request
     }
 
+    /// Replace the definitions of the tools named `old` by `new` (the run's tools changed
+    /// between steps); definitions the base request had of its own stay.
+    pub(crate) fn replace_tools(
+        &mut self,
+        old: &[String],
+        new: impl IntoIterator<Item = crate::tool::ToolDefinition>,
+    ) {
+        self.request.tools.retain(|t| {
+            t.function_name()
+                .is_none_or(|n| !old.iter().any(|o| o == n))
+        });
+        for definition in new {
+            let listed = self.request.tools.iter().any(|t| {
+                t.function_name().is_some() && t.function_name() == definition.function_name()
+            });
+            if !listed {
+                self.request.tools.push(definition);
+            }
+        }
+    }
+
     /// The new user message a run starts with, for the prompt hooks: the last message, when it
     /// is the user's and answers no tool call.
     pub(crate) fn prompt_mut(&mut self) -> Option<&mut Message> {
@@ -640,6 +667,12 @@ impl Machine {
                 });
             }
         }
+        for (id, decision) in &decisions {
+            let Some(pending) = held.pending.iter().find(|p| p.id == *id) else {
+                continue;
+            };
+            check_kind(pending, decision)?;
+        }
         let sticky: Vec<String> = decisions
             .iter()
             .filter(|(_, d)| *d == Decision::AlwaysApprove)
@@ -654,7 +687,9 @@ impl Machine {
         for pending in std::mem::take(&mut held.pending) {
             let decision = match decisions.remove(&pending.id) {
                 Some(decision) => decision,
-                None if sticky.contains(&pending.tool) => Decision::Approve,
+                None if sticky.contains(&pending.tool) && pending.input_request.is_none() => {
+                    Decision::Approve
+                }
                 None => {
                     held.pending.push(pending);
                     continue;
@@ -672,6 +707,19 @@ impl Machine {
                     self.tool_calls += 1;
                     held.settled
                         .push((call, ToolOutcome::Denied { reason: message }));
+                }
+                Decision::Answer { action, content } => {
+                    if let Some(request) = pending.input_request {
+                        held.replies.push((
+                            call.id.clone(),
+                            InputReply {
+                                request,
+                                action,
+                                content,
+                            },
+                        ));
+                    }
+                    held.approved.push(call);
                 }
             }
         }
@@ -725,7 +773,6 @@ impl Machine {
         let Some((run, skipped, held)) = self.take_pending_tools() else {
             return;
         };
-        self.tool_calls += run.len() as u32;
         let mut outcomes = outcomes.into_iter();
         let pairs = run.into_iter().map(|call| {
             let outcome = outcomes.next().unwrap_or_else(|| ToolOutcome::Cancelled {
@@ -733,10 +780,27 @@ impl Machine {
             });
             (call, outcome)
         });
-        let pairs = if held.is_empty() {
-            pairs.collect()
+        // Calls that ask for input wait for an answer, as calls wait for approval.
+        let (asking, pairs): (Vec<_>, Vec<_>) =
+            pairs.partition(|(_, outcome)| matches!(outcome, ToolOutcome::InputRequired { .. }));
+        self.tool_calls += pairs.len() as u32;
+        let held = if asking.is_empty() {
+            held
         } else {
             let mut held = held.into_inner();
+            for (call, outcome) in asking {
+                if let ToolOutcome::InputRequired { request } = outcome {
+                    held.pending.push(PendingApproval::asking(call, *request));
+                }
+            }
+            held.into()
+        };
+        let pairs = if held.is_empty() {
+            pairs
+        } else {
+            let mut held = held.into_inner();
+            let ran: BTreeSet<&str> = pairs.iter().map(|(call, _)| call.id.as_str()).collect();
+            held.replies.retain(|(id, _)| !ran.contains(id.as_str()));
             held.settled.extend(pairs);
             if !held.pending.is_empty() {
                 held.reported = held.settled.len();
@@ -786,8 +850,22 @@ impl Machine {
             return;
         };
         let call = run.remove(at);
+        let held = held.0.get_or_insert_with(Box::default);
+        held.replies.retain(|(reply, _)| *reply != call.id);
+        if let ToolOutcome::InputRequired { request } = outcome {
+            held.pending.push(PendingApproval::asking(call, *request));
+            return;
+        }
         self.tool_calls += 1;
         held.settled.push((call, outcome));
+    }
+
+    /// The answers the running calls get to what they asked for (by call id).
+    pub(crate) fn input_replies(&self) -> &[(String, InputReply)] {
+        match &self.phase {
+            Phase::ToolsPending { held, .. } | Phase::AwaitingTools { held, .. } => &held.replies,
+            _ => &[],
+        }
     }
 
     /// After a crash: the calls that had started and whose outcome was not recorded are run
@@ -1091,6 +1169,62 @@ impl Machine {
             paused,
             output: self.output.and_then(|e| e.value),
         }
+    }
+}
+
+/// Whether `decision` is the kind of answer `pending` waits for: an answer to a request for
+/// input (content that fits its schema when accepted), an approval decision otherwise.
+fn check_kind(pending: &PendingApproval, decision: &Decision) -> Result<(), Error> {
+    let invalid = |message: String| Error::InvalidDecision {
+        call_id: pending.id.clone(),
+        message,
+    };
+    match (&pending.input_request, decision) {
+        (None, Decision::Answer { .. }) => Err(invalid(
+            "the call waits for approval, not for input: approve, edit or deny it".into(),
+        )),
+        (Some(_), Decision::Answer { action, content }) => {
+            if *action != InputAction::Accept {
+                return Ok(());
+            }
+            let Some(content) = content else {
+                return Err(invalid(
+                    "accepting a request for input needs the input: use Decision::accept(content)"
+                        .into(),
+                ));
+            };
+            check_content(pending, content).map_err(invalid)
+        }
+        (Some(request), _) => Err(invalid(format!(
+            "the call asks for input (\"{}\"): answer it with Decision::accept, decline or cancel",
+            request.message
+        ))),
+        (None, _) => Ok(()),
+    }
+}
+
+#[cfg(feature = "validation")]
+fn check_content(pending: &PendingApproval, content: &Value) -> Result<(), String> {
+    let Some(request) = &pending.input_request else {
+        return Ok(());
+    };
+    let validator = crate::tool::schema::compile(&request.schema)
+        .map_err(|e| format!("the requested schema cannot be checked: {e}"))?;
+    crate::tool::schema::violations(&validator, content).map_err(|found| {
+        let each: Vec<String> = found.iter().map(ToString::to_string).collect();
+        format!(
+            "the input does not fit the requested schema: {}",
+            each.join("; ")
+        )
+    })
+}
+
+#[cfg(not(feature = "validation"))]
+fn check_content(_pending: &PendingApproval, content: &Value) -> Result<(), String> {
+    if content.is_object() {
+        Ok(())
+    } else {
+        Err(format!("the input must be a JSON object, got {content}"))
     }
 }
 

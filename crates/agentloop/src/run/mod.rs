@@ -87,6 +87,15 @@
 //! run paused. [`crate::conversation::Conversation::decide`] does the same for a conversation,
 //! where "always" lasts for the conversation.
 //!
+//! A tool that asks a person for input while it runs ([`crate::ToolError::InputRequired`]: an
+//! MCP server's elicitation) pauses the run the same way: its pending call carries the
+//! question ([`PendingApproval::input_request`]: message and the schema of the answer), the
+//! decision is [`Decision::accept`] (content checked against that schema), [`Decision::decline`]
+//! or [`Decision::cancel`], and the call runs again with the answer
+//! ([`crate::ToolContext::input_reply`]). A run nobody can answer
+//! ([`RunOptions::non_interactive`]) does not pause: the model gets an error result saying
+//! what was asked.
+//!
 //! ```
 //! # use agentloop::{Agent, Tool, run::{Decision, PausedRun, RunStopReason}};
 //! # use agentloop_testkit::{ScriptedModel, Turn};
@@ -137,13 +146,13 @@ use futures::{FutureExt, Stream};
 use tokio_util::sync::CancellationToken;
 
 pub use approval::{
-    Approval, ApprovalContext, ApprovalPolicy, Decision, PAUSED_RUN_VERSION, PausedRun,
-    PendingApproval,
+    Approval, ApprovalContext, ApprovalPolicy, Decision, InputAction, InputReply, InputRequest,
+    PAUSED_RUN_VERSION, PausedRun, PendingApproval,
 };
 pub use hooks::{Hooks, PromptDecision, StepRequest, StopInfo, ToolDecision, WithHistory};
 pub use input::RunInput;
 pub use machine::{Action, Machine};
-pub use options::{Limits, RunOptions, StopCondition, StopMoment};
+pub use options::{Limits, RunOptions, StopCondition, StopMoment, ToolUpdates};
 pub use outcome::ToolOutcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{Heartbeat, PostgresStore};

@@ -4,6 +4,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -186,6 +187,29 @@ pub struct RunOptions {
     /// Tools whose calls are approved without asking from the start of the run (a conversation
     /// passes its sticky decisions here); a guardrail's denial still applies.
     pub approved_tools: Vec<String>,
+    /// Nobody can answer a tool's request for input in this run (a batch job, a scheduled
+    /// run): such a request is refused, and the model gets an error result saying what was
+    /// asked, instead of the run pausing ([`super::ToolOutcome::InputRequired`]).
+    pub non_interactive: bool,
+    /// Where the run's tools may change between steps (a registry whose MCP servers announce
+    /// tool list changes): asked before every model call, and a new list replaces the run's
+    /// tools and their definitions in the next request.
+    pub tool_updates: Option<Arc<dyn ToolUpdates>>,
+}
+
+/// Tools that can change while a run goes on: asked before each model call of a run that has
+/// it ([`RunOptions::tool_updates`]). `Mutex<Registry>` is one: it refreshes the MCP servers
+/// that sent `notifications/tools/list_changed`.
+pub trait ToolUpdates: Send + Sync {
+    /// The tools now, when they changed since the last time; `None` when they did not. An
+    /// error keeps the run's tools as they were (it is logged).
+    fn changed(&self) -> BoxFuture<'_, crate::error::Result<Option<Vec<crate::Tool>>>>;
+}
+
+impl std::fmt::Debug for dyn ToolUpdates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ToolUpdates(..)")
+    }
 }
 
 impl Default for RunOptions {
@@ -205,6 +229,8 @@ impl Default for RunOptions {
             approval_policy: None,
             hold_for_approval: false,
             approved_tools: Vec::new(),
+            non_interactive: false,
+            tool_updates: None,
         }
     }
 }
@@ -314,6 +340,13 @@ impl RunOptions {
     /// the same name).
     pub fn hold_for_approval(mut self, hold: bool) -> Self {
         self.hold_for_approval = hold;
+        self
+    }
+
+    /// Refuse tools' requests for input instead of pausing for them (the field of the same
+    /// name).
+    pub fn non_interactive(mut self, yes: bool) -> Self {
+        self.non_interactive = yes;
         self
     }
 }

@@ -56,6 +56,13 @@ pub enum ToolOutcome {
         /// The names that are available, to help the model recover.
         available: Vec<String>,
     },
+    /// The tool asks a person for input before it can finish: the run pauses with the call
+    /// pending ([`super::PendingApproval::input_request`]), or, when it cannot pause
+    /// ([`super::RunOptions::non_interactive`]), the model gets an error instead.
+    InputRequired {
+        /// What it asks.
+        request: Box<super::InputRequest>,
+    },
 }
 
 impl ToolOutcome {
@@ -70,6 +77,7 @@ impl ToolOutcome {
             Self::Interrupted { .. } => "interrupted",
             Self::InvalidArguments { .. } => "invalid_arguments",
             Self::UnknownTool { .. } => "unknown_tool",
+            Self::InputRequired { .. } => "input_required",
         }
     }
 
@@ -119,6 +127,13 @@ impl ToolOutcome {
                         available.join(", ")
                     )
                 },
+            ),
+            Self::InputRequired { request } => ToolResult::error(
+                id,
+                format!(
+                    "Error: `{name}` asks a person for input (\"{}\"), and no answer was given",
+                    request.message
+                ),
             ),
         }
     }

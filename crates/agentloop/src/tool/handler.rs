@@ -25,6 +25,8 @@ pub struct ToolContext {
     state: Option<Arc<dyn Any + Send + Sync>>,
     /// The durable run's id, when the call belongs to one.
     run_id: Option<Arc<str>>,
+    /// A person's answer to what this call asked when it ran before.
+    input_reply: Option<Arc<crate::run::InputReply>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -50,7 +52,20 @@ impl ToolContext {
             cancel,
             state,
             run_id: None,
+            input_reply: None,
         }
+    }
+
+    /// The context of a call that runs again with a person's answer to what it asked
+    /// ([`ToolError::InputRequired`]).
+    pub fn with_input_reply(mut self, reply: Option<Arc<crate::run::InputReply>>) -> Self {
+        self.input_reply = reply;
+        self
+    }
+
+    /// The answer to what this call asked when it ran before, if it asked.
+    pub fn input_reply(&self) -> Option<&crate::run::InputReply> {
+        self.input_reply.as_deref()
     }
 
     /// The context of a call in durable run `run_id` (see [`Self::idempotency_key`]).
@@ -87,6 +102,10 @@ pub enum ToolError {
     InvalidArguments(Vec<Violation>),
     /// The tool ran and failed; the message goes to the model.
     Failed(String),
+    /// The tool needs a person's input to go on (an MCP server's elicitation): the run pauses
+    /// with the call pending, and runs it again with the answer
+    /// ([`ToolContext::input_reply`]).
+    InputRequired(Box<crate::run::InputRequest>),
 }
 
 /// Handler output that converts into tool-result content, with the structured value behind it

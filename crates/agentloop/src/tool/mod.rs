@@ -680,6 +680,10 @@ impl Tool {
             }
             Ok(Ok(Ok(output))) => Ok(output),
             Ok(Ok(Err(ToolError::Failed(message)))) => Err(failed(message)),
+            Ok(Ok(Err(ToolError::InputRequired(request)))) => Err(failed(format!(
+                "the tool asks a person for input (\"{}\"), which a direct call cannot answer",
+                request.message
+            ))),
             Ok(Ok(Err(ToolError::InvalidArguments(violations)))) => Err(explain(violations)),
         }
     }
