@@ -93,6 +93,7 @@
 #![warn(missing_docs)]
 
 mod agent;
+pub mod context;
 pub mod conversation;
 pub mod cost;
 pub mod error;

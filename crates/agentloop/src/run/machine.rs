@@ -409,6 +409,16 @@ impl Machine {
         &self.request
     }
 
+    /// The history, for the context policy's strategies (which keep it valid).
+    pub(crate) fn messages_mut(&mut self) -> &mut Vec<Message> {
+        &mut self.request.messages
+    }
+
+    /// Count usage of a call made for the run outside its steps (a summary's).
+    pub(crate) fn add_usage(&mut self, usage: Usage) {
+        self.usage += usage;
+    }
+
     /// The new user message a run starts with, for the prompt hooks: the last message, when it
     /// is the user's and answers no tool call.
     pub(crate) fn prompt_mut(&mut self) -> Option<&mut Message> {

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::approval::{Approval, ApprovalContext, ApprovalPolicy};
 use super::hooks::Hooks;
 use super::machine::Machine;
+use crate::context::ContextPolicy;
 use crate::cost::Prices;
 
 /// The limits the state machine enforces (serializable with it).
@@ -186,6 +187,9 @@ pub struct RunOptions {
     /// Tools whose calls are approved without asking from the start of the run (a conversation
     /// passes its sticky decisions here); a guardrail's denial still applies.
     pub approved_tools: Vec<String>,
+    /// Keep each request within the model's context window (none by default: requests are
+    /// sent as they are). See [`crate::context`].
+    pub context: Option<Arc<ContextPolicy>>,
 }
 
 impl Default for RunOptions {
@@ -205,6 +209,7 @@ impl Default for RunOptions {
             approval_policy: None,
             hold_for_approval: false,
             approved_tools: Vec::new(),
+            context: None,
         }
     }
 }
@@ -291,6 +296,12 @@ impl RunOptions {
     /// Stop before a model call that would take the run's cost over `usd`.
     pub fn max_cost(mut self, usd: Decimal) -> Self {
         self.max_cost = Some(usd);
+        self
+    }
+
+    /// Keep requests within the model's context window with `policy` (see [`crate::context`]).
+    pub fn context(mut self, policy: ContextPolicy) -> Self {
+        self.context = Some(Arc::new(policy));
         self
     }
 
