@@ -207,6 +207,11 @@ pub fn billed_input(provider: &str, usage: &Usage) -> u64 {
     }
 }
 
+/// Whether `provider` reports cached input tokens apart from `input_tokens`.
+pub fn counts_cache_apart(provider: &str) -> bool {
+    dataset_provider(provider).1 == Counting::CacheApart
+}
+
 /// How a model name is recognised (the dataset's match rules).
 #[derive(Debug, Clone)]
 enum Rule {

@@ -405,3 +405,50 @@ fn anthropic_context_management_is_sent_with_its_betas() {
         "context-management-2025-06-27,compact-2026-01-12"
     );
 }
+
+// The token budget counts what the provider bills: Anthropic reports cached tokens apart from
+// `input_tokens`, and they count; the run stops before a call whose input, by the estimate,
+// would take it over.
+
+#[tokio::test]
+async fn the_token_budget_counts_anthropic_cache_tokens() {
+    // 10 input + 5 output + 1,000 read from the cache: 1,015 billed tokens.
+    let turns = vec![
+        Turn::tool_call("fetch", json!({"page": 0}))
+            .with_usage(10, 5)
+            .with_cache_usage(1_000, 0),
+        Turn::text("never asked"),
+    ];
+    let server = MockServer::start(Wire::Anthropic, turns).await.unwrap();
+    let mut config = HttpConfig::new(server.base_url());
+    config.api_key = Some(ApiKey::new("sk-test"));
+    let agent = Agent::builder(Anthropic::new(config).unwrap())
+        .model("m")
+        .tool(fetch())
+        .max_total_tokens(1_000)
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::TokenBudget);
+    assert_eq!(server.calls(), 1);
+    history::validate(&result.messages).unwrap();
+}
+
+#[tokio::test]
+async fn the_token_budget_stops_before_a_call_that_would_pass_it() {
+    let model = model();
+    // The first request is small; by the third the history holds two long results, and
+    // what was spent plus the next request's estimate passes the budget.
+    let agent =
+        agent(model.clone(), None).with_options(|o| o.limits.max_total_tokens = Some(1_500));
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::TokenBudget);
+    let spent = result.usage.total_tokens();
+    assert!(spent <= 1_500, "{spent}");
+    let next = {
+        let mut request = model.last_request().unwrap();
+        request.messages = result.messages.clone();
+        estimate(&request, Family::OpenAi)
+    };
+    assert!(spent + next > 1_500, "{spent} + {next}");
+    history::validate(&result.messages).unwrap();
+}

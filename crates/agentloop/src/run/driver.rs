@@ -375,10 +375,14 @@ impl Driver {
     /// Model calls and tool steps until the machine stops.
     async fn steps(&self, machine: &mut Machine) {
         let run_deadline = Deadline::new(TimeoutKind::Run, Instant::now(), self.options.timeout);
+        machine.count_cache_apart(crate::cost::counts_cache_apart(self.provider.name()));
         self.emit(|| RunEvent::RunStart);
         loop {
             match machine.next_action() {
                 Action::Stop(_) => break,
+                Action::CallModel if self.over_token_budget(machine) => {
+                    machine.stop_before_call(RunStopReason::TokenBudget);
+                }
                 Action::CallModel => {
                     let step = machine.steps().len();
                     self.emit(|| RunEvent::StepStart { step });
@@ -727,6 +731,19 @@ impl Driver {
         }
         let prepared = self.prepare(machine, step).await;
         self.call_model(&prepared, stop).await
+    }
+
+    /// Whether the next model call's input, by the estimate, would take the run past its
+    /// token budget ([`super::Limits::max_total_tokens`]).
+    fn over_token_budget(&self, machine: &Machine) -> bool {
+        let Some(max) = machine.limits().max_total_tokens else {
+            return false;
+        };
+        let next = match self.context_state() {
+            Some(state) => state.estimator.tokens(machine.request()),
+            None => context::estimate(machine.request(), Family::of(self.provider.name())),
+        };
+        machine.billed_tokens() + next > max
     }
 
     /// The run's context estimator, when it has a policy.

@@ -26,7 +26,10 @@ pub struct Limits {
     pub max_tool_iterations: u32,
     /// Maximum tool calls answered; calls past it are answered as not run and the run stops.
     pub max_tool_calls: Option<u32>,
-    /// Maximum input+output tokens over the run.
+    /// Maximum tokens over the run, counted as the provider bills them: input (cached tokens
+    /// included) plus output (reasoning included), summed over its model calls. The run
+    /// stops after the step that reaches it, and before a model call whose request, by its
+    /// estimate ([`crate::context::estimate`]), would take the run past it.
     pub max_total_tokens: Option<u64>,
     /// How many invalid-argument errors one tool may get before its calls are answered with a
     /// final error (default 2).
