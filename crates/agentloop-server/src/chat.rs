@@ -251,6 +251,7 @@ async fn drive(
                         prompt_index,
                         crate::events::stop_reason_name(&result.stop_reason).to_owned(),
                         result.usage,
+                        result.cost,
                     )
                     .await
                 {
