@@ -332,6 +332,9 @@ fn json_len(value: &Value) -> u64 {
     }
 }
 
+/// The smallest estimate a report is learned from.
+const MIN_LEARNED: u64 = 256;
+
 /// A run's estimator: the family's estimate times the ratio the provider's reports showed.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Calibrated {
@@ -355,11 +358,13 @@ impl Calibrated {
     /// nothing real, a proxy): it is ignored rather than allowed to make the next estimates
     /// absurd.
     pub(crate) fn learn(&mut self, raw: u64, reported: u64) {
-        if raw == 0 || reported == 0 {
+        // A small request is mostly fixed overhead (chat templates, role markers), whose ratio
+        // says little about the bytes that make a request large.
+        if raw < MIN_LEARNED || reported == 0 {
             return;
         }
         let ratio = reported as f64 / raw as f64;
-        if (1.0 / 3.0..=3.0).contains(&ratio) {
+        if (0.2..=5.0).contains(&ratio) {
             self.ratio = ratio;
         }
     }
@@ -430,6 +435,13 @@ pub(crate) fn trim_one(policy: &ContextPolicy, messages: &mut Vec<Message>) -> b
     let prompts: Vec<usize> = (from..messages.len())
         .filter(|&i| messages.get(i).is_some_and(is_prompt))
         .collect();
+    // The rest of a kept first turn (its answer, its tool rounds) when a later turn exists.
+    if let Some(&first) = prompts.first()
+        && first > from
+    {
+        messages.drain(from..first);
+        return true;
+    }
     // A whole old turn: from its prompt to the next prompt.
     if let [first, next, ..] = prompts[..] {
         messages.drain(first..next);
@@ -609,4 +621,47 @@ pub(crate) fn replace_with_summary(
     }
     messages.splice(from..to, [summary_message(summary)]);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(text: &str) -> Request {
+        Request {
+            messages: vec![Message::user(text)],
+            ..Request::default()
+        }
+    }
+
+    #[test]
+    fn the_estimate_counts_bytes_at_the_family_ratio_plus_overheads() {
+        let r = request(&"a".repeat(380));
+        // 3 for the answer's priming, 4 for the message, 380 bytes at 3.8 a token.
+        assert_eq!(estimate(&r, Family::OpenAi), 3 + 4 + 100);
+        // 3 + 5 + 380 bytes at 3.3 a token (115.2, rounded up).
+        assert_eq!(estimate(&r, Family::Anthropic), 3 + 5 + 116);
+        let mut image = request("");
+        image.messages[0]
+            .content
+            .push(ContentBlock::image_url("https://example.com/a.png"));
+        assert_eq!(estimate(&image, Family::Gemini), 3 + 3 + 258);
+    }
+
+    #[test]
+    fn the_correction_follows_the_reports_but_not_absurd_ones() {
+        let r = request(&"a".repeat(380));
+        let mut calibrated = Calibrated::new(Family::OpenAi);
+        assert_eq!(calibrated.tokens(&r), 107);
+        // A small request's report says little.
+        calibrated.learn(100, 300);
+        assert_eq!(calibrated.tokens(&r), 107);
+        calibrated.learn(1_000, 1_500);
+        assert_eq!(calibrated.tokens(&r), 161);
+        // A report of 10 tokens for a request estimated at 2,500 counts something else.
+        calibrated.learn(2_500, 10);
+        assert_eq!(calibrated.tokens(&r), 161);
+        calibrated.learn(0, 10);
+        assert_eq!(calibrated.tokens(&r), 161);
+    }
 }

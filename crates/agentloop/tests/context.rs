@@ -188,6 +188,34 @@ async fn trimming_removes_whole_old_turns_of_a_conversation_first() {
 }
 
 #[tokio::test]
+async fn trimming_keeps_the_first_prompt_and_drops_its_answer_and_later_turns() {
+    let mut messages = Vec::new();
+    for i in 0..6 {
+        messages.push(Message::user(format!(
+            "question {i}: {}",
+            "why ".repeat(400)
+        )));
+        messages.push(Message::assistant(format!(
+            "answer {i}: {}",
+            "because ".repeat(50)
+        )));
+    }
+    messages.push(Message::user("now this"));
+    let model = ScriptedModel::new([Turn::text("ok")]);
+    let result = agent(model.clone(), Some(policy(Strategy::TrimTurns)))
+        .run(messages.clone())
+        .await
+        .unwrap();
+    assert_fitted(&model.requests(), Family::OpenAi);
+    let sent = &model.requests()[0].messages;
+    // The first question stays, its answer went first, then the oldest whole turns.
+    assert_eq!(sent[0], messages[0]);
+    assert!(sent[1].text().starts_with("question "), "{:?}", sent[1]);
+    assert_eq!(sent.last().unwrap().text(), "now this");
+    history::validate(&result.messages).unwrap();
+}
+
+#[tokio::test]
 async fn summaries_replace_older_messages_with_one() {
     let model = model();
     let summarizer = ScriptedModel::from_fn(|_, i| Turn::text(format!("summary {i}")));
