@@ -1034,3 +1034,42 @@ async fn run_max_cost_stops_before_the_call_that_would_pass_it() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// `--context-window` sets the run's context policy: a window too small for even the first
+/// request ends the run with the error that says so, before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_context_window_refuses_a_request_that_cannot_fit() {
+    let server = MockServer::start(Wire::OpenAi, [Turn::text("never asked")])
+        .await
+        .unwrap();
+    let tools = tools_dir();
+    let output = tokio::task::spawn_blocking({
+        let url = server.base_url();
+        let tools = tools.path().to_owned();
+        move || {
+            run(bin()
+                .args([
+                    "run",
+                    "--context-window",
+                    "4150",
+                    "--model",
+                    "openai-compatible/test-model",
+                    "--base-url",
+                    &url,
+                    "--tools",
+                ])
+                .arg(&tools)
+                .arg("Weather in Lyon?"))
+        }
+    })
+    .await
+    .unwrap();
+    // 4,150 tokens less the 4,096 kept for the answer leave too little for the tool schema.
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("context window leaves 54 of its 4150"),
+        "{stderr}"
+    );
+    assert_eq!(server.calls(), 0);
+}
