@@ -76,6 +76,30 @@ pub struct ModelArgs {
     /// Sampling temperature.
     #[arg(long)]
     pub temperature: Option<f32>,
+    /// Stop before a model call that would take the run's cost past this many US dollars
+    /// (e.g. 0.50), by the built-in price table; a model without a price is not stopped.
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub max_cost: Option<agentloop::cost::Decimal>,
+    /// Stop once the run used this many tokens, counted as the provider bills them, or before
+    /// a call that would pass it.
+    #[arg(long, value_name = "TOKENS")]
+    pub max_total_tokens: Option<u64>,
+    /// Keep every request within this many tokens of context (the model's own window, from
+    /// the price table, when not given), clearing old tool results and then trimming the
+    /// oldest turns when a request would not fit.
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<u64>,
+}
+
+/// A budget in US dollars: a non-negative decimal.
+fn parse_usd(text: &str) -> Result<agentloop::cost::Decimal, String> {
+    let usd: agentloop::cost::Decimal = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not an amount in US dollars, e.g. 0.50"))?;
+    if usd.is_sign_negative() {
+        return Err(format!("the budget must not be negative, got {text}"));
+    }
+    Ok(usd)
 }
 
 /// `agentloop run`.

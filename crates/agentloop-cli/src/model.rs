@@ -57,6 +57,21 @@ pub fn agent(args: &ModelArgs, resolved: &Resolved) -> Result<Agent, String> {
     if let Some(t) = args.temperature {
         builder = builder.temperature(t);
     }
+    if let Some(usd) = args.max_cost {
+        builder = builder.max_cost(usd);
+    }
+    if let Some(n) = args.max_total_tokens {
+        builder = builder.max_total_tokens(n);
+    }
+    if let Some(window) = args.context_window {
+        use agentloop::context::{ContextPolicy, Strategy};
+        builder = builder.context(
+            ContextPolicy::new()
+                .window(window)
+                .strategy(Strategy::ClearToolResults { keep_last: 2 })
+                .strategy(Strategy::TrimTurns),
+        );
+    }
     let mut tools = Vec::new();
     if let Some(path) = &args.tools {
         tools = crate::commands::tools::load(path)?.tools();

@@ -975,3 +975,101 @@ fn run_with_the_example_tools_shows_the_tool_call() {
         "{stdout}"
     );
 }
+
+/// `--max-cost` stops the run before the call that would pass the budget: the first step
+/// cost 0.000225 USD (see above) and the next request's projected input passes 0.0003.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_max_cost_stops_before_the_call_that_would_pass_it() {
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("get_weather", json!({"city": "Lyon"})).with_usage(30, 9),
+            Turn::text("never asked").with_usage(50, 8),
+        ],
+    )
+    .await
+    .unwrap();
+    let tools = tools_dir();
+    let output = tokio::task::spawn_blocking({
+        let url = server.base_url();
+        let tools = tools.path().to_owned();
+        move || {
+            run(bin()
+                .args([
+                    "run",
+                    "--json",
+                    "--max-cost",
+                    "0.0003",
+                    "--model",
+                    "anthropic/claude-sonnet-4-5",
+                    "--base-url",
+                    &url,
+                    "--tools",
+                ])
+                .arg(&tools)
+                .arg("Weather in Lyon?")
+                .env("ANTHROPIC_API_KEY", "test-key"))
+        }
+    })
+    .await
+    .unwrap();
+    // A limit stopped the run: exit code 3.
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let doc = stdout_json(&output);
+    assert_eq!(doc["stop_reason"], "cost_budget");
+    assert_eq!(doc["turns"], 1);
+    assert_eq!(doc["cost"]["total"], "0.000225");
+    assert_eq!(server.calls(), 1);
+
+    let refused = run(bin().args(["run", "--max-cost=-1", "hi"]));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("must not be negative"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+/// `--context-window` sets the run's context policy: a window too small for even the first
+/// request ends the run with the error that says so, before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_context_window_refuses_a_request_that_cannot_fit() {
+    let server = MockServer::start(Wire::OpenAi, [Turn::text("never asked")])
+        .await
+        .unwrap();
+    let tools = tools_dir();
+    let output = tokio::task::spawn_blocking({
+        let url = server.base_url();
+        let tools = tools.path().to_owned();
+        move || {
+            run(bin()
+                .args([
+                    "run",
+                    "--context-window",
+                    "4150",
+                    "--model",
+                    "openai-compatible/test-model",
+                    "--base-url",
+                    &url,
+                    "--tools",
+                ])
+                .arg(&tools)
+                .arg("Weather in Lyon?"))
+        }
+    })
+    .await
+    .unwrap();
+    // 4,150 tokens less the 4,096 kept for the answer leave too little for the tool schema.
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("context window leaves 54 of its 4150"),
+        "{stderr}"
+    );
+    assert_eq!(server.calls(), 0);
+}

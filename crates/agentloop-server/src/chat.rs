@@ -311,6 +311,7 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: RunStream) {
                         answer.prompt_index,
                         crate::events::stop_reason_name(&result.stop_reason).to_owned(),
                         usage,
+                        result.cost,
                     )
                     .await
                 {
@@ -494,6 +495,7 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
             paused.prompt_index,
             crate::events::stop_reason_name(&RunStopReason::Cancelled).to_owned(),
             paused.usage,
+            paused.run.machine().cost(),
         )
         .await
     {

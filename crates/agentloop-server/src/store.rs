@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use agentloop::cost::Cost;
 use agentloop::{Message, Usage};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -49,6 +50,8 @@ const MIGRATIONS: &[&str] = &[
         events          TEXT NOT NULL,
         created_at      INTEGER NOT NULL
     );",
+    // What each answer cost (JSON of agentloop's `Cost`), NULL when its model has no price.
+    "ALTER TABLE answers ADD COLUMN cost TEXT;",
 ];
 
 /// An answer waiting for approval, as stored.
@@ -111,6 +114,9 @@ pub struct AnswerRecord {
     pub stop_reason: String,
     /// The tokens used.
     pub usage: Usage,
+    /// What they cost in USD; absent when the model has no price (never a made-up zero).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
 }
 
 /// The database. Calls are queued, in the order they are made, to one worker that runs them
@@ -464,7 +470,7 @@ impl Store {
                 messages.push(message);
             }
             let mut stmt = conn.prepare(
-                "SELECT prompt_index, stop_reason, usage FROM answers
+                "SELECT prompt_index, stop_reason, usage, cost FROM answers
                  WHERE conversation_id = ?1 ORDER BY prompt_index",
             )?;
             let rows = stmt.query_map(params![id], |row| {
@@ -472,20 +478,30 @@ impl Store {
                     row.get::<_, i64>(0)?,
                     row.get::<_, String>(1)?,
                     row.get::<_, String>(2)?,
+                    row.get::<_, Option<String>>(3)?,
                 ))
             })?;
             let mut answers = Vec::new();
             for row in rows {
-                let (prompt_index, stop_reason, usage) = row?;
+                let (prompt_index, stop_reason, usage, cost) = row?;
                 let usage = serde_json::from_str(&usage).map_err(|e| {
                     ServerError::database(format!(
                         "the usage of answer {prompt_index} of conversation `{id}` is not valid: {e}"
                     ))
                 })?;
+                let cost = cost
+                    .map(|cost| serde_json::from_str(&cost))
+                    .transpose()
+                    .map_err(|e| {
+                        ServerError::database(format!(
+                            "the cost of answer {prompt_index} of conversation `{id}` is not valid: {e}"
+                        ))
+                    })?;
                 answers.push(AnswerRecord {
                     prompt_index: usize::try_from(prompt_index).unwrap_or_default(),
                     stop_reason,
                     usage,
+                    cost,
                 });
             }
             Ok(Some(StoredConversation {
@@ -547,13 +563,18 @@ impl Store {
         prompt_index: usize,
         stop_reason: String,
         usage: Usage,
+        cost: Option<Cost>,
     ) -> Result<(), ServerError> {
         let usage = serde_json::to_string(&usage).map_err(ServerError::database)?;
+        let cost = cost
+            .map(|cost| serde_json::to_string(&cost))
+            .transpose()
+            .map_err(ServerError::database)?;
         self.call(move |conn| {
             conn.execute(
-                "INSERT OR REPLACE INTO answers (conversation_id, prompt_index, stop_reason, usage)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![id, prompt_index as i64, stop_reason, usage],
+                "INSERT OR REPLACE INTO answers (conversation_id, prompt_index, stop_reason, usage, cost)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, prompt_index as i64, stop_reason, usage, cost],
             )?;
             Ok(())
         })

@@ -179,9 +179,11 @@ function showUser(text) {
   scrollDown();
 }
 
-function usageText(usage) {
+function usageText(usage, cost) {
   if (!usage) return '';
-  return `${usage.input_tokens} tokens in · ${usage.output_tokens} out`;
+  const tokens = `${usage.input_tokens} tokens in · ${usage.output_tokens} out`;
+  // Decimal strings in USD, shown as stored; no cost means the model has no price.
+  return cost ? `${tokens} · $${cost.total}` : tokens;
 }
 
 // A tool call as a card: its name and state on a button that folds the arguments and the
@@ -433,10 +435,10 @@ class AssistantView {
     setStatus('Answering… (Escape stops)');
   }
 
-  end(stopReason, usage) {
+  end(stopReason, usage, cost) {
     this.flush();
     const parts = [];
-    if (usage) parts.push(usageText(usage));
+    if (usage) parts.push(usageText(usage, cost));
     if (stopReason && stopReason !== 'end_turn') parts.push(stopReason.replace(/_/g, ' '));
     if (parts.length) this.root.append(el('div', 'meta', parts.join(' · ')));
     scrollDown();
@@ -698,7 +700,7 @@ function renderHistory(messages, answers) {
   const close = () => {
     if (view) {
       view.flush();
-      if (answer) view.end(answer.stop_reason, answer.usage);
+      if (answer) view.end(answer.stop_reason, answer.usage, answer.cost);
     }
   };
   messages.forEach((message, index) => {

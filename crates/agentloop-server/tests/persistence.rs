@@ -4,6 +4,7 @@ mod common;
 
 use std::convert::Infallible;
 
+use agentloop::cost::{Decimal, PriceSheet, Prices};
 use agentloop::{Agent, Message, Tool};
 use agentloop_server::ServerConfig;
 use agentloop_testkit::{ScriptedModel, Turn};
@@ -174,7 +175,7 @@ async fn a_database_from_a_newer_server_is_refused() {
     assert_eq!(
         error.to_string(),
         format!(
-            "database error: `{}` has schema version 99, newer than this server knows (3); use a newer agentloop",
+            "database error: `{}` has schema version 99, newer than this server knows (4); use a newer agentloop",
             db.display()
         )
     );
@@ -273,6 +274,47 @@ async fn each_answer_keeps_its_usage_after_a_restart() {
              "usage": {"input_tokens": 30, "output_tokens": 7, "cache_read_tokens": 0, "cache_write_tokens": 0}},
             {"prompt_index": 4, "stop_reason": "end_turn",
              "usage": {"input_tokens": 30, "output_tokens": 5, "cache_read_tokens": 0, "cache_write_tokens": 0}},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn each_answer_keeps_its_cost_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})).with_usage(1_000, 100),
+        Turn::text("18 °C.").with_usage(2_000, 50),
+    ]);
+    // 2 USD per million tokens in and 8 out, for the model the scripted one answers as.
+    let mut prices = Prices::empty();
+    prices.set(
+        "scripted",
+        "scripted",
+        PriceSheet::new(Decimal::new(2, 0), Decimal::new(8, 0)),
+    );
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool())
+        .prices(prices)
+        .build();
+    let server = TestServer::start(ServerConfig::new(agent).database(&db)).await;
+    let events = chat(&server, json!({"message": "Weather in Paris?"})).await;
+    let id = events[0].data["conversation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.stop().await;
+
+    let again = TestServer::start(server_config(&ScriptedModel::new([]), &db)).await;
+    let stored = fetch(&again, &format!("/v1/conversations/{id}")).await;
+    // 3,000 in × 2 + 150 out × 8, per million.
+    assert_eq!(
+        stored["answers"],
+        json!([
+            {"prompt_index": 0, "stop_reason": "end_turn",
+             "usage": {"input_tokens": 3000, "output_tokens": 150, "cache_read_tokens": 0, "cache_write_tokens": 0},
+             "cost": {"total": "0.0072", "input": "0.006", "output": "0.0012",
+                      "cache_read": "0", "cache_write": "0"}},
         ])
     );
 }

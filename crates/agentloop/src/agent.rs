@@ -610,6 +610,12 @@ impl AgentBuilder {
         self
     }
 
+    /// Keep requests within the model's context window (see [`crate::context`]).
+    pub fn context(mut self, policy: crate::context::ContextPolicy) -> Self {
+        self.options.context = Some(Arc::new(policy));
+        self
+    }
+
     /// Add a stop condition.
     pub fn stop_when(mut self, condition: StopCondition) -> Self {
         self.options.stop_when.push(condition);

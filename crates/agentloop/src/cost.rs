@@ -196,6 +196,22 @@ fn dataset_provider(provider: &str) -> (&str, Counting) {
     }
 }
 
+/// The input tokens `provider` billed for a call with `usage`: its cached tokens included,
+/// whether it reports them inside `input_tokens` or apart.
+pub fn billed_input(provider: &str, usage: &Usage) -> u64 {
+    match dataset_provider(provider).1 {
+        Counting::CacheApart => {
+            usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        }
+        Counting::CacheInside => usage.input_tokens,
+    }
+}
+
+/// Whether `provider` reports cached input tokens apart from `input_tokens`.
+pub fn counts_cache_apart(provider: &str) -> bool {
+    dataset_provider(provider).1 == Counting::CacheApart
+}
+
 /// How a model name is recognised (the dataset's match rules).
 #[derive(Debug, Clone)]
 enum Rule {

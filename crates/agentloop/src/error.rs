@@ -295,6 +295,19 @@ pub enum Error {
         /// The version the store holds.
         found: u64,
     },
+    /// The request does not fit the model's context window, by the run's estimate, even after
+    /// every strategy of the run's [`crate::context::ContextPolicy`]; it was not sent.
+    #[error(
+        "the request needs about {estimate} tokens but the context window leaves {budget} of its {window} for the input; add a strategy to the run's context policy (trim turns, summarize) or use a model with a larger window"
+    )]
+    ContextWindow {
+        /// The request's estimated input tokens.
+        estimate: u64,
+        /// What the window leaves for the input once the answer's room is kept.
+        budget: u64,
+        /// The window.
+        window: u64,
+    },
     /// No run with this id is in the store.
     #[error("no run `{run_id}` in the store; start it with Agent::run_durable")]
     RunNotFound {
@@ -354,6 +367,7 @@ impl Error {
             Self::Store { .. } => "store",
             Self::StaleCheckpoint { .. } => "stale_checkpoint",
             Self::RunNotFound { .. } => "run_not_found",
+            Self::ContextWindow { .. } => "context_window",
         }
     }
 

@@ -69,6 +69,8 @@
 //!   tool once; the [`run::RunStore`] docs give the exact semantics.
 //! - [`conversation`]: a chat kept across turns, with tool calls run automatically or by hand.
 //! - [`output`]: typed answers, [`Agent::run_output`] returning a checked `T` after the tools.
+//! - [`cost`]: what each step and run cost, and a cost budget; [`context`]: requests kept
+//!   within the model's context window (clearing, trimming or summarizing older history).
 //!
 //! ## Features
 //!
@@ -93,6 +95,7 @@
 #![warn(missing_docs)]
 
 mod agent;
+pub mod context;
 pub mod conversation;
 pub mod cost;
 pub mod error;

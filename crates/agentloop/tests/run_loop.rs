@@ -229,7 +229,9 @@ async fn max_tool_calls_answers_the_extra_calls_and_stops() {
 }
 
 #[tokio::test]
-async fn max_total_tokens_stops_after_the_step() {
+async fn max_total_tokens_stops_before_the_call_that_would_pass_it() {
+    // 70 tokens spent, and the next request (the prompt, the call, its result and the tool's
+    // definition) is estimated at more than the 30 left: the second call is not made.
     let model = ScriptedModel::new([
         Turn::tool_call("get_weather", json!({"city": "A"})).with_usage(60, 10),
         Turn::tool_call("get_weather", json!({"city": "B"})).with_usage(60, 10),
@@ -240,10 +242,29 @@ async fn max_total_tokens_stops_after_the_step() {
         .build();
     let result = agent.run("go").await.unwrap();
     assert_eq!(result.stop_reason, RunStopReason::TokenBudget);
-    assert_eq!(result.usage.total_tokens(), 140);
-    assert_eq!(result.turns, 2);
+    assert_eq!(result.usage.total_tokens(), 70);
+    assert_eq!(result.turns, 1);
+    assert_eq!(model.calls(), 1);
     history::validate(&result.messages).unwrap();
-    model.assert_complete();
+}
+
+#[tokio::test]
+async fn max_total_tokens_stops_after_the_step_that_reaches_it() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "A"})).with_usage(90, 10),
+        Turn::text("never asked"),
+    ]);
+    let agent = Agent::builder(model.clone())
+        .tool(weather_tool(Default::default()))
+        .max_total_tokens(100)
+        .build();
+    let result = agent.run("go").await.unwrap();
+    assert_eq!(result.stop_reason, RunStopReason::TokenBudget);
+    assert_eq!(result.usage.total_tokens(), 100);
+    // The step's calls were answered: the history is valid to send again.
+    assert_eq!(result.messages.len(), 3);
+    history::validate(&result.messages).unwrap();
+    assert_eq!(model.calls(), 1);
 }
 
 fn slow_tool(name: &str, delay: Duration, log: Arc<std::sync::Mutex<Vec<String>>>) -> Tool {

@@ -23,6 +23,7 @@ use super::options::{RunOptions, StopMoment};
 use super::outcome::ToolOutcome;
 use super::result::{RunEvent, RunResult, RunStopReason};
 use super::store::Durable;
+use crate::context::{self, Calibrated, Family, OnSummaryFailure, Strategy, Summarizer};
 use crate::cost::{Cost, Prices};
 use crate::error::{Error, TimeoutKind};
 use crate::message::{Message, Request, Response};
@@ -111,6 +112,15 @@ struct Extras {
     output: Option<Arc<OutputSpec>>,
     /// A durable run's store: checkpoints are written only when it is set.
     durable: Option<Durable>,
+    /// A run with a context policy: its estimator, corrected by each call's reported usage.
+    context: Option<std::sync::Mutex<ContextState>>,
+}
+
+/// The estimator of a run with a context policy, and the estimate of the request last sent.
+struct ContextState {
+    estimator: Calibrated,
+    /// The uncorrected estimate of the last request sent (0: none yet).
+    sent: u64,
 }
 
 /// Why a model call did not give a response.
@@ -206,13 +216,22 @@ impl Driver {
             .cancel
             .as_ref()
             .map_or_else(CancellationToken::new, CancellationToken::child_token);
+        let extras = options.context.as_ref().map(|_| {
+            Box::new(Extras {
+                context: Some(std::sync::Mutex::new(ContextState {
+                    estimator: Calibrated::new(Family::of(provider.name())),
+                    sent: 0,
+                })),
+                ..Extras::default()
+            })
+        });
         Self {
             provider,
             tools,
             options,
             cancel,
             events,
-            extras: None,
+            extras,
         }
     }
 
@@ -374,10 +393,14 @@ impl Driver {
     /// Model calls and tool steps until the machine stops.
     async fn steps(&mut self, machine: &mut Machine) {
         let run_deadline = Deadline::new(TimeoutKind::Run, Instant::now(), self.options.timeout);
+        machine.count_cache_apart(crate::cost::counts_cache_apart(self.provider.name()));
         self.emit(|| RunEvent::RunStart);
         loop {
             match machine.next_action() {
                 Action::Stop(_) => break,
+                Action::CallModel if self.over_token_budget(machine) => {
+                    machine.stop_before_call(RunStopReason::TokenBudget);
+                }
                 Action::CallModel => {
                     self.refresh_tools(machine).await;
                     let step = machine.steps().len();
@@ -417,6 +440,7 @@ impl Driver {
                             }
                         }
                         if let Some(response) = response {
+                            self.calibrate(&response);
                             let cost = self.price(machine, &response);
                             machine.on_response(response, started.elapsed());
                             machine.price_last_step(cost);
@@ -732,15 +756,143 @@ impl Driver {
     /// any (they get a copy: the machine's request stays the run's own).
     async fn call_step(
         &self,
-        machine: &Machine,
+        machine: &mut Machine,
         step: usize,
         stop: &StopSignal<'_>,
     ) -> Result<Response, ModelFailure> {
+        if self.options.context.is_some() {
+            // Boxed: only runs with a policy pay for the summary call's room in the future.
+            let fitted = tokio::select! {
+                biased;
+                reason = stop.wait() => return Err(ModelFailure::Stopped(reason, None)),
+                fitted = Box::pin(self.fit(machine)) => fitted,
+            };
+            fitted.map_err(ModelFailure::Failed)?;
+        }
         if self.options.hooks.prepare_step.is_empty() {
             return self.call_model(machine.request(), stop).await;
         }
         let prepared = self.prepare(machine, step).await;
         self.call_model(&prepared, stop).await
+    }
+
+    /// Whether the next model call's input, by the estimate, would take the run past its
+    /// token budget ([`super::Limits::max_total_tokens`]).
+    fn over_token_budget(&self, machine: &Machine) -> bool {
+        let Some(max) = machine.limits().max_total_tokens else {
+            return false;
+        };
+        let next = match self.context_state() {
+            Some(state) => state.estimator.tokens(machine.request()),
+            None => context::estimate(machine.request(), Family::of(self.provider.name())),
+        };
+        machine.billed_tokens() + next > max
+    }
+
+    /// The run's context estimator, when it has a policy.
+    fn context_state(&self) -> Option<std::sync::MutexGuard<'_, ContextState>> {
+        let state = self.extras.as_ref()?.context.as_ref()?;
+        Some(state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Learn from the input tokens the provider reported for the request last sent.
+    fn calibrate(&self, response: &Response) {
+        let reported = crate::cost::billed_input(self.provider.name(), &response.usage);
+        if let Some(mut state) = self.context_state() {
+            let sent = state.sent;
+            state.estimator.learn(sent, reported);
+        }
+    }
+
+    /// Apply the context policy's strategies until the next request fits the window (see
+    /// [`crate::context`]); an error when it still does not.
+    async fn fit(&self, machine: &mut Machine) -> Result<(), Error> {
+        let Some(policy) = self.options.context.as_deref() else {
+            return Ok(());
+        };
+        let Some(estimator) = self.context_state().map(|s| s.estimator) else {
+            return Ok(());
+        };
+        let window = policy.window.or_else(|| {
+            self.prices()
+                .find(self.provider.name(), &machine.request().model)
+                .and_then(|found| found.context_window)
+        });
+        if let Some(window) = window {
+            let budget = context::budget(policy, window, machine.request());
+            let mut tokens = estimator.tokens(machine.request());
+            for strategy in &policy.strategies {
+                match strategy {
+                    Strategy::ClearToolResults { keep_last } => {
+                        while tokens > budget
+                            && context::clear_one_result(machine.messages_mut(), *keep_last)
+                        {
+                            tokens = estimator.tokens(machine.request());
+                        }
+                    }
+                    Strategy::TrimTurns => {
+                        while tokens > budget && context::trim_one(policy, machine.messages_mut()) {
+                            tokens = estimator.tokens(machine.request());
+                        }
+                    }
+                    Strategy::Summarize(summarizer) if tokens > budget => {
+                        if !self.summarize(machine, policy, summarizer).await? {
+                            while tokens > budget
+                                && context::trim_one(policy, machine.messages_mut())
+                            {
+                                tokens = estimator.tokens(machine.request());
+                            }
+                        }
+                        tokens = estimator.tokens(machine.request());
+                    }
+                    Strategy::Summarize(_) => {}
+                }
+            }
+            if tokens > budget {
+                return Err(context::too_large(tokens, budget, window));
+            }
+        }
+        if let Some(mut state) = self.context_state() {
+            state.sent = context::estimate(machine.request(), state.estimator.family);
+        }
+        Ok(())
+    }
+
+    /// Replace older messages with a model's summary of them. `Ok(false)` when the summary
+    /// call failed and the summarizer falls back to trimming.
+    async fn summarize(
+        &self,
+        machine: &mut Machine,
+        policy: &context::ContextPolicy,
+        summarizer: &Summarizer,
+    ) -> Result<bool, Error> {
+        let Some(span) = context::summary_span(policy, machine.messages(), summarizer.keep_last)
+        else {
+            return Ok(true);
+        };
+        let request = context::summary_request(
+            summarizer,
+            &machine.request().model,
+            machine.messages().get(span.0..span.1).unwrap_or_default(),
+        );
+        let provider = summarizer
+            .provider
+            .clone()
+            .unwrap_or_else(|| self.provider.clone());
+        match provider.complete(&request).await {
+            Ok(response) => {
+                machine.add_usage(response.usage);
+                context::replace_with_summary(machine.messages_mut(), span, &response.text())?;
+                Ok(true)
+            }
+            Err(error) => match summarizer.on_failure {
+                OnSummaryFailure::Fail => Err(error),
+                OnSummaryFailure::Trim => {
+                    tracing::warn!("the summary call failed, trimming turns instead: {error}");
+                    Ok(false)
+                }
+            },
+        }
     }
 
     /// Apply the prepare-step hooks. Not an `async fn`, which would hold the request twice

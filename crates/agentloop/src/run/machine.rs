@@ -191,6 +191,10 @@ pub struct Machine {
     /// run holds its machine, and most have no typed answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     output: Option<Box<Expected>>,
+    /// The provider reports cached input tokens apart from `input_tokens` (Anthropic,
+    /// Bedrock): the token budget adds them, as the provider bills them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    cache_apart: bool,
 }
 
 /// A typed answer due: under which name, whether as a call to the tool of that name, and the
@@ -223,6 +227,7 @@ impl Machine {
             error: None,
             approved_tools: BTreeSet::new(),
             output: None,
+            cache_apart: false,
         }
     }
 
@@ -303,7 +308,7 @@ impl Machine {
         } else if self
             .limits
             .max_total_tokens
-            .is_some_and(|max| self.usage.total_tokens() >= max)
+            .is_some_and(|max| self.billed_tokens() >= max)
         {
             Phase::Done {
                 reason: RunStopReason::TokenBudget,
@@ -436,6 +441,37 @@ impl Machine {
         }
     }
 
+    /// The history, for the context policy's strategies (which keep it valid).
+    pub(crate) fn messages_mut(&mut self) -> &mut Vec<Message> {
+        &mut self.request.messages
+    }
+
+    /// The limits the run enforces.
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Count cached input tokens in the token budget (see the field).
+    pub(crate) fn count_cache_apart(&mut self, apart: bool) {
+        self.cache_apart = apart;
+    }
+
+    /// The tokens the run was billed so far: input (cached tokens included) and output
+    /// (reasoning included), what [`Limits::max_total_tokens`] counts.
+    pub fn billed_tokens(&self) -> u64 {
+        let cached = if self.cache_apart {
+            self.usage.cache_read_tokens + self.usage.cache_write_tokens
+        } else {
+            0
+        };
+        self.usage.total_tokens() + cached
+    }
+
+    /// Count usage of a call made for the run outside its steps (a summary's).
+    pub(crate) fn add_usage(&mut self, usage: Usage) {
+        self.usage += usage;
+    }
+
     /// The new user message a run starts with, for the prompt hooks: the last message, when it
     /// is the user's and answers no tool call.
     pub(crate) fn prompt_mut(&mut self) -> Option<&mut Message> {
@@ -473,7 +509,7 @@ impl Machine {
         let budget_spent = self
             .limits
             .max_total_tokens
-            .is_some_and(|max| self.usage.total_tokens() >= max);
+            .is_some_and(|max| self.billed_tokens() >= max);
         if calls.is_empty() {
             let reason = if model_stop == StopReason::MaxTokens {
                 RunStopReason::MaxTokens
@@ -1071,6 +1107,14 @@ impl Machine {
     /// Stop after the current step because a stop condition fired (call between steps).
     pub fn stop(&mut self, reason: RunStopReason) {
         if matches!(self.phase, Phase::Ready) {
+            self.phase = Phase::Done { reason };
+        }
+    }
+
+    /// End the run before the model call [`Self::next_action`] asked for (a budget the call
+    /// would pass).
+    pub(crate) fn stop_before_call(&mut self, reason: RunStopReason) {
+        if matches!(self.phase, Phase::Ready | Phase::AwaitingModel) {
             self.phase = Phase::Done { reason };
         }
     }

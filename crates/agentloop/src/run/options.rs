@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::approval::{Approval, ApprovalContext, ApprovalPolicy};
 use super::hooks::Hooks;
 use super::machine::Machine;
+use crate::context::ContextPolicy;
 use crate::cost::Prices;
 
 /// The limits the state machine enforces (serializable with it).
@@ -26,7 +27,10 @@ pub struct Limits {
     pub max_tool_iterations: u32,
     /// Maximum tool calls answered; calls past it are answered as not run and the run stops.
     pub max_tool_calls: Option<u32>,
-    /// Maximum input+output tokens over the run.
+    /// Maximum tokens over the run, counted as the provider bills them: input (cached tokens
+    /// included) plus output (reasoning included), summed over its model calls. The run
+    /// stops after the step that reaches it, and before a model call whose request, by its
+    /// estimate ([`crate::context::estimate`]), would take the run past it.
     pub max_total_tokens: Option<u64>,
     /// How many invalid-argument errors one tool may get before its calls are answered with a
     /// final error (default 2).
@@ -195,6 +199,9 @@ pub struct RunOptions {
     /// tool list changes): asked before every model call, and a new list replaces the run's
     /// tools and their definitions in the next request.
     pub tool_updates: Option<Arc<dyn ToolUpdates>>,
+    /// Keep each request within the model's context window (none by default: requests are
+    /// sent as they are). See [`crate::context`].
+    pub context: Option<Arc<ContextPolicy>>,
 }
 
 /// Tools that can change while a run goes on: asked before each model call of a run that has
@@ -231,6 +238,7 @@ impl Default for RunOptions {
             approved_tools: Vec::new(),
             non_interactive: false,
             tool_updates: None,
+            context: None,
         }
     }
 }
@@ -317,6 +325,12 @@ impl RunOptions {
     /// Stop before a model call that would take the run's cost over `usd`.
     pub fn max_cost(mut self, usd: Decimal) -> Self {
         self.max_cost = Some(usd);
+        self
+    }
+
+    /// Keep requests within the model's context window with `policy` (see [`crate::context`]).
+    pub fn context(mut self, policy: ContextPolicy) -> Self {
+        self.context = Some(Arc::new(policy));
         self
     }
 

@@ -42,6 +42,7 @@ pub(super) fn build(
         .iter()
         .map(|tool| wire_tool(tool, &mut betas, rendered))
         .collect::<Result<Vec<_>>>()?;
+    context_betas(request, &mut betas);
     let tools_marked = mark_last_tool(&mut tools, marks.tools)?;
     check_breakpoints(marked + usize::from(tools_marked) + usize::from(marks.automatic.is_some()))?;
     let body = Body {
@@ -70,6 +71,32 @@ pub(super) fn build(
         .serialize(&body)
         .map_err(|e| Error::parse("Anthropic request body while serializing it", e))?;
     Ok(Built { body, betas })
+}
+
+/// The betas a `context_management` field (see [`crate::context::anthropic_context_management`])
+/// needs: context editing's, and compaction's for a `compact_*` edit (Anthropic's context
+/// editing and compaction pages).
+fn context_betas(request: &Request, betas: &mut Vec<&'static str>) {
+    let Some(management) = request
+        .extensions
+        .as_ref()
+        .and_then(|ext| ext.get("context_management"))
+    else {
+        return;
+    };
+    let edits = management.get("edits").and_then(Value::as_array);
+    let types = || {
+        edits
+            .into_iter()
+            .flatten()
+            .filter_map(|edit| edit.get("type").and_then(Value::as_str))
+    };
+    if types().any(|t| t.starts_with("clear_")) {
+        betas.push("context-management-2025-06-27");
+    }
+    if types().any(|t| t.starts_with("compact_")) {
+        betas.push("compact-2026-01-12");
+    }
 }
 
 /// The top-level body. Serialized by hand so that `extensions` can replace any field without
