@@ -424,6 +424,12 @@ impl<T: DeserializeOwned> OutputStream<T> {
         }
     }
 
+    /// A handle that stops this run (see [`RunStream::cancel_handle`]); `None` when it never
+    /// started.
+    pub fn cancel_handle(&self) -> Option<tokio_util::sync::CancellationToken> {
+        self.inner.as_ref().map(RunStream::cancel_handle)
+    }
+
     /// Stop the run (see [`RunStream::cancel`]).
     pub fn cancel(&self) {
         if let Some(inner) = &self.inner {
