@@ -79,6 +79,8 @@ type Validator<T> = Arc<dyn Fn(&T) -> std::result::Result<(), String> + Send + S
 /// What a typed run must answer with: `T`, under a name, with a strategy and a validator.
 pub struct Output<T> {
     name: String,
+    /// A schema given at run time, in place of `T`'s.
+    schema: Option<Value>,
     strategy: Option<OutputStrategy>,
     strict: bool,
     validator: Option<Validator<T>>,
@@ -107,6 +109,7 @@ impl<T: JsonSchema + DeserializeOwned + 'static> Output<T> {
     pub fn new() -> Self {
         Self {
             name: "final_answer".to_owned(),
+            schema: None,
             strategy: None,
             strict: true,
             validator: None,
@@ -117,6 +120,15 @@ impl<T: JsonSchema + DeserializeOwned + 'static> Output<T> {
     /// The name the model sees: the final-answer tool's, or the native schema's.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// Ask for an answer of this JSON Schema instead of `T`'s, for shapes known only at run
+    /// time (a schema file, a request's field): `Output::<serde_json::Value>::new()
+    /// .with_schema(schema)`. `T` must deserialize what the schema accepts. The answer is
+    /// checked against the schema with the `validation` feature (on by default).
+    pub fn with_schema(mut self, schema: Value) -> Self {
+        self.schema = Some(schema);
         self
     }
 
@@ -144,7 +156,16 @@ impl<T: JsonSchema + DeserializeOwned + 'static> Output<T> {
 
     /// The type-erased form a run carries.
     pub(crate) fn spec(self) -> Result<OutputSpec> {
-        let (schema, description) = schema_for::<T>();
+        let (schema, description) = match self.schema {
+            Some(schema) => {
+                let description = schema
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                (schema, description)
+            }
+            None => schema_for::<T>(),
+        };
         #[cfg(feature = "validation")]
         let compiled =
             crate::tool::schema::compile(&schema).map_err(|message| Error::InvalidToolSchema {

@@ -694,3 +694,33 @@ async fn the_final_answer_call_is_taken_at_the_tool_iteration_limit() {
     agentloop::history::validate(&typed.result.messages).unwrap();
     server.assert_complete();
 }
+
+#[tokio::test]
+async fn a_schema_given_at_run_time_is_asked_for_and_checked() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::text(r#"{"city": "Paris", "temp_c": "warm"}"#),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let output = Output::<Value>::new().with_schema(report_schema());
+    let typed = agent(&server)
+        .run_output_with("Weather in Paris?", output)
+        .await
+        .unwrap();
+    assert_eq!(typed.value, json!({"city": "Paris", "temp_c": 18}));
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["response_format"]["json_schema"]["schema"],
+        strict_report_schema()
+    );
+    assert!(
+        last_message(&requests[1])["content"]
+            .as_str()
+            .unwrap()
+            .contains("- /temp_c: \"warm\" is not of type \"integer\""),
+    );
+}
