@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use agentloop::output::Output;
 use agentloop::run::RunStopReason;
 use agentloop::{Message, RunEvent, history};
 use futures::StreamExt;
@@ -23,6 +24,8 @@ pub(crate) struct ChatStart {
     pub(crate) history: Vec<Message>,
     /// How many leading messages of `history` are stored already, at the same positions.
     pub(crate) stored: usize,
+    /// Answer with JSON following this schema (a typed answer, sent as an `output` event).
+    pub(crate) output_schema: Option<serde_json::Value>,
 }
 
 /// Why a chat could not start.
@@ -70,6 +73,7 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
         run.clone(),
         start.history,
         start.stored,
+        start.output_schema,
         creating,
     ));
     Ok(run)
@@ -179,6 +183,7 @@ async fn drive(
     run: Arc<RunLog>,
     history: Vec<Message>,
     stored: usize,
+    output_schema: Option<serde_json::Value>,
     creating: Option<impl Future<Output = Result<(), ServerError>>>,
 ) {
     let finisher = Finisher {
@@ -226,7 +231,14 @@ async fn drive(
 
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
-    let mut events = agent.run_stream(history);
+    let mut events: std::pin::Pin<Box<dyn futures::Stream<Item = RunEvent> + Send>> =
+        match output_schema {
+            Some(schema) => Box::pin(agent.run_output_stream_with(
+                history,
+                Output::<serde_json::Value>::new().with_schema(schema),
+            )),
+            None => Box::pin(agent.run_stream(history)),
+        };
     let mut failure: Option<String> = None;
     let mut ended = false;
     while let Some(event) = events.next().await {

@@ -54,6 +54,11 @@ pub enum ChatEvent {
         /// Whether the model sees it as an error.
         is_error: bool,
     },
+    /// The checked answer of a chat sent with an `output_schema`, before `message_end`.
+    Output {
+        /// The value, as the schema has it.
+        value: Value,
+    },
     /// The answer ended. Always sent; an `error` event may follow it.
     MessageEnd {
         /// Why the run stopped (`end_turn`, `max_tool_iterations`, `interrupted`, `error`, ...).
@@ -77,6 +82,7 @@ impl ChatEvent {
             Self::ThinkingDelta { .. } => "thinking_delta",
             Self::ToolCallStart { .. } => "tool_call_start",
             Self::ToolCallResult { .. } => "tool_call_result",
+            Self::Output { .. } => "output",
             Self::MessageEnd { .. } => "message_end",
             Self::Error { .. } => "error",
         }
@@ -146,6 +152,9 @@ impl Frame {
                 id: id.clone(),
                 content: result.content.clone(),
                 is_error: result.is_error,
+            },
+            Self::Run(RunEvent::Output { value }) => ChatEvent::Output {
+                value: (**value).clone(),
             },
             Self::Run(_) => return None,
             Self::End { stop_reason, usage } => ChatEvent::MessageEnd {

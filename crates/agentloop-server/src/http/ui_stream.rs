@@ -242,6 +242,7 @@ pub(crate) async fn post_ui_stream(
                     create: None,
                     history,
                     stored,
+                    output_schema: None,
                 }
             } else {
                 let stored = history.len();
@@ -251,6 +252,7 @@ pub(crate) async fn post_ui_stream(
                     create: None,
                     history,
                     stored,
+                    output_schema: None,
                 }
             }
         }
@@ -267,6 +269,7 @@ pub(crate) async fn post_ui_stream(
                 create: Some(title),
                 history,
                 stored: 0,
+                output_schema: None,
             }
         }
     };
