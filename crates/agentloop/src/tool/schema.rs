@@ -276,3 +276,59 @@ fn inline_in(value: &mut Value, defs: &Map<String, Value>, stack: &mut Vec<Strin
     }
     kept
 }
+
+/// Drop the `null`s a strict dialect sends for absent optional properties (OpenAI's strict
+/// mode makes every property required and the optional ones nullable) where the schema itself
+/// does not take `null` there, so the input is what the schema, and the tool behind it, expect.
+pub(crate) fn drop_absent_nulls(schema: &Value, input: &mut Value) {
+    let (Value::Object(map), Some(props)) =
+        (input, schema.get("properties").and_then(Value::as_object))
+    else {
+        return;
+    };
+    let required = |name: &str| {
+        schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.iter().any(|n| n == name))
+    };
+    map.retain(|name, value| {
+        let Some(prop) = props.get(name) else {
+            return true;
+        };
+        if value.is_null() {
+            return required(name) || takes_null(prop);
+        }
+        drop_absent_nulls(prop, value);
+        if let (Value::Array(items), Some(item)) = (value, prop.get("items")) {
+            for value in items {
+                drop_absent_nulls(item, value);
+            }
+        }
+        true
+    });
+}
+
+/// Whether a property's schema may take `null` (conservatively: yes unless it says a type).
+fn takes_null(prop: &Value) -> bool {
+    let types = |schema: &Value| match schema.get("type") {
+        Some(Value::String(t)) => Some(t == "null"),
+        Some(Value::Array(ts)) => Some(ts.iter().any(|t| t == "null")),
+        _ => None,
+    };
+    if let Some(branches) = prop
+        .get("anyOf")
+        .or_else(|| prop.get("oneOf"))
+        .and_then(Value::as_array)
+    {
+        return branches.iter().any(|b| types(b).unwrap_or(true));
+    }
+    if prop
+        .get("enum")
+        .and_then(Value::as_array)
+        .is_some_and(|e| !e.contains(&Value::Null))
+    {
+        return false;
+    }
+    types(prop).unwrap_or(true)
+}
