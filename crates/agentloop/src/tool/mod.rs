@@ -453,8 +453,8 @@ impl Tool {
         self
     }
 
-    /// Ask for strict schema adherence where the provider supports it (OpenAI, Anthropic) and the schema
-    /// allows it (a map, `allOf` or `minLength`, say, sends the tool non-strict, with a
+    /// Ask for strict schema adherence where the provider supports it (OpenAI, Anthropic) and
+    /// the schema allows it (a map, `allOf` or `minLength`, say, sends the tool non-strict, with a
     /// `tracing` warning naming the keyword and its path).
     pub fn with_strict(mut self, strict: bool) -> Self {
         Arc::make_mut(&mut self.definition).strict = strict;

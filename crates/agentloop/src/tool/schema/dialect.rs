@@ -496,10 +496,23 @@ const GEMINI_KEYWORDS: &[&str] = &[
     "propertyOrdering",
 ];
 
+/// The `format`s Gemini knows (`Schema.format`: float and double for numbers, int32 and int64
+/// for integers, date-time, date, time and enum for strings); others are dropped.
+const GEMINI_FORMATS: &[&str] = &[
+    "float",
+    "double",
+    "int32",
+    "int64",
+    "date-time",
+    "date",
+    "time",
+    "enum",
+];
+
 /// Compile a schema to Gemini's subset: `$ref`s inlined, `oneOf` sent as `anyOf` (which Gemini
 /// reads it as), `const` as a one-value `enum`, the branches of an `allOf` of objects merged
-/// into one object, and every other keyword outside the subset dropped (`pattern`,
-/// `minLength`, `default`, ...). The result accepts at least what the schema accepts; our own
+/// into one object, formats it does not know and every other keyword outside the subset
+/// dropped (`pattern`, `minLength`, `default`, ...). The result accepts at least what the schema accepts; our own
 /// validation still checks the original.
 ///
 /// Fails on a recursive `$ref` (Gemini unrolls cycles only a little way, and only through
@@ -535,6 +548,13 @@ fn gemini_subset(value: &Value, path: &str) -> Result<Value, NotStrict> {
     }
     if let Some(value) = map.shift_remove("const") {
         map.entry("enum").or_insert(json!([value]));
+    }
+    if map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|f| !GEMINI_FORMATS.contains(&f))
+    {
+        map.shift_remove("format");
     }
     let mut out = Map::new();
     for (key, child) in map {
