@@ -131,6 +131,11 @@ pub struct RunArgs {
     /// The durable run's id (with --db); a run id is used once per file.
     #[arg(long, value_name = "ID", requires = "db")]
     pub run_id: Option<String>,
+    /// Answer with JSON following this JSON Schema file (a typed answer): the answer is
+    /// checked, sent back to the model with what is wrong until it passes or the retry budget
+    /// runs out (exit code 3), and printed alone on stdout (with --json, as `output`).
+    #[arg(long, value_name = "FILE.json", conflicts_with = "db")]
+    pub output_schema: Option<PathBuf>,
 }
 
 /// `agentloop runs ...`.

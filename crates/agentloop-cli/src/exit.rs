@@ -26,7 +26,8 @@ Exit codes:
   1    an error: a failed model call, a configuration problem, a bad file
   2    a usage error in the arguments
   3    stopped by a limit before the model answered (--max-tool-iterations, --max-tool-calls,
-       the model's output token limit, a repeated invalid tool call)
+       the model's output token limit, a repeated invalid tool call, an answer that
+       never matched --output-schema)
   4    timed out (--timeout)
   5    a tool call needed approval that was not given (run with --approve or --yes)
   130  interrupted (Ctrl-C)";

@@ -1073,3 +1073,79 @@ async fn run_context_window_refuses_a_request_that_cannot_fit() {
     );
     assert_eq!(server.calls(), 0);
 }
+
+/// `run --output-schema FILE`: the answer is asked for in the schema (OpenAI's
+/// `response_format`), an invalid one goes back with its pointer errors, and stdout holds only
+/// the checked JSON; with `--json` it is the document's `output`; answers that never pass end
+/// with exit code 3 (the retry budget is a limit).
+#[tokio::test(flavor = "multi_thread")]
+async fn run_output_schema_prints_the_checked_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("report.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"city": {"type": "string"},
+            "temp_c": {"type": "integer"}}, "required": ["city", "temp_c"]}"#,
+    )
+    .unwrap();
+    let run_with = |turns: Vec<Turn>, json: bool| {
+        let schema = schema.clone();
+        async move {
+            let server = MockServer::start(Wire::OpenAi, turns).await.unwrap();
+            let url = server.base_url();
+            let output = tokio::task::spawn_blocking(move || {
+                let mut command = bin();
+                command.args(["run", "--model", "openai-compatible/m", "--base-url", &url]);
+                if json {
+                    command.arg("--json");
+                }
+                run(command
+                    .arg("--output-schema")
+                    .arg(&schema)
+                    .arg("Weather in Lyon?"))
+            })
+            .await
+            .unwrap();
+            (server, output)
+        }
+    };
+    let answers = || {
+        vec![
+            Turn::text(r#"{"city": "Lyon"}"#),
+            Turn::text(r#"{"city": "Lyon", "temp_c": 21}"#),
+        ]
+    };
+    let (server, output) = run_with(answers(), false).await;
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout_json(&output), json!({"city": "Lyon", "temp_c": 21}));
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["response_format"]["json_schema"]["schema"]["additionalProperties"],
+        json!(false)
+    );
+    let retry = requests[1].body["messages"].as_array().unwrap();
+    assert!(
+        retry.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("- /: \"temp_c\" is a required property"),
+        "{retry:?}"
+    );
+
+    let (_, output) = run_with(answers(), true).await;
+    assert!(output.status.success());
+    let doc = stdout_json(&output);
+    assert_eq!(doc["output"], json!({"city": "Lyon", "temp_c": 21}));
+    assert_eq!(doc["stop_reason"], "end_turn");
+
+    let never = (0..3)
+        .map(|i| Turn::text(format!(r#"{{"city": "Lyon", "try": {i}}}"#)))
+        .collect();
+    let (_, output) = run_with(never, true).await;
+    assert_eq!(output.status.code(), Some(3));
+    let doc = stdout_json(&output);
+    assert_eq!(doc["output"], Value::Null);
+    assert_eq!(doc["stop_reason"], "invalid_output");
+    assert_eq!(doc["error"]["kind"], "invalid_output");
+}

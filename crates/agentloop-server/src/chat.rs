@@ -4,7 +4,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use agentloop::run::{Decision, PausedRun, RunStopReason, RunStream};
+use agentloop::output::Output;
+use agentloop::run::{Decision, PausedRun, RunStopReason};
 use agentloop::{Agent, Message, RunEvent, Usage, history};
 use futures::StreamExt;
 
@@ -23,6 +24,8 @@ pub(crate) struct ChatStart {
     pub(crate) history: Vec<Message>,
     /// How many leading messages of `history` are stored already, at the same positions.
     pub(crate) stored: usize,
+    /// Answer with JSON following this schema (a typed answer, sent as an `output` event).
+    pub(crate) output_schema: Option<serde_json::Value>,
 }
 
 /// Why a chat could not start.
@@ -70,6 +73,7 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
         run.clone(),
         start.history,
         start.stored,
+        start.output_schema,
         creating,
     ));
     Ok(run)
@@ -206,6 +210,7 @@ async fn drive(
     run: Arc<RunLog>,
     history: Vec<Message>,
     stored: usize,
+    output_schema: Option<serde_json::Value>,
     creating: Option<impl Future<Output = Result<(), ServerError>>>,
 ) {
     let finisher = Finisher {
@@ -238,7 +243,14 @@ async fn drive(
     let agent = answer_agent(&state, &run, &saver);
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
-    let events = agent.run_stream(history);
+    let events: Events =
+        match output_schema {
+            Some(schema) => Box::pin(agent.run_output_stream_with(
+                history,
+                Output::<serde_json::Value>::new().with_schema(schema),
+            )),
+            None => Box::pin(agent.run_stream(history)),
+        };
     let answer = Answer {
         saver,
         prompt_index,
@@ -259,9 +271,12 @@ struct Answer {
     created: bool,
 }
 
+/// A run's events, typed answer or not.
+type Events = std::pin::Pin<Box<dyn futures::Stream<Item = RunEvent> + Send>>;
+
 /// Record the run's events in the log, save what it produced, and end the log, or leave it
 /// open when the run paused for approval.
-async fn follow(mut finisher: Finisher, answer: Answer, mut events: RunStream) {
+async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
     let state = finisher.state.clone();
     let run = finisher.run.clone();
     let inner = &state.inner;
@@ -478,7 +493,7 @@ pub(crate) async fn resume(
         earlier_usage: paused.usage,
         created: false,
     };
-    state.inner.tasks.spawn(follow(finisher, answer, events));
+    state.inner.tasks.spawn(follow(finisher, answer, Box::pin(events)));
     Ok(())
 }
 

@@ -68,6 +68,11 @@ pub enum ChatEvent {
         /// Why approval is needed.
         reason: String,
     },
+    /// The checked answer of a chat sent with an `output_schema`, before `message_end`.
+    Output {
+        /// The value, as the schema has it.
+        value: Value,
+    },
     /// The answer ended. Always sent; an `error` event may follow it.
     MessageEnd {
         /// Why the run stopped (`end_turn`, `max_tool_iterations`, `interrupted`, `error`, ...).
@@ -92,6 +97,7 @@ impl ChatEvent {
             Self::ToolCallStart { .. } => "tool_call_start",
             Self::ToolCallResult { .. } => "tool_call_result",
             Self::ApprovalRequested { .. } => "approval_requested",
+            Self::Output { .. } => "output",
             Self::MessageEnd { .. } => "message_end",
             Self::Error { .. } => "error",
         }
@@ -175,6 +181,9 @@ impl Frame {
                 name: pending.tool.clone(),
                 arguments: pending.input.clone(),
                 reason: pending.reason.clone(),
+            },
+            Self::Run(RunEvent::Output { value }) => ChatEvent::Output {
+                value: (**value).clone(),
             },
             Self::Run(_) => return None,
             Self::End { stop_reason, usage } => ChatEvent::MessageEnd {

@@ -114,8 +114,9 @@
 //!
 //! ## The chat event protocol, version 1
 //!
-//! `POST /v1/chat` takes `{"conversation_id"?: "...", "message": "..."}` (no id: a new
-//! conversation; an unknown id: 404) and answers `text/event-stream` with the header
+//! `POST /v1/chat` takes `{"conversation_id"?: "...", "message": "...", "output_schema"?: {...}}`
+//! (no id: a new conversation; an unknown id: 404; an `output_schema`, a JSON Schema, asks for
+//! a typed answer: checked and retried like `Agent::run_output`) and answers `text/event-stream` with the header
 //! `x-agentloop-protocol: 1`, plus `x-agentloop-conversation-id` and `x-agentloop-message-id`.
 //! Every event is `id: <n>`, `event: <name>`, `data: <json>` (see [`ChatEvent`]). The server
 //! records the library's run events as they come and both this protocol and the UI stream are
@@ -131,6 +132,7 @@
 //! | `tool_call_start` | `{id, name, arguments}` — the call is complete and about to run |
 //! | `tool_call_result` | `{id, content, is_error}` — `content` is a string, or content blocks |
 //! | `approval_requested` | `{id, name, arguments, reason}` — the call (after its `tool_call_start`) waits for a decision |
+//! | `output` | `{value}` — the checked answer of a chat with an `output_schema` |
 //! | `message_end` | `{stop_reason, usage}` — always sent |
 //! | `error` | `{message}` — after `message_end` when the answer did not complete |
 //!

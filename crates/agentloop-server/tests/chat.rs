@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentloop::{Agent, ContentBlock, Message, Role, Tool, ToolResult};
+use agentloop::{Agent, ContentBlock, Message, Role, Tool, ToolDefinition, ToolResult};
 use agentloop_server::ServerConfig;
 use agentloop_testkit::{ScriptedModel, Turn, split_pieces};
 use common::{EventReader, Received, TestServer, client, event, named, post_chat};
@@ -544,4 +544,71 @@ async fn bad_requests_are_refused_with_json_errors() {
         .unwrap();
     assert_eq!(malformed.status(), 400);
     assert_eq!(model.calls(), 0);
+}
+
+/// A chat with an `output_schema`: the answer comes by the final-answer tool (the scripted
+/// model has no structured output), a first invalid one is sent back with its pointer error,
+/// and the checked value is an `output` event before `message_end`.
+#[tokio::test]
+async fn an_output_schema_gives_a_checked_output_event() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::tool_call("final_answer", json!({"city": "Paris"})),
+        Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": 18})),
+    ]);
+    let server = TestServer::start(config(&model, vec![weather_tool()])).await;
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+        "required": ["city", "temp_c"]
+    });
+    let reader = EventReader::new(
+        post_chat(
+            &server,
+            json!({"message": "Weather in Paris?", "output_schema": schema.clone()}),
+        )
+        .await,
+    );
+    let events = reader.rest().await;
+    let named = named(&events);
+    let names: Vec<&str> = named.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "tool_call_start",
+            "tool_call_result",
+            "tool_call_start",
+            "tool_call_result",
+            "tool_call_start",
+            "tool_call_result",
+            "output",
+            "message_end"
+        ]
+    );
+    assert_eq!(named[4].1["is_error"], json!(true));
+    assert!(
+        named[4].1["content"]
+            .as_str()
+            .unwrap()
+            .contains("- /: \"temp_c\" is a required property"),
+        "{:?}",
+        named[4]
+    );
+    assert_eq!(
+        named[7],
+        event("output", json!({"value": {"city": "Paris", "temp_c": 18}}))
+    );
+    assert_eq!(named[8].1["stop_reason"], "end_turn");
+    // The final-answer tool carried the schema the request gave.
+    let tools = &model.requests()[0].tools;
+    let given = tools.iter().find_map(|t| match t {
+        ToolDefinition::Function(f) if f.name == "final_answer" => Some(f.input_schema.clone()),
+        _ => None,
+    });
+    assert_eq!(given, Some(schema));
+    model.assert_complete();
+
+    let refused = post_chat(&server, json!({"message": "Hi", "output_schema": "text"})).await;
+    assert_eq!(refused.status(), 400);
 }

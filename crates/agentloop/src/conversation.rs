@@ -21,12 +21,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::error::{Error, Result};
 use crate::history;
 use crate::message::{ContentBlock, Message, Request, Role, ToolResult};
+use crate::output::{Output, Typed};
 use crate::provider::Provider;
 use crate::run::{
     self, Decision, PausedRun, PendingApproval, RunEvent, RunOptions, RunResult, RunStopReason,
@@ -219,6 +222,76 @@ impl Conversation {
 
     /// Send any user message (text, images, ...).
     pub async fn send_message(&mut self, message: Message) -> Result<Reply> {
+        let messages = self.with_prompt(message).await?;
+        self.start(messages)
+    }
+
+    /// Send a prompt and take the reply as a typed answer ([`crate::Agent::run_output`]):
+    /// tool calls first if the model makes any, then a value of `T`, checked. The history
+    /// keeps the whole turn, the answer included, whether it was accepted or not.
+    ///
+    /// ```
+    /// # use agentloop::{Agent, conversation::Conversation};
+    /// # use agentloop_testkit::{ScriptedModel, Turn};
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Capital { city: String }
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let answer = serde_json::json!({"city": "Paris"});
+    /// let model = ScriptedModel::new([Turn::text("Hi!"), Turn::tool_call("final_answer", answer)]);
+    /// let mut chat = Conversation::new(&Agent::builder(model).build());
+    /// chat.send("Hello").await?.finish().await?;
+    /// let capital = chat.send_output::<Capital>("Capital of France?").await?;
+    /// assert_eq!(capital.value.city, "Paris");
+    /// // The final-answer call and its result are in the history too.
+    /// assert_eq!(chat.history().len(), 5);
+    /// # Ok::<(), agentloop::Error>(()) }).unwrap();
+    /// ```
+    pub async fn send_output<T>(&mut self, prompt: impl Into<String>) -> Result<Typed<T>>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        self.send_output_with(prompt, Output::new()).await
+    }
+
+    /// [`Self::send_output`] with an [`Output`] saying how: name, strategy, validator.
+    pub async fn send_output_with<T>(
+        &mut self,
+        prompt: impl Into<String>,
+        output: Output<T>,
+    ) -> Result<Typed<T>>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        use futures::StreamExt;
+        let messages = self.with_prompt(Message::user(prompt)).await?;
+        history::validate(&messages)?;
+        self.set_busy()?;
+        // Clears `busy` if the turn is dropped half-way; a finished turn settles it.
+        let _busy = BusyGuard(self.shared.clone());
+        let options = self.run_options();
+        let mut stream = self
+            .agent
+            .with_options(|o| *o = options)
+            .run_output_stream_with(messages, output);
+        if let Some(token) = stream.cancel_handle() {
+            self.interrupt.follow(token);
+        }
+        let mut error = None;
+        while let Some(event) = stream.next().await {
+            match event {
+                RunEvent::RunFinish { result } => {
+                    settle(&self.shared, &result);
+                    return crate::output::typed(*result);
+                }
+                RunEvent::Error { error: e } => error = Some(e),
+                _ => {}
+            }
+        }
+        Err(error.unwrap_or(Error::Cancelled))
+    }
+
+    /// The history with `message` appended, after the refusals and the prompt hook.
+    async fn with_prompt(&self, message: Message) -> Result<Vec<Message>> {
         // Refused before the prompt hook runs, so a refused send has no hook side effects.
         self.refuse_while_pending()?;
         self.refuse_while_busy()?;
@@ -237,12 +310,18 @@ impl Conversation {
                 hook: "prompt".into(),
                 reason,
             })?;
-        let messages = {
-            let mut messages = lock(&self.shared).history.clone();
-            messages.push(message);
-            messages
-        };
-        self.start(messages)
+        let mut messages = lock(&self.shared).history.clone();
+        messages.push(message);
+        Ok(messages)
+    }
+
+    fn set_busy(&self) -> Result<()> {
+        let mut shared = lock(&self.shared);
+        if shared.busy {
+            return Err(Error::config(BUSY));
+        }
+        shared.busy = true;
+        Ok(())
     }
 
     fn refuse_while_busy(&self) -> Result<()> {
@@ -392,13 +471,7 @@ impl Conversation {
 
     fn start(&mut self, messages: Vec<Message>) -> Result<Reply> {
         history::validate(&messages)?;
-        {
-            let mut shared = lock(&self.shared);
-            if shared.busy {
-                return Err(Error::config(BUSY));
-            }
-            shared.busy = true;
-        }
+        self.set_busy()?;
         let options = self.run_options();
         let stream = self
             .agent
@@ -441,22 +514,36 @@ impl Reply {
     }
 
     fn settle(&mut self, result: &RunResult) {
-        let mut shared = lock(&self.shared);
-        shared.history = result.messages.clone();
-        shared.pending = if result.stop_reason == RunStopReason::AwaitingToolResults {
-            result.response.tool_uses()
-        } else {
-            Vec::new()
-        };
-        shared.results.clear();
-        shared.paused = if result.stop_reason == RunStopReason::AwaitingApproval {
-            result.paused.as_deref().cloned()
-        } else {
-            None
-        };
-        shared.busy = false;
+        settle(&self.shared, result);
         self.done = true;
     }
+}
+
+/// Clears a typed turn's `busy` flag when the turn ends early.
+struct BusyGuard(Arc<Mutex<Shared>>);
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        lock(&self.0).busy = false;
+    }
+}
+
+/// Take a finished run's history, pending calls and pause into the conversation.
+fn settle(shared: &Mutex<Shared>, result: &RunResult) {
+    let mut shared = lock(shared);
+    shared.history = result.messages.clone();
+    shared.pending = if result.stop_reason == RunStopReason::AwaitingToolResults {
+        result.response.tool_uses()
+    } else {
+        Vec::new()
+    };
+    shared.results.clear();
+    shared.paused = if result.stop_reason == RunStopReason::AwaitingApproval {
+        result.paused.as_deref().cloned()
+    } else {
+        None
+    };
+    shared.busy = false;
 }
 
 impl Stream for Reply {

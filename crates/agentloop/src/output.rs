@@ -8,8 +8,8 @@
 //!
 //! | strategy | what the request carries | where the answer is |
 //! | --- | --- | --- |
-//! | [`OutputStrategy::Native`] (OpenAI's default) | OpenAI `response_format` (`json_schema`), Anthropic `output_config.format` ([`crate::message::Request::output`]) | the answer's text |
-//! | [`OutputStrategy::Tool`] (the default elsewhere, Anthropic's included) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
+//! | [`OutputStrategy::Native`] (OpenAI's default) | OpenAI `response_format` (`json_schema`), Anthropic `output_config.format`, Gemini `generationConfig.responseJsonSchema` ([`crate::message::Request::output`]), each in its provider's [schema dialect](crate::tool::schema::Dialect) | the answer's text |
+//! | [`OutputStrategy::Tool`] (the default elsewhere, Anthropic's and Gemini's included) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
 //! | [`OutputStrategy::Prompted`] | the schema in the system prompt | JSON found in the answer's text (a code fence, or the outermost `{...}` / `[...]`) |
 //!
 //! An answer that fails the checks goes back to the model with each problem at its JSON
@@ -79,6 +79,8 @@ type Validator<T> = Arc<dyn Fn(&T) -> std::result::Result<(), String> + Send + S
 /// What a typed run must answer with: `T`, under a name, with a strategy and a validator.
 pub struct Output<T> {
     name: String,
+    /// A schema given at run time, in place of `T`'s.
+    schema: Option<Value>,
     strategy: Option<OutputStrategy>,
     strict: bool,
     validator: Option<Validator<T>>,
@@ -107,6 +109,7 @@ impl<T: JsonSchema + DeserializeOwned + 'static> Output<T> {
     pub fn new() -> Self {
         Self {
             name: "final_answer".to_owned(),
+            schema: None,
             strategy: None,
             strict: true,
             validator: None,
@@ -117,6 +120,15 @@ impl<T: JsonSchema + DeserializeOwned + 'static> Output<T> {
     /// The name the model sees: the final-answer tool's, or the native schema's.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// Ask for an answer of this JSON Schema instead of `T`'s, for shapes known only at run
+    /// time (a schema file, a request's field): `Output::<serde_json::Value>::new()
+    /// .with_schema(schema)`. `T` must deserialize what the schema accepts. The answer is
+    /// checked against the schema with the `validation` feature (on by default).
+    pub fn with_schema(mut self, schema: Value) -> Self {
+        self.schema = Some(schema);
         self
     }
 
@@ -144,7 +156,16 @@ impl<T: JsonSchema + DeserializeOwned + 'static> Output<T> {
 
     /// The type-erased form a run carries.
     pub(crate) fn spec(self) -> Result<OutputSpec> {
-        let (schema, description) = schema_for::<T>();
+        let (schema, description) = match self.schema {
+            Some(schema) => {
+                let description = schema
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                (schema, description)
+            }
+            None => schema_for::<T>(),
+        };
         #[cfg(feature = "validation")]
         let compiled =
             crate::tool::schema::compile(&schema).map_err(|message| Error::InvalidToolSchema {
@@ -422,6 +443,12 @@ impl<T: DeserializeOwned> OutputStream<T> {
             failed: Some(error),
             _type: PhantomData,
         }
+    }
+
+    /// A handle that stops this run (see [`RunStream::cancel_handle`]); `None` when it never
+    /// started.
+    pub fn cancel_handle(&self) -> Option<tokio_util::sync::CancellationToken> {
+        self.inner.as_ref().map(RunStream::cancel_handle)
     }
 
     /// Stop the run (see [`RunStream::cancel`]).

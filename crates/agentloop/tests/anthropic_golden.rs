@@ -612,3 +612,46 @@ fn a_breakpoint_past_the_history_is_an_error() {
         "{error:?}"
     );
 }
+
+/// A strict tool goes in Anthropic's strict dialect (`strict: true`, objects closed); one whose
+/// schema strict mode would change (a numeric bound: "JSON Schema limitations" in
+/// platform.claude.com/docs/en/build-with-claude/structured-outputs) goes without `strict`,
+/// as written.
+#[test]
+fn strict_tools_are_sent_in_the_strict_dialect_where_it_keeps_the_schema() {
+    let tool = |name: &str, schema: Value| {
+        ToolDefinition::from(FunctionDefinition {
+            name: name.into(),
+            description: String::new(),
+            input_schema: schema,
+            strict: true,
+        })
+    };
+    let bounded = json!({"type": "object", "properties": {
+        "days": {"type": "integer", "minimum": 1}
+    }});
+    let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("Hi")]);
+    request.tools = vec![
+        tool(
+            "weather",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        ),
+        tool("forecast", bounded.clone()),
+    ];
+    let body = body(&provider(AnthropicOptions::default()), &request, false);
+    assert_eq!(
+        body["tools"],
+        json!([
+            {
+                "name": "weather",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "additionalProperties": false
+                },
+                "strict": true
+            },
+            {"name": "forecast", "input_schema": bounded}
+        ])
+    );
+}

@@ -229,3 +229,69 @@ async fn a_conversation_moves_from_anthropic_to_openai() {
         agentloop::ContentBlock::Thinking { provider: Some(p), signature: Some(_), .. } if p == "anthropic"
     )));
 }
+
+/// A weather report.
+#[derive(Debug, PartialEq, Deserialize, JsonSchema)]
+struct Report {
+    city: String,
+    temp_c: i32,
+}
+
+/// A typed turn in the middle of a conversation: it sees the history before it (the request
+/// carries the earlier turn and `response_format`), runs the tool, answers with a checked value
+/// after one invalid try, and leaves the whole turn in the history for the next send, which
+/// goes without `response_format`.
+#[tokio::test]
+async fn a_typed_turn_sees_the_history_and_stays_in_it() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::text("Hello!"),
+            Turn::tool_call("get_weather", json!({"city": "Paris"})),
+            Turn::text(r#"{"city": "Paris"}"#),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+            Turn::text("You're welcome."),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut chat = Conversation::new(&agent(openai(&server), "gpt-4.1"));
+    chat.send("Hi").await.unwrap().finish().await.unwrap();
+    let typed = chat
+        .send_output::<Report>("Weather in Paris?")
+        .await
+        .unwrap();
+    assert_eq!(
+        typed.value,
+        Report {
+            city: "Paris".into(),
+            temp_c: 18
+        }
+    );
+    let requests = server.requests();
+    let typed_request = &requests[1].body;
+    assert_eq!(typed_request["messages"][0]["content"], "Hi");
+    assert_eq!(typed_request["messages"][1]["content"], "Hello!");
+    assert_eq!(
+        typed_request["response_format"]["json_schema"]["name"],
+        "final_answer"
+    );
+    // The retry carries the pointer error.
+    let retry = requests[3].body["messages"].as_array().unwrap();
+    assert!(
+        retry.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("- /: \"temp_c\" is a required property"),
+        "{retry:?}"
+    );
+    // user, assistant, user, tool call, tool result, invalid answer, feedback, answer.
+    assert_eq!(chat.history().len(), 8);
+    history::validate(&chat.history()).unwrap();
+    let next = chat.send("Thanks").await.unwrap().finish().await.unwrap();
+    assert_eq!(next.text(), "You're welcome.");
+    let last = server.last_request().unwrap();
+    assert_eq!(last.body.get("response_format"), None);
+    assert_eq!(last.body["messages"].as_array().unwrap().len(), 9);
+    server.assert_complete();
+}

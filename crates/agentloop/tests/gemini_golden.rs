@@ -224,3 +224,53 @@ fn a_result_for_a_call_that_is_not_in_the_history_is_refused() {
     assert!(matches!(error, Error::InvalidHistory { .. }), "{error:?}");
     assert!(error.to_string().contains("call_gone"), "{error}");
 }
+
+/// Tool schemas go in Gemini's subset (`parametersJsonSchema` takes only some keywords:
+/// ai.google.dev/api/generate-content, `GenerationConfig.responseJsonSchema`): `$ref`s
+/// inlined, `oneOf` as `anyOf`, unknown keywords dropped; a recursive one is refused before
+/// sending, naming the tool and the path.
+#[test]
+fn tool_schemas_are_compiled_to_gemini_s_subset_and_recursion_is_refused() {
+    let tool = |schema: Value| {
+        ToolDefinition::from(FunctionDefinition {
+            name: "plan".into(),
+            description: String::new(),
+            input_schema: schema,
+            strict: false,
+        })
+    };
+    let mut request = Request::new("gemini-2.5-flash", vec![Message::user("Hi")]);
+    request.tools = vec![tool(json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "step": {"$ref": "#/$defs/Step"},
+            "code": {"type": "string", "pattern": "^[A-Z]+$", "minLength": 2, "default": "AB"}
+        },
+        "$defs": {"Step": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}
+    }))];
+    let body = body(&provider(GeminiOptions::default()), &request);
+    assert_eq!(
+        body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"],
+        json!({
+            "type": "object",
+            "properties": {
+                "step": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                "code": {"type": "string"}
+            }
+        })
+    );
+    request.tools = vec![tool(json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}}
+    }))];
+    let error = provider(GeminiOptions::default())
+        .prepare(&request)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "tool `plan` has an invalid input schema: `$ref` at /properties/children/items/$ref has no \
+         equivalent in Gemini's schema subset; Gemini cannot take it (give a recursive type a \
+         fixed depth)"
+    );
+}

@@ -367,3 +367,92 @@ async fn the_official_python_client_uses_our_http_server_in_both_generations() {
         assert_eq!(seen["results"], expected_results(), "{mode}");
     }
 }
+
+/// MCP tools go through the providers' schema dialects: a tool with optional properties (the
+/// shape of `@modelcontextprotocol/server-filesystem`'s `read_text_file`: `path`, optional
+/// `tail` and `head`) is sent to OpenAI in strict mode (every property required, the optional
+/// ones nullable, the object closed), and the `null` strict mode sends for an absent property
+/// is dropped before the call reaches the server, whose schema does not take it.
+#[tokio::test]
+async fn mcp_tools_are_sent_in_the_strict_dialect_and_their_absent_nulls_dropped() {
+    use agentloop::Agent;
+    use agentloop::provider::http::{ApiKey, HttpConfig};
+    use agentloop::provider::openai::OpenAi;
+    use agentloop_testkit::Turn;
+    use agentloop_testkit::server::{MockServer, Wire};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("read.json"),
+        json!({
+            "name": "read_text_file",
+            "description": "Read a file",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "tail": {"type": "number", "description": "The last N lines"},
+                    "head": {"type": "number", "description": "The first N lines"}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            },
+            "mock": {"template": "{{ path }} head={{ head }} tail={{ tail is defined }}"}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let stop = CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let server = McpServer::new(Registry::load_dir(dir.path()).unwrap()).cancel_on(stop.clone());
+    tokio::spawn(server.serve_http(listener));
+    let _stop = stop.drop_guard();
+
+    let mut client = Registry::new();
+    client.add_mcp_http(McpHttp::new(&url)).await.unwrap();
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call(
+                "read_text_file",
+                json!({"path": "notes.txt", "tail": null, "head": 2}),
+            ),
+            Turn::text("Read."),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut config = HttpConfig::new(model.base_url());
+    config.api_key = Some(ApiKey::new("sk-test"));
+    let agent = Agent::builder(OpenAi::new(config).unwrap())
+        .model("gpt-4.1")
+        .tools(client.tools())
+        .build();
+    let result = agent.run("Read notes.txt").await.unwrap();
+    assert_eq!(result.text(), "Read.");
+    let first = &model.requests()[0].body;
+    assert_eq!(
+        first["tools"][0]["function"]["parameters"],
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "tail": {"type": ["number", "null"], "description": "The last N lines"},
+                "head": {"type": ["number", "null"], "description": "The first N lines"}
+            },
+            "required": ["path", "tail", "head"],
+            "additionalProperties": false
+        })
+    );
+    assert_eq!(first["tools"][0]["function"]["strict"], json!(true));
+    // The server got `head` and no `tail` at all.
+    let result_message = model.requests()[1].body["messages"][2].clone();
+    assert_eq!(
+        result_message["content"],
+        json!("notes.txt head=2 tail=False"),
+        "{result_message}"
+    );
+    client.close().await;
+    model.assert_complete();
+}

@@ -8,9 +8,10 @@
 use std::sync::{Arc, Mutex};
 
 use agentloop::conversation::{Conversation, ToolExecution};
+use agentloop::output::{Output, OutputStrategy};
 use agentloop::provider::route::{self, RouteOptions};
 use agentloop::run::{RunEvent, RunStopReason};
-use agentloop::{Agent, StopReason, StreamEvent, Tool, ToolResult};
+use agentloop::{Agent, Message, StopReason, StreamEvent, Tool, ToolResult};
 use futures::StreamExt;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -160,4 +161,48 @@ async fn without_tools_the_answer_is_plain_text() {
     assert!(result.response.tool_uses().is_empty());
     assert!(!result.text().trim().is_empty());
     assert_eq!(result.turns, 1);
+}
+
+/// A country's capital, as a typed answer.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Capital {
+    /// The capital city.
+    city: String,
+}
+
+/// A typed answer by the native strategy: `response_format` with a JSON schema, which
+/// llama.cpp turns into a grammar that constrains the sampling (its server README,
+/// "`response_format`: ... `{"type": "json_schema", "schema": {...}}`"), so even this small
+/// base model answers JSON of the shape asked. The value is checked like any typed answer;
+/// what it says is not asserted. One worked example comes first: without it the base model
+/// starts with whitespace the grammar allows and the server's newline stop cuts it there.
+#[tokio::test]
+async fn a_typed_answer_through_the_json_schema_grammar() {
+    let Some(url) = server_url() else { return };
+    let (provider, model) = route::from_model(
+        "llamacpp/gemma",
+        RouteOptions {
+            base_url: Some(url),
+            ..RouteOptions::default()
+        },
+    )
+    .unwrap();
+    let agent = Agent::builder_shared(provider)
+        .model(model)
+        .temperature(0.0)
+        .build();
+    let typed = agent
+        .run_output_with(
+            vec![
+                Message::user("What is the capital of Italy? Answer in JSON."),
+                Message::assistant(r#"{"city": "Rome"}"#),
+                Message::user("What is the capital of France? Answer in JSON."),
+            ],
+            Output::<Capital>::new().with_strategy(OutputStrategy::Native),
+        )
+        .await
+        .unwrap();
+    assert_eq!(typed.result.stop_reason, RunStopReason::EndTurn);
+    assert!(!typed.value.city.trim().is_empty(), "{typed:?}");
+    assert!(typed.result.response.tool_uses().is_empty());
 }

@@ -1,4 +1,5 @@
-//! Typed answers over real HTTP against the testkit's wire servers, for OpenAI and Anthropic:
+//! Typed answers over real HTTP against the testkit's wire servers, for OpenAI, Anthropic and
+//! Gemini:
 //! a tool call and then a typed answer (native and tool strategies), an invalid answer
 //! corrected on the second try, the retry budget, and repeated identical invalid answers.
 //!
@@ -7,7 +8,10 @@
 //! openai/openai-openapi) and `tool_choice: "required"`; Anthropic Messages structured outputs
 //! `output_config: {"format": {"type": "json_schema", "schema"}}`
 //! (platform.claude.com/docs/en/build-with-claude/structured-outputs) and
-//! `tool_choice: {"type": "any"}`.
+//! `tool_choice: {"type": "any"}`, with `strict: true` tools in Anthropic's strict dialect;
+//! Gemini `generationConfig: {"responseMimeType": "application/json", "responseJsonSchema"}`
+//! (ai.google.dev/api/generate-content, `GenerationConfig`) and
+//! `toolConfig: {"functionCallingConfig": {"mode": "ANY"}}`.
 
 use std::sync::Arc;
 
@@ -77,7 +81,26 @@ fn report_schema() -> Value {
     })
 }
 
+/// The report's schema in OpenAI's and Anthropic's strict dialects: closed, numbers without
+/// `format`.
+fn strict_report_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+        "required": ["city", "temp_c"],
+        "additionalProperties": false
+    })
+}
+
 fn last_message(request: &RecordedRequest) -> Value {
+    if request.body.get("contents").is_some() {
+        return request.body["contents"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+    }
     request.body["messages"]
         .as_array()
         .unwrap()
@@ -86,17 +109,18 @@ fn last_message(request: &RecordedRequest) -> Value {
         .clone()
 }
 
-const WIRES: [Wire; 2] = [Wire::OpenAi, Wire::Anthropic];
+const WIRES: [Wire; 3] = [Wire::OpenAi, Wire::Anthropic, Wire::Gemini];
 
 fn native() -> Output<Report> {
     Output::new().with_strategy(OutputStrategy::Native)
 }
 
 #[tokio::test]
-async fn openai_answers_natively_and_anthropic_by_the_final_answer_tool_by_default() {
+async fn openai_answers_natively_and_anthropic_and_gemini_by_the_final_answer_tool_by_default() {
     for (wire, strategy) in [
         (Wire::OpenAi, OutputStrategy::Native),
         (Wire::Anthropic, OutputStrategy::Tool),
+        (Wire::Gemini, OutputStrategy::Tool),
     ] {
         let server = MockServer::start(wire, []).await.unwrap();
         assert_eq!(provider(&server).output_strategy(), strategy, "{wire:?}");
@@ -132,7 +156,14 @@ async fn a_tool_call_then_a_native_typed_answer() {
         assert_eq!(requests.len(), 2);
         for request in &requests {
             match wire {
-                Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+                // Gemini's subset keeps `format`; it has no strict mode to close objects.
+                Wire::Gemini => assert_eq!(
+                    request.body["generationConfig"],
+                    json!({
+                        "responseMimeType": "application/json",
+                        "responseJsonSchema": report_schema()
+                    }),
+                ),
                 // Strict: every property required (both are), objects closed, numbers
                 // without `format`.
                 Wire::OpenAi => assert_eq!(
@@ -157,17 +188,18 @@ async fn a_tool_call_then_a_native_typed_answer() {
                 ),
                 Wire::Anthropic => assert_eq!(
                     request.body["output_config"],
-                    json!({"format": {"type": "json_schema", "schema": report_schema()}}),
+                    json!({"format": {"type": "json_schema", "schema": strict_report_schema()}}),
                     "{wire:?}"
                 ),
             }
             // The native strategy adds no tool and leaves the tool choice alone.
-            assert_eq!(
-                request.body["tools"].as_array().unwrap().len(),
-                1,
-                "{wire:?}"
-            );
+            let tools = match wire {
+                Wire::Gemini => &request.body["tools"][0]["functionDeclarations"],
+                _ => &request.body["tools"],
+            };
+            assert_eq!(tools.as_array().unwrap().len(), 1, "{wire:?}");
             assert_eq!(request.body.get("tool_choice"), None, "{wire:?}");
+            assert_eq!(request.body.get("toolConfig"), None, "{wire:?}");
         }
         server.assert_complete();
     }
@@ -199,7 +231,13 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
         let request = server.last_request().unwrap();
         assert_eq!(request.body.get("response_format"), None);
         assert_eq!(request.body.get("output_config"), None);
-        let tools = request.body["tools"].as_array().unwrap();
+        assert_eq!(request.body.get("generationConfig"), None);
+        let tools = match wire {
+            Wire::Gemini => request.body["tools"][0]["functionDeclarations"]
+                .as_array()
+                .unwrap(),
+            _ => request.body["tools"].as_array().unwrap(),
+        };
         let names: Vec<&str> = tools
             .iter()
             .map(|t| {
@@ -213,7 +251,13 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
         let description = "A weather report. Give your final answer by calling this tool; the \
                            run ends when it is called with valid arguments.";
         match wire {
-            Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+            Wire::Gemini => {
+                assert_eq!(
+                    request.body["toolConfig"],
+                    json!({"functionCallingConfig": {"mode": "ANY"}})
+                );
+                assert_eq!(tools[1]["parametersJsonSchema"], report_schema());
+            }
             Wire::OpenAi => {
                 assert_eq!(request.body["tool_choice"], json!("required"));
                 assert_eq!(
@@ -236,7 +280,8 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
             }
             Wire::Anthropic => {
                 assert_eq!(request.body["tool_choice"], json!({"type": "any"}));
-                assert_eq!(tools[1]["input_schema"], report_schema());
+                assert_eq!(tools[1]["input_schema"], strict_report_schema());
+                assert_eq!(tools[1]["strict"], json!(true));
             }
         }
         server.assert_complete();
@@ -271,7 +316,22 @@ async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected
             "required": ["city"]
         });
         let expected = match wire {
-            Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+            Wire::Gemini => json!({
+                "contents": [
+                    {"role": "user", "parts": [{"text": "Weather in Paris?"}]},
+                    {"role": "model", "parts": [{"text": answer}]},
+                    {"role": "user", "parts": [{"text": feedback}]}
+                ],
+                "tools": [{"functionDeclarations": [{
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "parametersJsonSchema": weather
+                }]}],
+                "generationConfig": {
+                    "responseMimeType": "application/json",
+                    "responseJsonSchema": report_schema()
+                }
+            }),
             Wire::OpenAi => json!({
                 "model": "m",
                 "messages": [
@@ -308,7 +368,7 @@ async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected
                     "description": "Current weather for a city",
                     "input_schema": weather
                 }],
-                "output_config": {"format": {"type": "json_schema", "schema": report_schema()}}
+                "output_config": {"format": {"type": "json_schema", "schema": strict_report_schema()}}
             }),
         };
         assert_eq!(retry.body, expected, "{wire:?}");
@@ -340,7 +400,9 @@ async fn an_invalid_final_answer_call_goes_back_as_a_tool_error_and_is_corrected
                     - /: \"temp_c\" is a required property\n\
                     Fix the arguments and call the tool again (retry 1 of 2).";
         let expected = match wire {
-            Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+            Wire::Gemini => json!({"role": "user", "parts": [{"functionResponse": {
+                "id": "call_a", "name": "final_answer", "response": {"error": text}
+            }}]}),
             Wire::OpenAi => json!({
                 "role": "tool", "tool_call_id": "call_a", "content": text
             }),
@@ -391,6 +453,8 @@ async fn the_retry_budget_ends_the_run_with_a_typed_error() {
         (Wire::Anthropic, OutputStrategy::Native),
         (Wire::OpenAi, OutputStrategy::Tool),
         (Wire::Anthropic, OutputStrategy::Tool),
+        (Wire::Gemini, OutputStrategy::Native),
+        (Wire::Gemini, OutputStrategy::Tool),
     ] {
         let answers = match strategy {
             OutputStrategy::Tool => [
@@ -437,6 +501,8 @@ async fn repeated_identical_invalid_answers_stop_early() {
         (Wire::Anthropic, OutputStrategy::Native),
         (Wire::OpenAi, OutputStrategy::Tool),
         (Wire::Anthropic, OutputStrategy::Tool),
+        (Wire::Gemini, OutputStrategy::Native),
+        (Wire::Gemini, OutputStrategy::Tool),
     ] {
         let answer = |_| match strategy {
             OutputStrategy::Tool => Turn::tool_call("final_answer", json!({"city": "Paris"})),
@@ -491,6 +557,7 @@ async fn a_streamed_typed_run_shows_the_partial_answer_then_the_checked_value() 
     for (wire, strategy) in [
         (Wire::OpenAi, OutputStrategy::Native),
         (Wire::Anthropic, OutputStrategy::Tool),
+        (Wire::Gemini, OutputStrategy::Native),
     ] {
         let answer = json!({"city": "Paris", "temp_c": 18});
         let turn = match strategy {
@@ -626,4 +693,34 @@ async fn the_final_answer_call_is_taken_at_the_tool_iteration_limit() {
     );
     agentloop::history::validate(&typed.result.messages).unwrap();
     server.assert_complete();
+}
+
+#[tokio::test]
+async fn a_schema_given_at_run_time_is_asked_for_and_checked() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::text(r#"{"city": "Paris", "temp_c": "warm"}"#),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let output = Output::<Value>::new().with_schema(report_schema());
+    let typed = agent(&server)
+        .run_output_with("Weather in Paris?", output)
+        .await
+        .unwrap();
+    assert_eq!(typed.value, json!({"city": "Paris", "temp_c": 18}));
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].body["response_format"]["json_schema"]["schema"],
+        strict_report_schema()
+    );
+    assert!(
+        last_message(&requests[1])["content"]
+            .as_str()
+            .unwrap()
+            .contains("- /temp_c: \"warm\" is not of type \"integer\""),
+    );
 }

@@ -1,10 +1,14 @@
 //! `agentloop run "prompt"` (or `agentloop run -` with the prompt on standard input).
 
 use std::io::Read;
+use std::pin::Pin;
 use std::process::ExitCode;
 
+use agentloop::output::Output;
 use agentloop::run::RunEvent;
-use futures::StreamExt;
+use agentloop::stream::StreamEvent;
+use futures::{Stream, StreamExt};
+use serde_json::Value;
 
 use crate::cli::RunArgs;
 use crate::commands::approve::{self, Approver};
@@ -65,12 +69,23 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
             cancel.cancel();
         }
     });
-    let mut events = agent.run_stream(prompt);
+    let output_schema = args.output_schema.as_deref().map(read_schema).transpose()?;
+    let typed = output_schema.is_some();
+    let mut events: Pin<Box<dyn Stream<Item = RunEvent> + Send>> = match output_schema {
+        Some(schema) => Box::pin(
+            agent.run_output_stream_with(prompt, Output::<Value>::new().with_schema(schema)),
+        ),
+        None => Box::pin(agent.run_stream(prompt)),
+    };
     let mut display = (!args.json).then(|| Display::new(args.model.timeout));
     let result = loop {
         let mut finished = None;
         while let Some(event) = events.next().await {
-            if let Some(display) = display.as_mut() {
+            // A typed answer is printed once checked, alone: its text does not stream.
+            let answer_text = matches!(event, RunEvent::Model(StreamEvent::TextDelta { .. }));
+            if let Some(display) = display.as_mut()
+                && !(typed && answer_text)
+            {
                 display.event(&event);
             }
             match event {
@@ -86,15 +101,25 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
         let Some(paused) = result.paused.as_deref() else {
             break result;
         };
+        if typed {
+            // A resumed run would no longer be held to the schema.
+            eprintln!(
+                "error: a run with --output-schema cannot pause for approval yet: tool calls \
+                 that need approval stop it"
+            );
+            break result;
+        }
         // The spinner must not draw over the questions.
         if let Some(display) = display.as_mut() {
             display.pause();
         }
         match approve::decide(&agent, paused.pending(), approver, &mut approve::Stdin).await {
             Ok(decisions) => {
-                events = agent
-                    .resume_stream(paused, decisions)
-                    .map_err(|e| e.to_string())?;
+                events = Box::pin(
+                    agent
+                        .resume_stream(paused, decisions)
+                        .map_err(|e| e.to_string())?,
+                );
             }
             Err(refusal) => {
                 eprintln!("error: {refusal}");
@@ -108,11 +133,34 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
         if let Some(sentence) = display::timeout_sentence(&result, args.model.timeout) {
             eprintln!("{sentence}");
         }
-        let doc = output::run_json(&result);
+        let mut doc = output::run_json(&result);
+        if typed {
+            doc["output"] = result.output.clone().unwrap_or(Value::Null);
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         );
+    } else if let Some(value) = result.output.as_ref().filter(|_| typed) {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).map_err(|e| e.to_string())?
+        );
     }
     Ok(exit::for_run(&result))
+}
+
+/// The `--output-schema` file's JSON Schema.
+fn read_schema(path: &std::path::Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the output schema {}: {e}", path.display()))?;
+    let schema: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("the output schema {} is not JSON: {e}", path.display()))?;
+    if !schema.is_object() {
+        return Err(format!(
+            "the output schema {} must be a JSON Schema object, not {schema}",
+            path.display()
+        ));
+    }
+    Ok(schema)
 }

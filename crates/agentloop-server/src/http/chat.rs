@@ -29,6 +29,10 @@ pub struct ChatRequest {
     #[serde(default)]
     conversation_id: Option<String>,
     message: String,
+    /// Answer with JSON following this JSON Schema: the checked value comes as an `output`
+    /// event before `message_end`.
+    #[serde(default)]
+    output_schema: Option<serde_json::Value>,
 }
 
 pub(crate) async fn post_chat(
@@ -39,6 +43,14 @@ pub(crate) async fn post_chat(
     if request.message.trim().is_empty() {
         return Err(ApiError::bad_request("the message is empty"));
     }
+    if let Some(schema) = &request.output_schema
+        && !schema.is_object()
+    {
+        return Err(ApiError::bad_request(
+            "output_schema must be a JSON Schema object",
+        ));
+    }
+    let output_schema = request.output_schema;
     let start = match request.conversation_id {
         Some(id) => {
             check_conversation_id(&id)?;
@@ -54,6 +66,7 @@ pub(crate) async fn post_chat(
                 create: None,
                 history,
                 stored,
+                output_schema,
             }
         }
         None => ChatStart {
@@ -61,6 +74,7 @@ pub(crate) async fn post_chat(
             create: Some(title_from(&request.message)),
             history: vec![Message::user(request.message)],
             stored: 0,
+            output_schema,
         },
     };
     let run = chat::start(&state, start).await?;

@@ -251,6 +251,7 @@ pub(crate) async fn post_ui_stream(
                     create: None,
                     history,
                     stored,
+                    output_schema: None,
                 }
             } else {
                 let stored = history.len();
@@ -260,6 +261,7 @@ pub(crate) async fn post_ui_stream(
                     create: None,
                     history,
                     stored,
+                    output_schema: None,
                 }
             }
         }
@@ -276,6 +278,7 @@ pub(crate) async fn post_ui_stream(
                 create: Some(title),
                 history,
                 stored: 0,
+                output_schema: None,
             }
         }
     };

@@ -591,6 +591,11 @@ fn finish(
     if descriptor.needs_approval {
         tool = tool.with_approval_required(true);
     }
+    // An MCP server's schema goes to each provider in its strict dialect where that keeps
+    // what it accepts (non-strict with a warning otherwise), like a strict tool of our own.
+    if descriptor.mode == ToolMode::Mcp {
+        tool = tool.with_strict(true);
+    }
     tool
 }
 

@@ -1124,6 +1124,9 @@ impl Driver {
                 };
             }
         }
+        if tool.definition().strict {
+            crate::tool::schema::drop_absent_nulls(&tool.definition().input_schema, &mut input);
+        }
         if let Err(violations) = tool.validate(&input) {
             return ToolOutcome::InvalidArguments { violations };
         }

@@ -39,9 +39,9 @@ pub struct FunctionDefinition {
     pub description: String,
     /// JSON Schema of the arguments object. Kept provider-neutral; adapters shape it.
     pub input_schema: Value,
-    /// Ask OpenAI-style providers for strict schema adherence. Used only where the schema can
-    /// be made strict without changing what it accepts (see
-    /// [`schema::openai_strict`]); otherwise the tool is sent non-strict with a warning.
+    /// Ask for strict schema adherence where the provider has it (OpenAI, Anthropic). Used
+    /// only where the schema can be made strict without changing what it accepts (see
+    /// [`schema::Dialect`]); otherwise the tool is sent non-strict with a warning.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub strict: bool,
 }
@@ -453,8 +453,8 @@ impl Tool {
         self
     }
 
-    /// Ask for strict schema adherence where the provider supports it (OpenAI) and the schema
-    /// allows it (a map, `allOf` or `minLength`, say, sends the tool non-strict, with a
+    /// Ask for strict schema adherence where the provider supports it (OpenAI, Anthropic) and
+    /// the schema allows it (a map, `allOf` or `minLength`, say, sends the tool non-strict, with a
     /// `tracing` warning naming the keyword and its path).
     pub fn with_strict(mut self, strict: bool) -> Self {
         Arc::make_mut(&mut self.definition).strict = strict;

@@ -8,6 +8,10 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+mod dialect;
+
+pub use dialect::{Dialect, NotStrict, anthropic_strict, bedrock, gemini, openai_strict};
+
 /// One way the arguments break the schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
@@ -273,265 +277,58 @@ fn inline_in(value: &mut Value, defs: &Map<String, Value>, stack: &mut Vec<Strin
     kept
 }
 
-/// Why a schema cannot go to OpenAI in strict mode without changing what it accepts: the
-/// keyword, and where it is in the schema (a JSON pointer).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{keyword}` at {path} has no equivalent in OpenAI's strict mode")]
-pub struct NotStrict {
-    /// The keyword (`additionalProperties`, `allOf`, `minLength`, ...).
-    pub keyword: String,
-    /// Its JSON pointer in the schema (`""` is the root).
-    pub path: String,
-}
-
-/// Keywords OpenAI's strict mode does not take, whose constraint would be lost without them.
-const NOT_STRICT: &[&str] = &[
-    "allOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentRequired",
-    "dependentSchemas",
-    "dependencies",
-    "patternProperties",
-    "unevaluatedProperties",
-    "propertyNames",
-    "minProperties",
-    "maxProperties",
-    "minLength",
-    "maxLength",
-    "contains",
-    "minContains",
-    "maxContains",
-    "uniqueItems",
-    "unevaluatedItems",
-    "prefixItems",
-];
-
-/// String formats strict mode takes; others are dropped (a `format` is an annotation in JSON
-/// Schema 2020-12, so dropping it accepts the same values).
-const STRICT_FORMATS: &[&str] = &[
-    "date-time",
-    "time",
-    "date",
-    "duration",
-    "email",
-    "hostname",
-    "ipv4",
-    "ipv6",
-    "uuid",
-];
-
-/// Compile a schema to OpenAI's strict dialect: `$ref`s inlined (recursive ones kept with
-/// their `$defs`), every object closed (`additionalProperties: false`) with all its
-/// properties required, the optional ones made nullable, a `oneOf` whose branches a constant
-/// property tells apart turned into `anyOf`, and annotations strict mode refuses dropped
-/// (`default`, number formats, string formats it does not know).
-///
-/// Fails, naming the keyword and its path, when strict mode would change what the schema
-/// accepts: a map (`additionalProperties` with a schema), an object without `properties`, a
-/// root that is not an object, or a keyword strict mode does not take (`allOf`, `minLength`,
-/// `patternProperties`, ...). Send such a schema non-strict.
-pub fn openai_strict(schema: &Value) -> std::result::Result<Value, NotStrict> {
-    let mut out = inline_refs(schema);
-    if let Value::Object(map) = &mut out {
-        map.shift_remove("$schema");
-        for keyword in ["anyOf", "oneOf"] {
-            if map.contains_key(keyword) {
-                return Err(NotStrict {
-                    keyword: keyword.to_owned(),
-                    path: String::new(),
-                });
-            }
-        }
-    }
-    make_strict(&mut out, "")?;
-    Ok(out)
-}
-
-/// `path` joined with one reference token, escaped as JSON pointers want.
-fn pointer(path: &str, token: &str) -> String {
-    format!("{path}/{}", token.replace('~', "~0").replace('/', "~1"))
-}
-
-fn make_strict(value: &mut Value, path: &str) -> std::result::Result<(), NotStrict> {
-    let Value::Object(map) = value else {
-        return Ok(());
-    };
-    if let Some(keyword) = NOT_STRICT.iter().find(|k| map.contains_key(**k)) {
-        return Err(NotStrict {
-            keyword: (*keyword).to_owned(),
-            path: pointer(path, keyword),
-        });
-    }
-    if let Some(Value::Array(branches)) = map.get("oneOf") {
-        if !told_apart(branches) {
-            return Err(NotStrict {
-                keyword: "oneOf".into(),
-                path: pointer(path, "oneOf"),
-            });
-        }
-        // At most one branch matches either way, so `anyOf` accepts the same.
-        if let Some(branches) = map.shift_remove("oneOf") {
-            map.insert("anyOf".into(), branches);
-        }
-    }
-    map.shift_remove("default");
-    // Strict mode takes `format` on strings only, from its own list; schemars gives every
-    // Rust number one ("uint8", "double").
-    let kind = map.get("type");
-    let number = has_type(kind, "integer") || has_type(kind, "number");
-    let unknown_format = map
-        .get("format")
-        .and_then(Value::as_str)
-        .is_some_and(|f| !STRICT_FORMATS.contains(&f));
-    if number || unknown_format {
-        map.shift_remove("format");
-    }
-    if let Some(Value::Object(props)) = map.get_mut("properties") {
-        for (name, prop) in props.iter_mut() {
-            make_strict(prop, &pointer(&pointer(path, "properties"), name))?;
-        }
-    }
-    for keyword in ["$defs", "definitions"] {
-        if let Some(Value::Object(defs)) = map.get_mut(keyword) {
-            for (name, def) in defs.iter_mut() {
-                make_strict(def, &pointer(&pointer(path, keyword), name))?;
-            }
-        }
-    }
-    if let Some(items) = map.get_mut("items") {
-        make_strict(items, &pointer(path, "items"))?;
-    }
-    if let Some(Value::Array(branches)) = map.get_mut("anyOf") {
-        for (i, branch) in branches.iter_mut().enumerate() {
-            make_strict(branch, &pointer(&pointer(path, "anyOf"), &i.to_string()))?;
-        }
-    }
-    // Last, so that paths in errors point into the schema as written, not into the nullable
-    // wrappers closing adds.
-    if has_type(map.get("type"), "object") || map.contains_key("properties") {
-        close_object(map, path)?;
-    }
-    Ok(())
-}
-
-/// Close an object schema: every property required (optional ones nullable) and no others.
-fn close_object(map: &mut Map<String, Value>, path: &str) -> std::result::Result<(), NotStrict> {
-    match map.get("additionalProperties") {
-        None | Some(Value::Bool(false)) => {}
-        // A map, or an object open to any property: closing it would refuse what it accepts.
-        Some(_) => {
-            return Err(NotStrict {
-                keyword: "additionalProperties".into(),
-                path: pointer(path, "additionalProperties"),
-            });
-        }
-    }
-    if !map.contains_key("properties") {
-        // `{"type": "object"}` takes any object; closed, it would take only `{}`.
-        if map.get("additionalProperties") != Some(&Value::Bool(false)) {
-            return Err(NotStrict {
-                keyword: "type".into(),
-                path: pointer(path, "type"),
-            });
-        }
-        map.insert("properties".into(), Value::Object(Map::new()));
-    }
-    let required: Vec<String> = map
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| {
-            r.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(Value::Object(props)) = map.get_mut("properties") {
-        for (name, prop) in props.iter_mut() {
-            if !required.contains(name) {
-                make_nullable(prop);
-            }
-        }
-        let all: Vec<Value> = props.keys().cloned().map(Value::String).collect();
-        map.insert("required".into(), Value::Array(all));
-    }
-    map.insert("additionalProperties".into(), Value::Bool(false));
-    Ok(())
-}
-
-/// Whether every branch is an object that one required property, constant in each, tells
-/// apart from the others (a serde tagged enum).
-fn told_apart(branches: &[Value]) -> bool {
-    let constant = |branch: &Value, name: &str| -> Option<Value> {
-        let required = branch.get("required")?.as_array()?;
-        if !required.iter().any(|r| r == name) {
-            return None;
-        }
-        let prop = branch.get("properties")?.get(name)?;
-        match (
-            prop.get("const"),
-            prop.get("enum").and_then(Value::as_array),
-        ) {
-            (Some(value), _) => Some(value.clone()),
-            (None, Some(values)) if values.len() == 1 => values.first().cloned(),
-            _ => None,
-        }
-    };
-    let Some(first) = branches
-        .first()
-        .and_then(|b| b.get("properties")?.as_object())
+/// Drop the `null`s a strict dialect sends for absent optional properties (OpenAI's strict
+/// mode makes every property required and the optional ones nullable) where the schema itself
+/// does not take `null` there, so the input is what the schema, and the tool behind it, expect.
+pub(crate) fn drop_absent_nulls(schema: &Value, input: &mut Value) {
+    let (Value::Object(map), Some(props)) =
+        (input, schema.get("properties").and_then(Value::as_object))
     else {
-        return false;
-    };
-    first.keys().any(|name| {
-        let tags: Option<Vec<Value>> = branches.iter().map(|b| constant(b, name)).collect();
-        tags.is_some_and(|tags| {
-            tags.iter()
-                .enumerate()
-                .all(|(i, tag)| !tags[..i].contains(tag))
-        })
-    })
-}
-
-/// Whether a schema's `type` is `kind` (or a list holding it).
-fn has_type(kind: Option<&Value>, wanted: &str) -> bool {
-    match kind {
-        Some(Value::Array(types)) => types.iter().any(|t| t == wanted),
-        Some(t) => t == wanted,
-        None => false,
-    }
-}
-
-/// Let an optional property also be `null`, which strict mode sends for "absent".
-fn make_nullable(prop: &mut Value) {
-    let Value::Object(map) = prop else { return };
-    let null_schema = serde_json::json!({"type": "null"});
-    if has_type(map.get("type"), "null")
-        || map
-            .get("anyOf")
-            .and_then(Value::as_array)
-            .is_some_and(|branches| branches.contains(&null_schema))
-    {
         return;
+    };
+    let required = |name: &str| {
+        schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|r| r.iter().any(|n| n == name))
+    };
+    map.retain(|name, value| {
+        let Some(prop) = props.get(name) else {
+            return true;
+        };
+        if value.is_null() {
+            return required(name) || takes_null(prop);
+        }
+        drop_absent_nulls(prop, value);
+        if let (Value::Array(items), Some(item)) = (value, prop.get("items")) {
+            for value in items {
+                drop_absent_nulls(item, value);
+            }
+        }
+        true
+    });
+}
+
+/// Whether a property's schema may take `null` (conservatively: yes unless it says a type).
+fn takes_null(prop: &Value) -> bool {
+    let types = |schema: &Value| match schema.get("type") {
+        Some(Value::String(t)) => Some(t == "null"),
+        Some(Value::Array(ts)) => Some(ts.iter().any(|t| t == "null")),
+        _ => None,
+    };
+    if let Some(branches) = prop
+        .get("anyOf")
+        .or_else(|| prop.get("oneOf"))
+        .and_then(Value::as_array)
+    {
+        return branches.iter().any(|b| types(b).unwrap_or(true));
     }
-    // A constant or an enumeration would refuse the null a wider `type` lets in.
-    let constrained = map.contains_key("enum") || map.contains_key("const");
-    match map.get_mut("type") {
-        Some(Value::String(t)) if !constrained => {
-            let t = std::mem::take(t);
-            map.insert("type".into(), serde_json::json!([t, "null"]));
-        }
-        Some(Value::Array(types)) if !constrained => {
-            types.push(Value::String("null".into()));
-        }
-        _ => {
-            let inner = std::mem::take(map);
-            map.insert(
-                "anyOf".into(),
-                Value::Array(vec![Value::Object(inner), null_schema]),
-            );
-        }
+    if prop
+        .get("enum")
+        .and_then(Value::as_array)
+        .is_some_and(|e| !e.contains(&Value::Null))
+    {
+        return false;
     }
+    types(prop).unwrap_or(true)
 }

@@ -121,8 +121,9 @@ struct Body<'a> {
 }
 
 /// Structured outputs: `output_config: {"format": {"type": "json_schema", "schema": ...}}`
-/// (platform.claude.com/docs/en/build-with-claude/structured-outputs). The schema goes as
-/// written, without `$schema`.
+/// (platform.claude.com/docs/en/build-with-claude/structured-outputs). A strict format's schema
+/// goes in Anthropic's strict dialect ([`crate::tool::schema::anthropic_strict`]) where that
+/// keeps what it accepts; otherwise as written, without `$schema`, with a warning.
 #[derive(Serialize)]
 struct OutputConfig<'a> {
     format: OutputConfigFormat<'a>,
@@ -136,13 +137,18 @@ struct OutputConfigFormat<'a> {
 
 impl<'a> OutputConfig<'a> {
     fn new(format: &'a crate::message::OutputFormat) -> Self {
-        let schema = match &format.schema {
-            Value::Object(map) if map.contains_key("$schema") => {
+        let strict = format
+            .strict
+            .then(|| strict_schema(&format.name, &format.schema))
+            .flatten();
+        let schema = match (strict, &format.schema) {
+            (Some(strict), _) => std::borrow::Cow::Owned(strict),
+            (None, Value::Object(map)) if map.contains_key("$schema") => {
                 let mut map = map.clone();
                 map.shift_remove("$schema");
                 std::borrow::Cow::Owned(Value::Object(map))
             }
-            other => std::borrow::Cow::Borrowed(other),
+            (None, other) => std::borrow::Cow::Borrowed(other),
         };
         Self {
             format: OutputConfigFormat {
@@ -461,6 +467,26 @@ struct WireFunction<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     description: &'a str,
     input_schema: Cow<'a, Value>,
+    /// Strict tool use: the model's input is held to the schema.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    strict: bool,
+}
+
+/// A schema in Anthropic's strict dialect, or `None` (with a warning naming the tool, the
+/// keyword and its path) when strict mode would change what it accepts.
+fn strict_schema(name: &str, schema: &Value) -> Option<Value> {
+    match crate::tool::schema::anthropic_strict(schema) {
+        Ok(strict) => Some(strict),
+        Err(why) => {
+            tracing::warn!(
+                tool = name,
+                keyword = why.keyword.as_str(),
+                path = why.path.as_str(),
+                "{why}: `{name}` is sent without strict mode"
+            );
+            None
+        }
+    }
 }
 
 fn wire_tool(
@@ -471,10 +497,18 @@ fn wire_tool(
     match tool {
         ToolDefinition::Function(function) => rendered
             .get(function, |function| {
+                let strict = function
+                    .strict
+                    .then(|| strict_schema(&function.name, &function.input_schema))
+                    .flatten();
                 serde_json::value::to_raw_value(&WireFunction {
                     name: &function.name,
                     description: &function.description,
-                    input_schema: shape_schema(&function.input_schema),
+                    strict: strict.is_some(),
+                    input_schema: match strict {
+                        Some(strict) => Cow::Owned(strict),
+                        None => shape_schema(&function.input_schema),
+                    },
                 })
             })
             .map(WireTool::Function)

@@ -80,7 +80,7 @@ pub(super) fn body(request: &Request, options: &GeminiOptions) -> Result<Value> 
     if let Some(choice) = &request.tool_choice {
         body.insert("toolConfig".into(), tool_config(choice));
     }
-    let generation = generation_config(request, options);
+    let generation = generation_config(request, options)?;
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));
     }
@@ -305,8 +305,24 @@ fn tool_config(choice: &ToolChoice) -> Value {
     json!({ "functionCallingConfig": config })
 }
 
-fn generation_config(request: &Request, options: &GeminiOptions) -> Map<String, Value> {
+fn generation_config(request: &Request, options: &GeminiOptions) -> Result<Map<String, Value>> {
     let mut config = Map::new();
+    // Structured output: `responseMimeType` with `responseJsonSchema`, which takes JSON Schema
+    // (Gemini's subset, see [`crate::tool::schema::gemini`]) where `responseSchema` wants
+    // the OpenAPI form (ai.google.dev/api/generate-content, `GenerationConfig`).
+    if let Some(output) = &request.output {
+        let schema = crate::tool::schema::gemini(&output.schema).map_err(|why| {
+            Error::InvalidToolSchema {
+                tool: output.name.clone(),
+                message: format!(
+                    "{why}; Gemini cannot take it (give a recursive type a fixed depth, or \
+                     use the prompted strategy)"
+                ),
+            }
+        })?;
+        config.insert("responseMimeType".into(), "application/json".into());
+        config.insert("responseJsonSchema".into(), schema);
+    }
     if let Some(max) = request.max_tokens {
         config.insert("maxOutputTokens".into(), max.into());
     }
@@ -338,7 +354,7 @@ fn generation_config(request: &Request, options: &GeminiOptions) -> Map<String, 
         }
         config.insert("thinkingConfig".into(), Value::Object(value));
     }
-    config
+    Ok(config)
 }
 
 /// An `f32` as the decimal a person wrote (0.7, not 0.699999988079071).

@@ -2,9 +2,10 @@
 //! (Google Search grounding, code execution, URL context, File Search) as native tools.
 //!
 //! Function parameters go out as `parametersJsonSchema` (Gemini API reference,
-//! `FunctionDeclaration`), which takes JSON Schema as it is instead of the older OpenAPI
-//! subset in `parameters`, so our schemas need no rewriting. What it cannot express is refused
-//! before sending: parameters that are not an object schema.
+//! `FunctionDeclaration`), which takes JSON Schema instead of the older OpenAPI subset in
+//! `parameters`, compiled to Gemini's subset ([`crate::tool::schema::gemini`]: `$ref`s
+//! inlined, keywords it does not know dropped). What it cannot express is refused before
+//! sending: parameters that are not an object schema, and recursive types.
 //!
 //! ```
 //! use agentloop::provider::gemini::tools;
@@ -85,7 +86,15 @@ fn declaration(function: &FunctionDefinition) -> Result<Value> {
                     ),
                 });
             }
-            out.insert("parametersJsonSchema".into(), Value::Object(schema.clone()));
+            let schema = crate::tool::schema::gemini(&function.input_schema).map_err(|why| {
+                Error::InvalidToolSchema {
+                    tool: function.name.clone(),
+                    message: format!(
+                        "{why}; Gemini cannot take it (give a recursive type a fixed depth)"
+                    ),
+                }
+            })?;
+            out.insert("parametersJsonSchema".into(), schema);
         }
         other => {
             return Err(Error::InvalidToolSchema {
