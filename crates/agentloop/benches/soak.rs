@@ -82,8 +82,11 @@ fn parse_options() -> Result<Options, String> {
                     "openai" => Wire::OpenAi,
                     "anthropic" => Wire::Anthropic,
                     "gemini" => Wire::Gemini,
+                    "bedrock" => Wire::Bedrock,
                     other => {
-                        return Err(format!("unknown wire {other:?} (openai|anthropic|gemini)"));
+                        return Err(format!(
+                            "unknown wire {other:?} (openai|anthropic|gemini|bedrock)"
+                        ));
                     }
                 }
             }
@@ -116,6 +119,7 @@ fn wire_arg(wire: Wire) -> &'static str {
         Wire::OpenAi => "openai",
         Wire::Anthropic => "anthropic",
         Wire::Gemini => "gemini",
+        Wire::Bedrock => "bedrock",
     }
 }
 
