@@ -208,6 +208,14 @@ fn agent(wire: Wire, base_url: &str) -> Result<Agent, String> {
                 agentloop::provider::gemini::Gemini::new(config).map_err(|e| e.to_string())?,
             )
         }
+        Wire::Bedrock => {
+            use agentloop::provider::bedrock::{Bedrock, BedrockAuth};
+            let auth = BedrockAuth::Bearer(ApiKey::new("soak"));
+            Agent::builder(
+                Bedrock::new(HttpConfig::new(base_url), "us-east-1", auth)
+                    .map_err(|e| e.to_string())?,
+            )
+        }
     };
     Ok(builder
         .model("mock-model")

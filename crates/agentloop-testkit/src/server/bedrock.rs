@@ -214,7 +214,7 @@ pub(super) fn malformed_frame() -> Bytes {
 pub(crate) fn call_of(path: &str) -> (Option<String>, bool) {
     let mut parts = path.trim_start_matches('/').splitn(3, '/');
     let (_, model, method) = (parts.next(), parts.next(), parts.next());
-    let model = model.filter(|m| !m.is_empty()).map(|m| percent_decode(m));
+    let model = model.filter(|m| !m.is_empty()).map(percent_decode);
     (model, method == Some("converse-stream"))
 }
 

@@ -315,13 +315,11 @@ impl BedrockDecoder {
         } else if let Some(tool) = delta.tool_use {
             let input = tool.input.unwrap_or_default();
             match self.block_mut(index) {
-                Some(Block::Call(call)) => {
-                    if !input.is_empty() {
-                        out.push_back(StreamEvent::ToolCallDelta {
-                            index: *call,
-                            arguments: input.into_owned(),
-                        });
-                    }
+                Some(Block::Call(call)) if !input.is_empty() => {
+                    out.push_back(StreamEvent::ToolCallDelta {
+                        index: *call,
+                        arguments: input.into_owned(),
+                    });
                 }
                 Some(Block::Native { input: held, .. }) => held.push_str(&input),
                 // Input for a tool use that never started has no name to go with: dropped.

@@ -123,7 +123,7 @@ pub fn frame_len(bytes: &[u8]) -> Result<Option<usize>, FrameError> {
     let total = be32(bytes, 0);
     let headers = be32(bytes, 4);
     let len = total as usize;
-    if len < OVERHEAD || len > MAX_FRAME || headers as usize > len - OVERHEAD {
+    if !(OVERHEAD..=MAX_FRAME).contains(&len) || headers as usize > len - OVERHEAD {
         return Err(FrameError::Length { total, headers });
     }
     if crc32fast::hash(&bytes[..8]) != be32(bytes, 8) {
