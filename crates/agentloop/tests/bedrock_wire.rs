@@ -244,3 +244,39 @@ async fn throttling_is_retried_and_exceptions_mid_stream_are_typed() {
     );
     assert_eq!(server.calls(), 1);
 }
+
+/// Cache reads and writes come from `metadata.usage` (`cacheReadInputTokens`,
+/// `cacheWriteInputTokens`, apart from `inputTokens` as Bedrock counts them), and the run is
+/// priced from the built-in table's `aws` prices (amazon.nova-lite: input 0.06, output 0.24,
+/// cache read 0.015 per million tokens).
+#[tokio::test]
+async fn cache_tokens_are_reported_and_priced() {
+    for streamed in [false, true] {
+        let server = MockServer::start(
+            Wire::Bedrock,
+            [Turn::text("cached")
+                .with_usage(1000, 100)
+                .with_cache_usage(500, 0)],
+        )
+        .await
+        .unwrap();
+        let agent = Agent::builder(signed(&server))
+            .model("amazon.nova-lite-v1:0")
+            .build();
+        let result = if streamed {
+            use futures::StreamExt;
+            let events: Vec<_> = agent.run_stream("hi").collect().await;
+            match events.last() {
+                Some(agentloop::RunEvent::RunFinish { result }) => (**result).clone(),
+                other => panic!("{other:?}"),
+            }
+        } else {
+            agent.run("hi").await.unwrap()
+        };
+        assert_eq!(result.usage.input_tokens, 1000);
+        assert_eq!(result.usage.cache_read_tokens, 500);
+        let cost = result.cost.expect("nova-lite is in the price table");
+        // 1000 × 0.06 + 100 × 0.24 + 500 × 0.015, per million.
+        assert_eq!(cost.total.to_string(), "0.0000915");
+    }
+}
