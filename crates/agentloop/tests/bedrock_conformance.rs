@@ -272,3 +272,58 @@ proptest! {
         let _ = assemble(bytes.chunks(7));
     }
 }
+
+/// Exceptions delivered as frames mid-stream (Bedrock API reference, "ConverseStreamOutput":
+/// `internalServerException`, `modelStreamErrorException`, `serviceUnavailableException`,
+/// `throttlingException`, `validationException`) end the stream after the events before them,
+/// typed like the HTTP errors of the same name.
+#[test]
+fn exception_frames_are_typed_like_their_http_errors() {
+    use agentloop::provider::bedrock::eventstream;
+    let start = bedrock_support::event("messageStart", serde_json::json!({"role": "assistant"}));
+    let text = bedrock_support::event(
+        "contentBlockDelta",
+        serde_json::json!({"contentBlockIndex": 0, "delta": {"text": "Hel"}}),
+    );
+    for (kind, check) in [
+        (
+            "throttlingException",
+            (|e: &Error| matches!(e, Error::RateLimited { .. })) as fn(&Error) -> bool,
+        ),
+        ("serviceUnavailableException", |e| {
+            matches!(e, Error::Overloaded { .. })
+        }),
+        ("internalServerException", |e| {
+            matches!(e, Error::Api { status: 500, .. })
+        }),
+        ("validationException", |e| {
+            matches!(e, Error::InvalidRequest { status: 400, .. })
+        }),
+        (
+            "modelStreamErrorException",
+            |e| matches!(e, Error::Stream { error_type: Some(t), .. } if t == "modelStreamErrorException"),
+        ),
+    ] {
+        let body = bedrock_support::body(&[
+            start.clone(),
+            text.clone(),
+            eventstream::exception(kind, br#"{"message":"try again"}"#),
+        ]);
+        let (events, error) = assemble([body.as_slice()]);
+        let error = error.expect("the exception ends the stream");
+        assert!(check(&error), "{kind}: {error:?}");
+        assert!(error.to_string().contains("try again"), "{kind}: {error}");
+        assert_eq!(events.len(), 2, "{kind}: the events before it arrive");
+        assert_eq!(
+            check(&error)
+                && matches!(
+                    kind,
+                    "throttlingException"
+                        | "serviceUnavailableException"
+                        | "internalServerException"
+                ),
+            error.is_retryable(),
+            "{kind}"
+        );
+    }
+}

@@ -1,4 +1,4 @@
-//! OpenAI-, Anthropic- and Gemini-compatible HTTP servers on loopback that play scripted [`Turn`]s as
+//! OpenAI-, Anthropic-, Gemini- and Bedrock-compatible HTTP servers on loopback that play scripted [`Turn`]s as
 //! real wire traffic, with fault injection.
 //!
 //! ```no_run
@@ -40,9 +40,11 @@
 //!
 //! # How a turn plays on the wire
 //! - Text in 3 deltas, reasoning in 2 (OpenAI: `reasoning_content`; Anthropic: a thinking block
-//!   with its `signature_delta`; Gemini: `thought` parts, the signature on the last), arguments
-//!   in 4 fragments (Gemini: each call whole in one chunk, with its `id`): the same split as
-//!   the scripted model.
+//!   with its `signature_delta`; Gemini: `thought` parts, the signature on the last; Bedrock:
+//!   `reasoningContent` deltas, then the signature in a delta of its own), arguments in 4
+//!   fragments (Gemini: each call whole in one chunk, with its `id`): the same split as the
+//!   scripted model. Bedrock sends one event-stream frame per event; its mid-stream errors are
+//!   exception frames (`throttlingException`, `serviceUnavailableException`, ...).
 //! - [`Turn::delay`] waits before the status line, [`Turn::chunk_delay`] between writes (tokio
 //!   time, so tests with paused time run instantly).
 //! - [`Turn::error`]: a transport error ([`Error::Http`](agentloop::Error::Http),
