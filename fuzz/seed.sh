@@ -46,6 +46,15 @@ if [ -d "$BATCH2/gemini" ]; then
   done < <(find "$BATCH2/gemini" -name '*.sse')
 fi
 
+# The binary Bedrock bodies, raw (prefix bytes below 0x80: not re-framed) at splits 1 and 16.
+if [ -d "$BATCH2/bedrock" ]; then
+  while IFS= read -r file; do
+    for prefix in 000 017; do
+      seed_file bedrock_stream "$file" "$prefix"
+    done
+  done < <(find "$BATCH2/bedrock" -name '*.eventstream')
+fi
+
 # One chunk per seed for the chunk-reader target: every `data:` line of the recordings.
 mkdir -p corpus/stream_chunk
 while IFS= read -r file; do

@@ -228,6 +228,9 @@ pub enum Format {
     Anthropic,
     /// Gemini `streamGenerateContent?alt=sse` chunks (Gemini API and Vertex AI).
     Gemini,
+    /// Bedrock `ConverseStream` bodies (binary event-stream frames, or one decoded
+    /// `{"<event-type>": payload}` object per line).
+    Bedrock,
 }
 
 /// `agentloop replay`.

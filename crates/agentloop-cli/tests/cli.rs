@@ -409,6 +409,55 @@ fn replay_gemini_matches_every_recorded_gemini_stream_and_recognises_the_format(
 }
 
 #[test]
+fn replay_bedrock_matches_every_recorded_bedrock_stream_and_recognises_the_format() {
+    let Some(streams) = shared_path() else {
+        agentloop_testkit::skip("../shared/conformance/streams not found");
+        return;
+    };
+    let folder = streams.with_file_name("streams-batch2").join("bedrock");
+    let expected_dir = repo_path("crates/agentloop/tests/conformance/bedrock");
+    let mut files: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    // The binary bodies and their decoded copies (one recording is kept decoded only).
+    assert_eq!(files.len(), 13);
+    for file in files {
+        let file_name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let stem = file_name
+            .trim_end_matches(".eventstream")
+            .trim_end_matches(".decoded.jsonl");
+        let expected: Value = serde_json::from_slice(
+            &std::fs::read(expected_dir.join(format!("{stem}.json"))).unwrap(),
+        )
+        .unwrap();
+        for args in [&["replay", "--format", "bedrock"][..], &["replay"][..]] {
+            let output = run(bin().args(args).arg(&file));
+            let name = format!("bedrock/{file_name} {args:?}");
+            assert!(
+                output.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let got = stdout_json(&output);
+            assert_eq!(got["text"], expected["text"], "{name}");
+            assert_eq!(got["tool_calls"], expected["tool_calls"], "{name}");
+            assert_eq!(got["stop_reason"], expected["stop_reason"], "{name}");
+            assert_eq!(
+                got["usage"]["input_tokens"], expected["usage"]["input_tokens"],
+                "{name}"
+            );
+            assert_eq!(
+                got["usage"]["output_tokens"], expected["usage"]["output_tokens"],
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
 fn replay_reads_stdin_with_multi_line_data_and_parallel_calls() {
     // Multi-line `data:` joins with a newline (valid JSON whitespace); CRLF line ends; the two
     // calls' argument fragments interleave.

@@ -82,8 +82,11 @@ fn parse_options() -> Result<Options, String> {
                     "openai" => Wire::OpenAi,
                     "anthropic" => Wire::Anthropic,
                     "gemini" => Wire::Gemini,
+                    "bedrock" => Wire::Bedrock,
                     other => {
-                        return Err(format!("unknown wire {other:?} (openai|anthropic|gemini)"));
+                        return Err(format!(
+                            "unknown wire {other:?} (openai|anthropic|gemini|bedrock)"
+                        ));
                     }
                 }
             }
@@ -116,6 +119,7 @@ fn wire_arg(wire: Wire) -> &'static str {
         Wire::OpenAi => "openai",
         Wire::Anthropic => "anthropic",
         Wire::Gemini => "gemini",
+        Wire::Bedrock => "bedrock",
     }
 }
 
@@ -202,6 +206,14 @@ fn agent(wire: Wire, base_url: &str) -> Result<Agent, String> {
             config.api_key = Some(ApiKey::new("soak"));
             Agent::builder(
                 agentloop::provider::gemini::Gemini::new(config).map_err(|e| e.to_string())?,
+            )
+        }
+        Wire::Bedrock => {
+            use agentloop::provider::bedrock::{Bedrock, BedrockAuth};
+            let auth = BedrockAuth::Bearer(ApiKey::new("soak"));
+            Agent::builder(
+                Bedrock::new(HttpConfig::new(base_url), "us-east-1", auth)
+                    .map_err(|e| e.to_string())?,
             )
         }
     };

@@ -96,6 +96,14 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
             config.api_key = Some(ApiKey::new("gemini-test"));
             Arc::new(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
+        Wire::Bedrock => Arc::new(
+            agentloop::provider::bedrock::Bedrock::new(
+                config,
+                "us-east-1",
+                agentloop::provider::bedrock::BedrockAuth::Bearer(ApiKey::new("bedrock-test")),
+            )
+            .unwrap(),
+        ),
     }
 }
 

@@ -116,7 +116,8 @@ fn expected(fault: &Fault, mode: Mode, wire: Wire) -> Expect {
         // had started: not retried.
         (Fault::ErrorEvent { .. }, Mode::Streaming) => match wire {
             Wire::OpenAi => Expect::Fails(ErrorKind::Stream),
-            Wire::Anthropic | Wire::Gemini => Expect::Fails(ErrorKind::Overloaded),
+            // Bedrock's `serviceUnavailableException` frame, the in-stream twin of HTTP 503.
+            Wire::Anthropic | Wire::Gemini | Wire::Bedrock => Expect::Fails(ErrorKind::Overloaded),
         },
         // Non-streamed, the server answers 503 (overloaded) instead: retried.
         (Fault::ErrorEvent { .. }, Mode::Blocking) => Expect::Recovers {
@@ -241,6 +242,15 @@ async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
                     "/v1beta/models/mock-model:generateContent"
                 }
         }
+        // So does Bedrock.
+        Wire::Bedrock => {
+            r.path
+                == if streamed {
+                    "/model/mock-model/converse-stream"
+                } else {
+                    "/model/mock-model/converse"
+                }
+        }
     };
     assert!(
         requests.iter().all(expected_path),
@@ -294,7 +304,7 @@ async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
 
 async fn all_cells(fault: Fault) {
     for mode in [Mode::Blocking, Mode::Streaming] {
-        for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
+        for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock] {
             for place in [Place::FirstCall, Place::AfterToolStep] {
                 cell(fault.clone(), mode, wire, place).await;
             }
@@ -381,6 +391,7 @@ async fn rate_limited_beyond_max_retry_after_stops_the_run() {
                 (mode, Wire::OpenAi),
                 (mode, Wire::Anthropic),
                 (mode, Wire::Gemini),
+                (mode, Wire::Bedrock),
             ]
         })
     {

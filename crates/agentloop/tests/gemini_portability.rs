@@ -46,6 +46,7 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
         Wire::OpenAi => Arc::new(OpenAi::new(config).unwrap()),
         Wire::Anthropic => Arc::new(Anthropic::new(config).unwrap()),
         Wire::Gemini => Arc::new(Gemini::new(config).unwrap()),
+        Wire::Bedrock => unreachable!("Bedrock's portability is in bedrock_portability.rs"),
     }
 }
 
@@ -54,6 +55,7 @@ fn model(wire: Wire) -> &'static str {
         Wire::OpenAi => "gpt-4o",
         Wire::Anthropic => "claude-test",
         Wire::Gemini => "gemini-3-pro-preview",
+        Wire::Bedrock => unreachable!("Bedrock's portability is in bedrock_portability.rs"),
     }
 }
 
@@ -63,6 +65,7 @@ fn two_tool_turns(wire: Wire) -> [Turn; 3] {
         Wire::OpenAi => ("call_1", "call_2", None),
         Wire::Anthropic => ("toolu_1", "toolu_2", Some("sig-anthropic")),
         Wire::Gemini => ("fc_1", "fc_2", Some("sig-gemini")),
+        Wire::Bedrock => unreachable!("Bedrock's portability is in bedrock_portability.rs"),
     };
     [
         Turn::text("Checking Paris.")

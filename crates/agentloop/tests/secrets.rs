@@ -50,7 +50,7 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let mut seen = Vec::new();
-    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
+    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock] {
         let server = MockServer::builder(wire)
             .turn(Turn::text("hi"))
             .inject(Fault::ServerError, 1)
@@ -69,6 +69,14 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
             Wire::OpenAi => Arc::new(OpenAi::new(config(server.base_url())).unwrap()),
             Wire::Anthropic => Arc::new(Anthropic::new(config(server.base_url())).unwrap()),
             Wire::Gemini => Arc::new(Gemini::new(config(server.base_url())).unwrap()),
+            Wire::Bedrock => Arc::new(
+                agentloop::provider::bedrock::Bedrock::new(
+                    config(server.base_url()),
+                    "us-east-1",
+                    agentloop::provider::bedrock::BedrockAuth::Bearer(ApiKey::new(KEY)),
+                )
+                .unwrap(),
+            ),
         };
         seen.push(format!(
             "{provider:?}",

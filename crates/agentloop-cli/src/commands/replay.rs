@@ -1,4 +1,4 @@
-//! `agentloop replay [--format openai|anthropic|gemini] FILE`: the format is recognised from the stream
+//! `agentloop replay [--format openai|anthropic|gemini|bedrock] FILE`: the format is recognised from the stream
 //! when not given, and a given format that does not match the stream is an error rather than a
 //! plausible empty answer.
 
@@ -59,13 +59,38 @@ const ANTHROPIC_EVENTS: [&str; 7] = [
     "ping",
 ];
 
+/// Bedrock `ConverseStream` event types, as the decoded form of a stream names them.
+const BEDROCK_EVENTS: [&str; 6] = [
+    "messageStart",
+    "contentBlockStart",
+    "contentBlockDelta",
+    "contentBlockStop",
+    "messageStop",
+    "metadata",
+];
+
 /// The format a recorded stream is in, judged by its first event that only one format has:
 /// OpenAI's `chat.completion.chunk` objects (`choices`, `[DONE]`), Anthropic's typed events or
 /// Gemini's `GenerateContentResponse` chunks (`candidates`, `usageMetadata`). A body that is one
 /// Google error object (`{"error": {"code", "status"}}`, what Gemini sends even under
-/// `text/event-stream`) is Gemini's too.
+/// `text/event-stream`) is Gemini's too. Bedrock's binary event-stream body is known by its
+/// first frame's prelude (its CRC checks), its decoded form by a first line holding one
+/// `ConverseStream` event (`{"messageStart": ...}`).
 pub fn detect(body: &[u8]) -> Option<WireFormat> {
+    if matches!(
+        agentloop::provider::bedrock::eventstream::frame_len(body),
+        Ok(Some(_))
+    ) {
+        return Some(WireFormat::Bedrock);
+    }
     let trimmed = body.trim_ascii_start();
+    let first_line = trimmed.split(|b| *b == b'\n').next().unwrap_or_default();
+    if let Ok(serde_json::Value::Object(event)) = serde_json::from_slice::<Value>(first_line)
+        && event.len() == 1
+        && event.keys().all(|k| BEDROCK_EVENTS.contains(&k.as_str()))
+    {
+        return Some(WireFormat::Bedrock);
+    }
     if trimmed.starts_with(b"{")
         && let Ok(value) = serde_json::from_slice::<Value>(trimmed)
         && value.pointer("/error/status").is_some_and(Value::is_string)
@@ -118,6 +143,7 @@ fn describe(format: WireFormat) -> (&'static str, &'static str) {
         WireFormat::OpenAi => ("an OpenAI stream", "openai"),
         WireFormat::Anthropic => ("an Anthropic stream", "anthropic"),
         WireFormat::Gemini => ("a Gemini stream", "gemini"),
+        WireFormat::Bedrock => ("a Bedrock stream", "bedrock"),
     }
 }
 
@@ -128,6 +154,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
         cli::Format::Openai => WireFormat::OpenAi,
         cli::Format::Anthropic => WireFormat::Anthropic,
         cli::Format::Gemini => WireFormat::Gemini,
+        cli::Format::Bedrock => WireFormat::Bedrock,
     });
     match (given, detect(body)) {
         (Some(given), Some(detected)) if given != detected => {
@@ -139,7 +166,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
         }
         (Some(format), _) | (None, Some(format)) => Ok(format),
         (None, None) => Err(
-            "could not tell the stream's format (no OpenAI chunk, Anthropic event or Gemini chunk in it): pass --format openai, anthropic or gemini"
+            "could not tell the stream's format (no OpenAI chunk, Anthropic event, Gemini chunk or Bedrock frame in it): pass --format openai, anthropic, gemini or bedrock"
                 .to_owned(),
         ),
     }

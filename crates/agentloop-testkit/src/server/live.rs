@@ -162,6 +162,11 @@ impl Live {
                 let (model, stream) = super::gemini::call_of(&request.path);
                 (stream, model.map(str::to_owned))
             }
+            // So does Bedrock.
+            Wire::Bedrock => {
+                let (model, stream) = super::bedrock::call_of(&request.path);
+                (stream, model)
+            }
             Wire::OpenAi | Wire::Anthropic => (
                 body.get("stream") == Some(&Value::Bool(true)),
                 body.get("model").and_then(Value::as_str).map(str::to_owned),

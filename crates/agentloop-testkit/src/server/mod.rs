@@ -1,4 +1,4 @@
-//! OpenAI-, Anthropic- and Gemini-compatible HTTP servers on loopback that play scripted [`Turn`]s as
+//! OpenAI-, Anthropic-, Gemini- and Bedrock-compatible HTTP servers on loopback that play scripted [`Turn`]s as
 //! real wire traffic, with fault injection.
 //!
 //! ```no_run
@@ -24,11 +24,15 @@
 //! | [`Wire::OpenAi`] | `POST /v1/chat/completions` | `http://127.0.0.1:PORT/v1` (as OpenAI SDKs expect) |
 //! | [`Wire::Anthropic`] | `POST /v1/messages` | `http://127.0.0.1:PORT` (as Anthropic SDKs expect) |
 //! | [`Wire::Gemini`] | `POST /v1beta/models/<model>:streamGenerateContent` (and `:generateContent`) | `http://127.0.0.1:PORT` |
+//! | [`Wire::Bedrock`] | `POST /model/<modelId>/converse-stream` (and `/converse`) | `http://127.0.0.1:PORT` |
 //!
 //! OpenAI and Anthropic honour the request's `"stream": true` (an SSE stream in the provider's
 //! exact event shape) or not (one JSON body), and OpenAI's `stream_options.include_usage`;
 //! Gemini streams on `:streamGenerateContent` and takes the model from the path; it also
-//! answers Vertex AI's `/v1/projects/<p>/locations/<l>/publishers/google/models/<model>:<method>`. `GET /health`
+//! answers Vertex AI's `/v1/projects/<p>/locations/<l>/publishers/google/models/<model>:<method>`.
+//! Bedrock streams AWS event-stream frames on `converse-stream` (exceptions mid-stream as
+//! exception frames, errors named by `x-amzn-ErrorType`) and takes the model from the path;
+//! it checks no signature. `GET /health`
 //! answers `{"status":"ok"}`; any other route is a 404 in the wire's error shape (and recorded).
 //! Responses echo the request's `model`; ids are numbered by turn (`chatcmpl-mock-0`,
 //! `msg_mock_0`, `mock-response-0`), tool-call ids come from the turn (`call_<turn>_<i>` unless given), and OpenAI's
@@ -36,9 +40,11 @@
 //!
 //! # How a turn plays on the wire
 //! - Text in 3 deltas, reasoning in 2 (OpenAI: `reasoning_content`; Anthropic: a thinking block
-//!   with its `signature_delta`; Gemini: `thought` parts, the signature on the last), arguments
-//!   in 4 fragments (Gemini: each call whole in one chunk, with its `id`): the same split as
-//!   the scripted model.
+//!   with its `signature_delta`; Gemini: `thought` parts, the signature on the last; Bedrock:
+//!   `reasoningContent` deltas, then the signature in a delta of its own), arguments in 4
+//!   fragments (Gemini: each call whole in one chunk, with its `id`): the same split as the
+//!   scripted model. Bedrock sends one event-stream frame per event; its mid-stream errors are
+//!   exception frames (`throttlingException`, `serviceUnavailableException`, ...).
 //! - [`Turn::delay`] waits before the status line, [`Turn::chunk_delay`] between writes (tokio
 //!   time, so tests with paused time run instantly).
 //! - [`Turn::error`]: a transport error ([`Error::Http`](agentloop::Error::Http),
@@ -58,6 +64,7 @@
 //! whose message says so.
 
 mod anthropic;
+mod bedrock;
 mod fault;
 mod gemini;
 mod live;
@@ -98,6 +105,8 @@ pub enum Wire {
     /// Gemini `generateContent` (`POST /v1beta/models/<model>:streamGenerateContent?alt=sse`
     /// and `:generateContent`).
     Gemini,
+    /// Bedrock Converse (`POST /model/<modelId>/converse-stream` and `/converse`).
+    Bedrock,
 }
 
 impl Wire {
@@ -108,6 +117,7 @@ impl Wire {
             Self::OpenAi => "/v1/chat/completions",
             Self::Anthropic => "/v1/messages",
             Self::Gemini => "/v1beta/models/mock-model:generateContent",
+            Self::Bedrock => "/model/mock-model/converse",
         }
     }
 
@@ -117,6 +127,7 @@ impl Wire {
         match self {
             Self::OpenAi | Self::Anthropic => self.path(),
             Self::Gemini => "/v1beta/models/{call}",
+            Self::Bedrock => "/model/{model}/{method}",
         }
     }
 
@@ -125,7 +136,7 @@ impl Wire {
     fn base_path(self) -> &'static str {
         match self {
             Self::OpenAi => "/v1",
-            Self::Anthropic | Self::Gemini => "",
+            Self::Anthropic | Self::Gemini | Self::Bedrock => "",
         }
     }
 
@@ -134,6 +145,7 @@ impl Wire {
             Self::OpenAi => "OpenAI Chat Completions",
             Self::Anthropic => "Anthropic Messages",
             Self::Gemini => "Gemini generateContent",
+            Self::Bedrock => "Bedrock Converse",
         }
     }
 }

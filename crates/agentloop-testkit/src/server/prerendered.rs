@@ -50,7 +50,7 @@ impl Prerendered {
                     json: Arc::new(render(turn, &shape(false, false), None, mode)),
                     stream_with_usage: match wire {
                         Wire::OpenAi => Arc::new(render(turn, &shape(true, true), None, mode)),
-                        Wire::Anthropic | Wire::Gemini => Arc::clone(&stream),
+                        Wire::Anthropic | Wire::Gemini | Wire::Bedrock => Arc::clone(&stream),
                     },
                     stream,
                 }
@@ -90,6 +90,7 @@ impl Prerendered {
             .count();
         let stream = match self.wire {
             Wire::Gemini => super::gemini::call_of(path).1,
+            Wire::Bedrock => super::bedrock::call_of(path).1,
             Wire::OpenAi | Wire::Anthropic => probe.stream.unwrap_or(false),
         };
         let variants = &self.turns[answered % self.turns.len()];

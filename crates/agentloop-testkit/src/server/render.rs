@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::fault::{Fault, WriteMode};
 use super::reply::Reply;
 use super::wire_error::{Played, WireError, play};
-use super::{Wire, anthropic, gemini, openai};
+use super::{Wire, anthropic, bedrock, gemini, openai};
 use crate::turn::Turn;
 
 /// The `created` timestamp of every OpenAI response (2025-01-01T00:00:00Z), fixed so bodies are
@@ -58,8 +58,14 @@ pub(crate) fn error_reply(wire: Wire, error: &WireError) -> Reply {
         Wire::OpenAi => (openai::status(error), openai::error_body(error)),
         Wire::Anthropic => (anthropic::status(error), anthropic::error_body(error)),
         Wire::Gemini => (gemini::status(error), gemini::error_body(error)),
+        Wire::Bedrock => (bedrock::status(error), bedrock::error_body(error)),
     };
     let mut reply = Reply::json(status, body);
+    if wire == Wire::Bedrock
+        && let Ok(value) = HeaderValue::from_str(&bedrock::error_type(error))
+    {
+        reply.headers.insert("x-amzn-errortype", value);
+    }
     if let Some(secs) = error.retry_after_secs {
         reply.headers.insert("retry-after", HeaderValue::from(secs));
     }
@@ -140,6 +146,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
                     Wire::OpenAi => openai::body(turn, shape),
                     Wire::Anthropic => anthropic::body(turn, shape),
                     Wire::Gemini => gemini::body(turn, shape),
+                    Wire::Bedrock => bedrock::body(turn, shape),
                 };
                 let half = body.len() / 2;
                 let mut reply = Reply::json(200, body);
@@ -158,6 +165,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
         Wire::OpenAi => openai::stream(turn, shape),
         Wire::Anthropic => anthropic::stream(turn, shape),
         Wire::Gemini => gemini::stream(turn, shape),
+        Wire::Bedrock => bedrock::stream(turn, shape),
     };
     let mut disconnect = false;
     if let Some((after, cut)) = cut {
@@ -167,6 +175,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
                 Wire::OpenAi => openai::error_frame(&error),
                 Wire::Anthropic => anthropic::error_frame(&error),
                 Wire::Gemini => gemini::error_frame(&error),
+                Wire::Bedrock => bedrock::error_frame(&error),
             }),
             Cut::Disconnect => disconnect = true,
         }
@@ -179,10 +188,17 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
             Wire::OpenAi => openai::malformed_frame(shape),
             Wire::Anthropic => anthropic::malformed_frame(),
             Wire::Gemini => gemini::malformed_frame(),
+            Wire::Bedrock => bedrock::malformed_frame(),
         };
         frames.insert(after.min(frames.len()), bad);
     }
     let mut reply = Reply::event_stream(frames);
+    if shape.wire == Wire::Bedrock {
+        reply.headers.insert(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/vnd.amazon.eventstream"),
+        );
+    }
     if disconnect {
         let len = reply.body_len();
         reply.disconnect_after(len);

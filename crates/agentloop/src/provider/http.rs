@@ -180,6 +180,68 @@ pub trait SseDecoder: Send + 'static {
     fn end(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<()>;
 }
 
+/// Cuts a streamed body into events and decodes them: SSE through [`SseDecoder`] for most
+/// providers, AWS event-stream frames for Bedrock.
+pub trait BodyDecoder: Send + 'static {
+    /// Decode from `chunk` until one event gave stream events (into `out`, empty on entry) or
+    /// the chunk is used up, and return how many bytes were read. The rest, `&chunk[read..]`,
+    /// is fed again before any later chunk. An `Err` ends the stream after the events in `out`.
+    fn feed_until(&mut self, chunk: &[u8], out: &mut VecDeque<StreamEvent>) -> Result<usize>;
+
+    /// The body ended: decode what is held back, flush, and return `Err` if the response was
+    /// cut short.
+    fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<()>;
+}
+
+/// An [`SseDecoder`] behind the SSE parser.
+pub(crate) struct Sse<D> {
+    parser: SseParser,
+    decoder: D,
+}
+
+impl<D> Sse<D> {
+    pub(crate) fn new(decoder: D) -> Self {
+        Self {
+            parser: SseParser::new(),
+            decoder,
+        }
+    }
+}
+
+impl<D: SseDecoder> BodyDecoder for Sse<D> {
+    fn feed_until(&mut self, chunk: &[u8], out: &mut VecDeque<StreamEvent>) -> Result<usize> {
+        let mut failure = None;
+        let decoder = &mut self.decoder;
+        let read = self
+            .parser
+            .feed_until(chunk, |event| match decoder.event(&event, out) {
+                Ok(()) if out.is_empty() => ControlFlow::Continue(()),
+                Ok(()) => ControlFlow::Break(()),
+                Err(e) => {
+                    failure = Some(e);
+                    ControlFlow::Break(())
+                }
+            });
+        failure.map_or(Ok(read), Err)
+    }
+
+    fn finish(&mut self, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+        let mut failure = None;
+        let decoder = &mut self.decoder;
+        self.parser.finish(|event| {
+            if failure.is_none()
+                && let Err(e) = decoder.event(&event, out)
+            {
+                failure = Some(e);
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        self.decoder.end(out)
+    }
+}
+
 /// Maps an error response to a typed error (provider-specific body shapes).
 pub type ErrorMapper = fn(provider: &str, status: u16, headers: &HeaderMap, body: &[u8]) -> Error;
 
@@ -457,6 +519,17 @@ impl Transport {
         extra: HeaderMap,
         decoder: D,
     ) -> EventStream {
+        self.post_body_stream(path, body, extra, Sse::new(decoder))
+    }
+
+    /// [`Self::post_stream`] for a body that is not SSE (Bedrock's event-stream frames).
+    pub fn post_body_stream<C: BodyDecoder>(
+        &self,
+        path: &str,
+        body: Bytes,
+        extra: HeaderMap,
+        decoder: C,
+    ) -> EventStream {
         let transport = self.clone();
         let path = path.to_owned();
         let config = &self.inner.config;
@@ -503,7 +576,9 @@ struct SseStream<D, B, F> {
 // is only reached through `&mut`.
 impl<D, B, F> Unpin for SseStream<D, B, F> {}
 
-#[expect(
+// `allow`, not `expect`: the lint sees the reading state's size only through the decoder
+// type, which is generic here.
+#[allow(
     clippy::large_enum_variant,
     reason = "the stream is boxed once and never moved, so the reading state is kept inline: \
               one allocation and one pointer less per chunk"
@@ -531,7 +606,6 @@ struct Reading<D, B> {
     body: B,
     /// What the last chunk read holds that is not parsed yet.
     chunk: Bytes,
-    parser: SseParser,
     decoder: D,
     /// The events decoded from one SSE event (usually one), not handed out yet.
     pending: VecDeque<StreamEvent>,
@@ -549,7 +623,7 @@ struct Reading<D, B> {
 
 impl<D, B, F> Stream for SseStream<D, B, F>
 where
-    D: SseDecoder,
+    D: BodyDecoder,
     B: Stream<Item = reqwest::Result<Bytes>> + Unpin,
     F: Fn(reqwest::Response) -> B,
 {
@@ -608,7 +682,6 @@ impl<D, B> Reading<D, B> {
         Self {
             body,
             chunk: Bytes::new(),
-            parser: SseParser::new(),
             decoder,
             pending: VecDeque::new(),
             silence,
@@ -621,30 +694,19 @@ impl<D, B> Reading<D, B> {
     }
 }
 
-impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D, B> {
+impl<D: BodyDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D, B> {
     /// Decode the chunk's unread events until one gives stream events (into `pending`, which
     /// is empty here) or the chunk ends. A chunk holding many events (a body that arrived at
     /// once) is thus decoded an event at a time as the stream is read, not queued whole: each
     /// event's strings are made and dropped in turn, in memory the allocator just freed.
     fn decode_chunk(&mut self) -> Result<bool> {
-        let mut failure = None;
-        let (decoder, pending) = (&mut self.decoder, &mut self.pending);
-        let read =
-            self.parser
-                .feed_until(&self.chunk, |event| match decoder.event(&event, pending) {
-                    Ok(()) if pending.is_empty() => ControlFlow::Continue(()),
-                    Ok(()) => ControlFlow::Break(()),
-                    Err(e) => {
-                        failure = Some(e);
-                        ControlFlow::Break(())
-                    }
-                });
+        let read = self.decoder.feed_until(&self.chunk, &mut self.pending)?;
         self.chunk.advance(read);
         if self.chunk.is_empty() {
             // Read whole: give the buffer back now, not when the next chunk comes.
             self.chunk = Bytes::new();
         }
-        failure.map_or(Ok(true), Err)
+        Ok(true)
     }
 
     /// Decode the next events into `pending`: from the chunk read last while it has some
@@ -671,19 +733,7 @@ impl<D: SseDecoder, B: Stream<Item = reqwest::Result<Bytes>> + Unpin> Reading<D,
                     }));
                 }
                 Poll::Ready(None) => {
-                    let mut failure = None;
-                    let (decoder, pending) = (&mut self.decoder, &mut self.pending);
-                    self.parser.finish(|event| {
-                        if failure.is_none()
-                            && let Err(e) = decoder.event(&event, pending)
-                        {
-                            failure = Some(e);
-                        }
-                    });
-                    if let Some(e) = failure {
-                        return Poll::Ready(Err(e));
-                    }
-                    return Poll::Ready(self.decoder.end(&mut self.pending).map(|()| false));
+                    return Poll::Ready(self.decoder.finish(&mut self.pending).map(|()| false));
                 }
                 Poll::Pending => {}
             }
@@ -864,13 +914,16 @@ mod tests {
     type Body = futures::stream::BoxStream<'static, reqwest::Result<Bytes>>;
 
     /// Already reading `body`: the function that would make it from a response goes unused.
-    fn stream(body: Body) -> SseStream<Texts, Body, fn(reqwest::Response) -> Body> {
+    fn stream(body: Body) -> SseStream<Sse<Texts>, Body, fn(reqwest::Response) -> Body> {
         decoded_by(Texts, body)
     }
 
-    fn decoded_by<D>(decoder: D, body: Body) -> SseStream<D, Body, fn(reqwest::Response) -> Body> {
+    fn decoded_by<D>(
+        decoder: D,
+        body: Body,
+    ) -> SseStream<Sse<D>, Body, fn(reqwest::Response) -> Body> {
         SseStream {
-            state: SseState::Reading(Reading::new(body, decoder, ONE_SECOND)),
+            state: SseState::Reading(Reading::new(body, Sse::new(decoder), ONE_SECOND)),
         }
     }
 
@@ -886,7 +939,7 @@ mod tests {
             idle: Duration::from_secs(1),
         };
         let reading = |body| SseStream::<_, Body, fn(reqwest::Response) -> Body> {
-            state: SseState::Reading(Reading::new(body, Texts, silence)),
+            state: SseState::Reading(Reading::new(body, Sse::new(Texts), silence)),
         };
         // The first chunk at 2.5 s is in time; then 1 s of silence is too much.
         let started = Instant::now();

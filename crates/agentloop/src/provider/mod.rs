@@ -4,6 +4,8 @@
 //! normalized [`StreamEvent`]s. Everything provider-specific stays behind this trait.
 
 pub mod anthropic;
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 pub mod gemini;
 pub mod http;
 pub mod openai;

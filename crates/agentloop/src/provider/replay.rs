@@ -30,6 +30,10 @@ pub enum WireFormat {
     Anthropic,
     /// Gemini `streamGenerateContent?alt=sse` chunks (Gemini API and Vertex AI).
     Gemini,
+    /// Bedrock `ConverseStream` bodies: binary event-stream frames, or the decoded form with
+    /// one `{"<event-type>": payload}` JSON object per line.
+    #[cfg(feature = "bedrock")]
+    Bedrock,
 }
 
 /// What a recorded stream assembles to.
@@ -47,7 +51,69 @@ pub fn assemble(format: WireFormat, body: &[u8]) -> Replayed {
         WireFormat::OpenAi => run(ChunkDecoder::new("openai"), "openai", body),
         WireFormat::Anthropic => run(AnthropicDecoder::new(), "anthropic", body),
         WireFormat::Gemini => gemini(body),
+        #[cfg(feature = "bedrock")]
+        WireFormat::Bedrock => bedrock(body),
     }
+}
+
+/// Frames through the Bedrock decoder as the transport feeds them; a body that starts with
+/// `{` is the decoded form, one event per line.
+#[cfg(feature = "bedrock")]
+fn bedrock(body: &[u8]) -> Replayed {
+    use super::bedrock::{BedrockDecoder, PROVIDER_NAME};
+    use super::http::BodyDecoder;
+    let mut decoder = BedrockDecoder::new();
+    let mut events = VecDeque::new();
+    let result = if body.trim_ascii_start().starts_with(b"{") {
+        bedrock_lines(&mut decoder, body, &mut events)
+    } else {
+        let mut rest = body;
+        let mut result = Ok(());
+        while !rest.is_empty() {
+            match decoder.feed_until(rest, &mut events) {
+                Ok(read) => rest = &rest[read..],
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        result
+    };
+    let error = result.and_then(|()| decoder.finish(&mut events)).err();
+    let mut acc = Accumulator::new();
+    for event in &events {
+        acc.push(event);
+    }
+    acc.set_provider(PROVIDER_NAME);
+    Replayed {
+        response: acc.finish(),
+        error,
+    }
+}
+
+/// The decoded form of a Bedrock stream: each line one `{"<event-type>": payload}`, the form
+/// AWS SDKs log and recordings keep beside the binary body.
+#[cfg(feature = "bedrock")]
+pub fn bedrock_lines(
+    decoder: &mut super::bedrock::BedrockDecoder,
+    body: &[u8],
+    events: &mut VecDeque<StreamEvent>,
+) -> crate::Result<()> {
+    for line in body.split(|b| *b == b'\n') {
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        let value: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line)
+            .map_err(|e| Error::parse("a decoded Bedrock event line", e))?;
+        for (kind, payload) in value {
+            let payload = serde_json::to_vec(&payload)
+                .map_err(|e| Error::parse("a decoded Bedrock event line", e))?;
+            decoder.event(&kind, &payload, events)?;
+        }
+    }
+    Ok(())
 }
 
 /// Gemini error bodies are plain JSON even when labelled `text/event-stream` (a 404 on the

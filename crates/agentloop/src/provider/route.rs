@@ -2,7 +2,10 @@
 //! `openai/gpt-4o`, `xai/grok-4`, `ollama/qwen2.5`, `openai-compatible/<model>`,
 //! `gemini/gemini-2.5-flash` (key from `GEMINI_API_KEY` or `GOOGLE_API_KEY`) or
 //! `vertex/gemini-2.5-pro` (token from `VERTEX_ACCESS_TOKEN` or `GOOGLE_ACCESS_TOKEN`, project
-//! and location from [`RouteOptions`] or `GOOGLE_CLOUD_PROJECT` / `GOOGLE_CLOUD_LOCATION`)
+//! and location from [`RouteOptions`] or `GOOGLE_CLOUD_PROJECT` / `GOOGLE_CLOUD_LOCATION`) or
+//! `bedrock/<modelId>` (feature `bedrock`: region from [`RouteOptions::region`] or
+//! `AWS_REGION` / `AWS_DEFAULT_REGION`, a Bedrock API key from the options or
+//! `AWS_BEARER_TOKEN_BEDROCK`, else AWS keys from the environment or `~/.aws/credentials`)
 //! turned into a configured provider. An unknown prefix is an error that lists the known ones, never a
 //! silent fallback.
 //!
@@ -39,6 +42,8 @@ pub struct RouteOptions {
     pub project: Option<String>,
     /// Vertex AI: the location (instead of `GOOGLE_CLOUD_LOCATION`; default `global`).
     pub location: Option<String>,
+    /// Bedrock: the AWS region (instead of `AWS_REGION` / `AWS_DEFAULT_REGION`).
+    pub region: Option<String>,
 }
 
 /// Every provider prefix [`from_model`] knows, in the order errors list them.
@@ -46,6 +51,8 @@ pub fn known_providers() -> Vec<&'static str> {
     let mut names = vec![anthropic::PROVIDER_NAME];
     names.extend(Preset::ALL.iter().map(|p| p.name()));
     names.extend([gemini::PROVIDER_NAME, gemini::VERTEX_PROVIDER_NAME]);
+    #[cfg(feature = "bedrock")]
+    names.push(super::bedrock::PROVIDER_NAME);
     names
 }
 
@@ -71,6 +78,8 @@ pub fn from_model(spec: &str, options: RouteOptions) -> Result<(Arc<dyn Provider
         Arc::new(gemini_provider(options)?)
     } else if prefix == gemini::VERTEX_PROVIDER_NAME {
         Arc::new(vertex_provider(options)?)
+    } else if cfg!(feature = "bedrock") && prefix == "bedrock" {
+        bedrock_provider(options)?
     } else if let Some(preset) = Preset::from_name(prefix) {
         Arc::new(openai_provider(preset, options)?)
     } else {
@@ -188,4 +197,46 @@ fn vertex_provider(options: RouteOptions) -> Result<Gemini> {
     }
     config.api_key = token;
     Gemini::vertex(config, location, GeminiOptions::default())
+}
+
+#[cfg(feature = "bedrock")]
+fn bedrock_provider(options: RouteOptions) -> Result<Arc<dyn Provider>> {
+    use super::bedrock::{self, Bedrock, BedrockAuth};
+    let region = options
+        .region
+        .or_else(bedrock::region_from_env)
+        .ok_or_else(|| {
+            Error::config(
+                "bedrock/<model> needs a region: set AWS_REGION (or AWS_DEFAULT_REGION) or pass one in RouteOptions::region",
+            )
+        })?;
+    let auth = match options.api_key {
+        Some(key) => Some(BedrockAuth::Bearer(key)),
+        None => BedrockAuth::from_env(),
+    };
+    let custom = options.base_url.or_else(|| env(bedrock::BASE_URL_ENV));
+    let auth = match (auth, &custom) {
+        (Some(auth), _) => auth,
+        // A custom endpoint (a proxy that signs, the testkit server) may need no credentials.
+        (None, Some(_)) => BedrockAuth::None,
+        (None, None) => {
+            return Err(Error::config(format!(
+                "bedrock/<model> needs credentials: set {} (a Bedrock API key), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials (AWS_PROFILE)",
+                bedrock::BEARER_TOKEN_ENV
+            )));
+        }
+    };
+    let base_url = custom.unwrap_or_else(|| bedrock::endpoint(&region));
+    Ok(Arc::new(Bedrock::new(
+        HttpConfig::new(base_url),
+        region,
+        auth,
+    )?))
+}
+
+#[cfg(not(feature = "bedrock"))]
+fn bedrock_provider(_: RouteOptions) -> Result<Arc<dyn Provider>> {
+    Err(Error::config(
+        "bedrock/<model> needs agentloop's `bedrock` feature (on by default)",
+    ))
 }

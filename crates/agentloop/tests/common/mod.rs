@@ -147,5 +147,18 @@ pub fn wire_agent(
         agentloop_testkit::Wire::Gemini => {
             Agent::builder(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
+        // Signed like the real service (the test server does not check it), so every wire
+        // test goes through SigV4 too.
+        agentloop_testkit::Wire::Bedrock => {
+            use agentloop::provider::bedrock::{AwsCredentials, Bedrock, BedrockAuth};
+            let credentials = AwsCredentials {
+                access_key_id: "AKIDEXAMPLE".into(),
+                secret_access_key: ApiKey::new("wire-test-secret"),
+                session_token: None,
+            };
+            Agent::builder(
+                Bedrock::new(config, "us-east-1", BedrockAuth::SigV4(credentials)).unwrap(),
+            )
+        }
     }
 }

@@ -1,0 +1,329 @@
+//! Recorded Bedrock `ConverseStream` bodies (`shared/conformance/streams-batch2/bedrock`:
+//! binary `.eventstream` bodies with `.decoded.jsonl` copies, provenance in its `SOURCES.md`)
+//! assembled with the event-stream framing, the Bedrock decoder and the accumulator, and
+//! compared with the expectations in `tests/conformance/bedrock/*.json` (format:
+//! `tests/conformance/README.md`, with the extras described in `bedrock_support`).
+//!
+//! The event shapes relied on are the Bedrock API reference's "ConverseStreamOutput",
+//! "ContentBlockDeltaEvent", "ContentBlockStartEvent", "ReasoningContentBlockDelta"
+//! (`text`, `signature`, `redactedContent`), "MessageStopEvent" (stop reasons `end_turn |
+//! tool_use | max_tokens | stop_sequence | guardrail_intervened | content_filtered`) and
+//! "ConverseStreamMetadataEvent".
+
+mod bedrock_support;
+mod common;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use agentloop::provider::bedrock::BedrockDecoder;
+use agentloop::provider::replay::{self, WireFormat};
+use agentloop::{ContentBlock, Error, StopReason, StreamEvent};
+use bedrock_support::{assemble, summary};
+use proptest::prelude::*;
+use serde_json::Value;
+
+fn streams_dir() -> PathBuf {
+    common::shared_path("conformance/streams-batch2/bedrock")
+}
+
+fn expected_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/bedrock")
+}
+
+/// Every recording by name: those with a binary body, and the one kept only decoded.
+fn stream_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(streams_dir())
+        .expect("read the streams folder")
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".decoded.jsonl").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn binary(name: &str) -> Option<Vec<u8>> {
+    std::fs::read(streams_dir().join(format!("{name}.eventstream"))).ok()
+}
+
+fn decoded(name: &str) -> Vec<u8> {
+    std::fs::read(streams_dir().join(format!("{name}.decoded.jsonl")))
+        .expect("read the decoded copy")
+}
+
+/// The events of the decoded copy, through the same decoder.
+fn from_lines(name: &str) -> (Vec<StreamEvent>, Option<Error>) {
+    let mut decoder = BedrockDecoder::new();
+    let mut events = VecDeque::new();
+    let result = replay::bedrock_lines(&mut decoder, &decoded(name), &mut events)
+        .and_then(|()| decoder.end(&mut events));
+    (events.into(), result.err())
+}
+
+/// A recording as the transport would see it (the decoded copy where there is no binary).
+fn whole(name: &str) -> (Vec<StreamEvent>, Option<Error>) {
+    match binary(name) {
+        Some(bytes) => assemble([bytes.as_slice()]),
+        None => from_lines(name),
+    }
+}
+
+#[test]
+fn every_recording_has_an_expectation_and_matches_it() {
+    let names = stream_names();
+    assert_eq!(names.len(), 7, "recordings found: {names:?}");
+    let mut failures = Vec::new();
+    for name in &names {
+        let (events, error) = whole(name);
+        let actual = summary(&events, error.as_ref());
+        let path = expected_dir().join(format!("{name}.json"));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            failures.push(format!(
+                "{name}: no expectation; actual:\n{}",
+                serde_json::to_string_pretty(&actual).unwrap()
+            ));
+            continue;
+        };
+        let expected: Value = serde_json::from_str(&text).expect("expectation is JSON");
+        if actual != expected {
+            failures.push(format!(
+                "{name}:\n  expected {expected}\n  actual   {}",
+                serde_json::to_string_pretty(&actual).unwrap()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_binary_bodies_decode_to_the_same_events_as_their_decoded_copies() {
+    let mut compared = 0;
+    for name in stream_names() {
+        let Some(bytes) = binary(&name) else { continue };
+        let (events, error) = assemble([bytes.as_slice()]);
+        let (expected, expected_error) = from_lines(&name);
+        assert_eq!(events, expected, "{name}");
+        assert_eq!(
+            error.map(|e| e.to_string()),
+            expected_error.map(|e| e.to_string())
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 6);
+}
+
+#[test]
+fn one_byte_chunks_give_the_same_events() {
+    for name in stream_names() {
+        let Some(bytes) = binary(&name) else { continue };
+        let (events, error) = assemble(bytes.chunks(1));
+        let (expected_events, expected_error) = whole(&name);
+        assert_eq!(events, expected_events, "{name}");
+        assert_eq!(
+            error.map(|e| e.to_string()),
+            expected_error.map(|e| e.to_string()),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn every_cut_short_body_is_an_incomplete_stream_not_a_panic() {
+    for name in stream_names() {
+        let Some(bytes) = binary(&name) else { continue };
+        for cut in [1, 11, 12, 13, bytes.len() / 2, bytes.len() - 1] {
+            let (_, error) = assemble([&bytes[..cut]]);
+            assert!(
+                matches!(error, Some(Error::IncompleteStream { .. })),
+                "{name} cut at {cut}: {error:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn replay_reads_the_binary_and_the_decoded_form() {
+    let name = "reasoning-text-then-signature-claude";
+    let from_binary = replay::assemble(WireFormat::Bedrock, &binary(name).unwrap());
+    let from_lines = replay::assemble(WireFormat::Bedrock, &decoded(name));
+    assert!(from_binary.error.is_none(), "{:?}", from_binary.error);
+    assert_eq!(from_binary.response, from_lines.response);
+    let ContentBlock::Thinking {
+        signature: Some(signature),
+        provider,
+        ..
+    } = &from_binary.response.content[0]
+    else {
+        panic!(
+            "expected signed reasoning, got {:?}",
+            from_binary.response.content
+        );
+    };
+    assert!(signature.starts_with("Eu0CCkgIBxAB"), "{signature}");
+    assert_eq!(provider.as_deref(), Some("bedrock"));
+    assert_eq!(
+        from_binary.response.text(),
+        "Hello! It's nice to meet you. How can I help you today?"
+    );
+}
+
+#[test]
+fn redacted_reasoning_is_kept_as_two_redacted_blocks_tagged_bedrock() {
+    let replayed = replay::assemble(
+        WireFormat::Bedrock,
+        &binary("reasoning-redacted-content-claude").unwrap(),
+    );
+    let redacted: Vec<_> = replayed
+        .response
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::RedactedThinking { data, provider } => Some((data, provider)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(redacted.len(), 2);
+    assert!(redacted[0].0.starts_with("RXRrRUNrZ0lCeEFC"));
+    assert!(redacted[1].0.starts_with("RXFBRENrZ0lCeEFC"));
+    assert!(
+        redacted
+            .iter()
+            .all(|(_, p)| p.as_deref() == Some("bedrock"))
+    );
+}
+
+#[test]
+fn a_server_tool_and_its_result_are_native_blocks_and_only_the_client_tool_is_a_call() {
+    let replayed = replay::assemble(
+        WireFormat::Bedrock,
+        &binary("server-tool-use-code-interpreter-nova").unwrap(),
+    );
+    let response = replayed.response;
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    let ContentBlock::Native { provider, value } = &response.content[0] else {
+        panic!("{:?}", response.content);
+    };
+    assert_eq!(provider, "bedrock");
+    assert_eq!(
+        value,
+        &serde_json::json!({"toolUse": {
+            "name": "nova_code_interpreter",
+            "toolUseId": "tooluse_VQNZJRUFMoqZzszVsRd4og",
+            "type": "server_tool_use",
+            "input": {"snippet": "1234 * 5678"},
+        }})
+    );
+    let ContentBlock::Native { value, .. } = &response.content[1] else {
+        panic!("{:?}", response.content);
+    };
+    assert_eq!(
+        value,
+        &serde_json::json!({"toolResult": {
+            "status": "success",
+            "toolUseId": "tooluse_VQNZJRUFMoqZzszVsRd4og",
+            "type": "nova_code_interpreter_result",
+            "content": [{"json": {"stdOut": "7006652", "stdErr": "", "exitCode": 0, "isError": false}}],
+        }})
+    );
+    let calls = response.tool_uses();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].name, "final_result");
+    assert_eq!(calls[0].input, serde_json::json!({"result": 7006652.0}));
+}
+
+fn chunks_at<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &cut in cuts {
+        out.push(&bytes[at..cut]);
+        at = cut;
+    }
+    out.push(&bytes[at..]);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn random_splits_give_the_same_events(
+        which in 0usize..6,
+        at in proptest::collection::vec(any::<prop::sample::Index>(), 0..24),
+    ) {
+        let names: Vec<String> = stream_names().into_iter().filter(|n| binary(n).is_some()).collect();
+        let name = &names[which % names.len()];
+        let bytes = binary(name).unwrap();
+        let mut cuts: Vec<usize> = at.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let (events, error) = assemble(chunks_at(&bytes, &cuts));
+        let (expected, expected_error) = whole(name);
+        prop_assert_eq!(events, expected);
+        prop_assert_eq!(error.map(|e| e.to_string()), expected_error.map(|e| e.to_string()));
+    }
+
+    #[test]
+    fn damaged_bytes_never_panic(which in 0usize..6, at in any::<prop::sample::Index>(), byte in any::<u8>()) {
+        let names: Vec<String> = stream_names().into_iter().filter(|n| binary(n).is_some()).collect();
+        let mut bytes = binary(&names[which % names.len()]).unwrap();
+        let i = at.index(bytes.len());
+        bytes[i] = byte;
+        let _ = assemble(bytes.chunks(7));
+    }
+}
+
+/// Exceptions delivered as frames mid-stream (Bedrock API reference, "ConverseStreamOutput":
+/// `internalServerException`, `modelStreamErrorException`, `serviceUnavailableException`,
+/// `throttlingException`, `validationException`) end the stream after the events before them,
+/// typed like the HTTP errors of the same name.
+#[test]
+fn exception_frames_are_typed_like_their_http_errors() {
+    use agentloop::provider::bedrock::eventstream;
+    let start = bedrock_support::event("messageStart", serde_json::json!({"role": "assistant"}));
+    let text = bedrock_support::event(
+        "contentBlockDelta",
+        serde_json::json!({"contentBlockIndex": 0, "delta": {"text": "Hel"}}),
+    );
+    for (kind, check) in [
+        (
+            "throttlingException",
+            (|e: &Error| matches!(e, Error::RateLimited { .. })) as fn(&Error) -> bool,
+        ),
+        ("serviceUnavailableException", |e| {
+            matches!(e, Error::Overloaded { .. })
+        }),
+        ("internalServerException", |e| {
+            matches!(e, Error::Api { status: 500, .. })
+        }),
+        ("validationException", |e| {
+            matches!(e, Error::InvalidRequest { status: 400, .. })
+        }),
+        (
+            "modelStreamErrorException",
+            |e| matches!(e, Error::Stream { error_type: Some(t), .. } if t == "modelStreamErrorException"),
+        ),
+    ] {
+        let body = bedrock_support::body(&[
+            start.clone(),
+            text.clone(),
+            eventstream::exception(kind, br#"{"message":"try again"}"#),
+        ]);
+        let (events, error) = assemble([body.as_slice()]);
+        let error = error.expect("the exception ends the stream");
+        assert!(check(&error), "{kind}: {error:?}");
+        assert!(error.to_string().contains("try again"), "{kind}: {error}");
+        assert_eq!(events.len(), 2, "{kind}: the events before it arrive");
+        assert_eq!(
+            check(&error)
+                && matches!(
+                    kind,
+                    "throttlingException"
+                        | "serviceUnavailableException"
+                        | "internalServerException"
+                ),
+            error.is_retryable(),
+            "{kind}"
+        );
+    }
+}
