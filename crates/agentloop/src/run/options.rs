@@ -12,6 +12,7 @@ use super::approval::{Approval, ApprovalContext, ApprovalPolicy};
 use super::hooks::Hooks;
 use super::machine::Machine;
 use crate::cost::Prices;
+use crate::telemetry::Telemetry;
 
 /// The limits the state machine enforces (serializable with it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +187,9 @@ pub struct RunOptions {
     /// Tools whose calls are approved without asking from the start of the run (a conversation
     /// passes its sticky decisions here); a guardrail's denial still applies.
     pub approved_tools: Vec<String>,
+    /// What the run's spans record: the agent's name, and whether message contents go in
+    /// them (see [`crate::telemetry`]).
+    pub telemetry: Telemetry,
 }
 
 impl Default for RunOptions {
@@ -205,6 +209,7 @@ impl Default for RunOptions {
             approval_policy: None,
             hold_for_approval: false,
             approved_tools: Vec::new(),
+            telemetry: Telemetry::default(),
         }
     }
 }
