@@ -330,10 +330,6 @@ impl Driver {
     /// A saved machine's run to its end, owning the driver and the machine. Not an `async fn`:
     /// an async fn keeps both its arguments and the locals they move into in the future, so
     /// `self` and `machine` would be held twice for the run's life.
-    #[expect(
-        clippy::manual_async_fn,
-        reason = "an async fn doubles the future's arguments"
-    )]
     pub(crate) fn drive(
         mut self,
         mut machine: Machine,
@@ -348,10 +344,6 @@ impl Driver {
     }
 
     /// [`Self::drive`] for a new run: its prompt hooks first, which may block it.
-    #[expect(
-        clippy::manual_async_fn,
-        reason = "an async fn doubles the future's arguments"
-    )]
     pub(crate) fn drive_new(
         mut self,
         mut machine: Machine,
