@@ -11,8 +11,14 @@
 //! | --- | --- | --- |
 //! | `invoke_agent` per run (blocking, streamed, resumed, durable) | internal | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.agent.name` (when [`Telemetry::agent_name`] is set), `gen_ai.request.model`, `gen_ai.conversation.id` (a durable run's id), the run's `gen_ai.usage.*`, `error.type` when it failed |
 //! | `chat` per model call | client | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.request.stream`, the request's `max_tokens`, `temperature`, `top_p`, `top_k`; `gen_ai.response.model`, `.id`, `.finish_reasons`, `.time_to_first_chunk` (streamed calls); `gen_ai.usage.input_tokens` (cached ones included, as the conventions count), `output_tokens`, `cache_read.input_tokens`, `cache_creation.input_tokens`; `error.type` when it failed |
-//! | `execute_tool` per tool call | internal | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` (`function`), `error.type` (the outcome: `failed`, `timed_out`, ...) when it did not complete |
+//! | `execute_tool` per tool handler run | internal | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` (`function`), `error.type` (`failed`, `invalid_arguments`, `cancelled`) when it did not complete |
 //! | `tools/call` per MCP tool call | client | `mcp.method.name`, `gen_ai.operation.name`, `gen_ai.tool.name` |
+//!
+//! `tracing` fields hold no arrays: `gen_ai.response.finish_reasons` is the call's one reason
+//! as a string, and the message attributes below are JSON text. A tool whose handler is dropped
+//! before it ends (its timeout, the run's end) has `error.type` `cancelled`; calls answered
+//! without running (unknown tool, arguments that do not fit, denied) have no `execute_tool`
+//! span.
 //!
 //! Message contents (`gen_ai.input.messages`, `gen_ai.output.messages`,
 //! `gen_ai.system_instructions`, `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`) are
