@@ -6,6 +6,7 @@ mod display;
 mod exit;
 mod model;
 mod output;
+mod telemetry;
 
 use std::process::ExitCode;
 
@@ -16,6 +17,12 @@ use cli::{Cli, Command, McpCommand, RunsCommand, ToolsCommand};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Chat(_) | Command::Serve(_)
+    ) {
+        telemetry::start();
+    }
     let outcome = match cli.command {
         Command::Run(args) => commands::run::run(args).await,
         Command::Chat(args) => commands::chat::chat(args).await,
@@ -29,6 +36,9 @@ async fn main() -> ExitCode {
         Command::Runs(RunsCommand::Resume(args)) => commands::runs::resume(args).await,
         Command::MockServer(args) => commands::mock_server::serve(&args).await,
     };
+    // The exporters run on threads of their own: flushing them blocks this one, which is fine
+    // at the end of the program.
+    tokio::task::block_in_place(telemetry::finish);
     match outcome {
         Ok(code) => code,
         Err(message) => {

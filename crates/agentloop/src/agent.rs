@@ -518,6 +518,12 @@ impl AgentBuilder {
         self
     }
 
+    /// The agent's name, in its runs' spans (`invoke_agent {name}`, see [`crate::telemetry`]).
+    pub fn name(mut self, name: impl Into<std::sync::Arc<str>>) -> Self {
+        self.options.telemetry.agent_name = Some(name.into());
+        self
+    }
+
     /// Sampling temperature.
     pub fn temperature(mut self, t: f32) -> Self {
         self.base.temperature = Some(t);

@@ -72,13 +72,16 @@
 //! - [`output`]: typed answers, [`Agent::run_output`] returning a checked `T` after the tools.
 //! - [`cost`]: what each step and run cost, and a cost budget; [`context`]: requests kept
 //!   within the model's context window (clearing, trimming or summarizing older history).
+//! - [`telemetry`]: every run's `tracing` spans after the OpenTelemetry GenAI conventions
+//!   (`invoke_agent`, `chat`, `execute_tool`), exported over OTLP with the `otel` feature.
 //!
 //! ## Features
 //!
 //! `validation` (arguments checked against their JSON Schema with the `jsonschema` crate),
 //! `registry` (which needs `validation`), `mcp`, `mcp-server` and `prices` are on by default; `sqlite` (a durable-run
 //! store, [`run::RunStore`]) is not, since it compiles SQLite's C sources into the binary, nor
-//! is `postgres` (a durable-run store for many workers). Without `validation`, a
+//! is `postgres` (a durable-run store for many workers), nor `otel` (OTLP export of the
+//! runs' spans and metrics, `telemetry::init_from_env`). Without `validation`, a
 //! typed tool's arguments are checked by deserializing them into its type, with serde's
 //! message as the one violation, and a raw schema's arguments are not checked; the binary
 //! leaves out `jsonschema` and its regex engines.
@@ -113,6 +116,7 @@ pub mod registry;
 pub mod run;
 pub mod sse;
 pub mod stream;
+pub mod telemetry;
 pub mod tool;
 
 pub use agent::{Agent, AgentBuilder};

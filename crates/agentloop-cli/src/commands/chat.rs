@@ -102,6 +102,7 @@ pub async fn chat(args: ModelArgs) -> Result<ExitCode, String> {
                 if busy.load(Ordering::SeqCst) {
                     handle.interrupt();
                 } else {
+                    tokio::task::block_in_place(crate::telemetry::finish);
                     std::process::exit(exit::INTERRUPTED.into());
                 }
             }

@@ -46,6 +46,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
+use tracing::Instrument;
 
 use super::OutputCheck;
 use super::http::expand_env;
@@ -886,7 +887,18 @@ impl ToolHandler for McpExecutor {
         let tool = self.tool.clone();
         let output = self.output.clone();
         let reply = ctx.input_reply().cloned();
-        Box::pin(async move {
+        // The MCP conventions' client span, under the call's `execute_tool` span.
+        let span = tracing::info_span!(
+            "tools/call",
+            otel.name = format!("tools/call {tool}"),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = tool.as_str(),
+        );
+        let call = async move {
             let arguments = match input {
                 Value::Object(map) => map,
                 Value::Null => Default::default(),
@@ -898,7 +910,20 @@ impl ToolHandler for McpExecutor {
             };
             let result = connection.call(&tool, arguments, reply).await?;
             convert_result(result, output.as_deref())
-        })
+        };
+        let ended = span.clone();
+        Box::pin(
+            async move {
+                let result = call.await;
+                if result.is_err() {
+                    let span = ended;
+                    span.record("otel.status_code", "error");
+                    span.record("error.type", "tool_error");
+                }
+                result
+            }
+            .instrument(span),
+        )
     }
 }
 

@@ -13,6 +13,7 @@ use rust_decimal::Decimal;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 use super::approval::{Approval, ApprovalContext, InputReply};
 use super::events::Outbox;
@@ -30,6 +31,7 @@ use crate::message::{Message, Request, Response};
 use crate::output::OutputSpec;
 use crate::provider::Provider;
 use crate::provider::http::deadline::later;
+use crate::telemetry;
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
 /// The tools of a run, by name. Shared: an agent builds it once, and its runs clone a pointer.
@@ -114,6 +116,14 @@ struct Extras {
     durable: Option<Durable>,
     /// A run with a context policy: its estimator, corrected by each call's reported usage.
     context: Option<std::sync::Mutex<ContextState>>,
+    /// The run's span, when a subscriber wants it (see [`crate::telemetry`]).
+    trace: Option<RunTrace>,
+}
+
+/// A traced run's span and when it started.
+struct RunTrace {
+    span: Span,
+    started: Instant,
 }
 
 /// The estimator of a run with a context policy, and the estimate of the request last sent.
@@ -292,6 +302,44 @@ impl Driver {
         &self.cancel
     }
 
+    /// Open the run's span (see [`crate::telemetry`]), kept in the extras when a subscriber
+    /// wants it: the run's future does not grow, and the spans of its model calls and tools
+    /// name it as their parent.
+    fn trace(&mut self, machine: &Machine) {
+        let span = telemetry::agent_span(
+            &self.options.telemetry,
+            self.provider.name(),
+            &machine.request().model,
+            self.store().map(|d| &*d.run_id),
+        );
+        if !span.is_disabled() {
+            self.extras.get_or_insert_default().trace = Some(RunTrace {
+                span,
+                started: Instant::now(),
+            });
+        }
+    }
+
+    /// The run's span, when it has one.
+    fn run_span(&self) -> Option<&Span> {
+        self.extras
+            .as_ref()
+            .and_then(|e| e.trace.as_ref())
+            .map(|t| &t.span)
+    }
+
+    /// Record how the run ended on its span.
+    fn trace_end(&self, ended: Result<&RunResult, &Error>) {
+        let Some(trace) = self.extras.as_ref().and_then(|e| e.trace.as_ref()) else {
+            return;
+        };
+        let took = trace.started.elapsed();
+        match ended {
+            Ok(result) => telemetry::agent_end(&trace.span, self.provider.name(), result, took),
+            Err(error) => telemetry::agent_failed(&trace.span, self.provider.name(), error, took),
+        }
+    }
+
     fn emit(&self, event: impl FnOnce() -> RunEvent) {
         if let Some(events) = &self.events {
             events.send(event());
@@ -301,34 +349,35 @@ impl Driver {
     /// A saved machine's run to its end, owning the driver and the machine. Not an `async fn`:
     /// an async fn keeps both its arguments and the locals they move into in the future, so
     /// `self` and `machine` would be held twice for the run's life.
-    #[expect(
-        clippy::manual_async_fn,
-        reason = "an async fn doubles the future's arguments"
-    )]
     pub(crate) fn drive(
         mut self,
         mut machine: Machine,
     ) -> impl Future<Output = RunResult> + Send + 'static {
+        self.trace(&machine);
         async move {
             self.steps(&mut machine).await;
-            self.stopped(machine.into_result()).await
+            let result = self.stopped(machine.into_result()).await;
+            self.trace_end(Ok(&result));
+            result
         }
     }
 
     /// [`Self::drive`] for a new run: its prompt hooks first, which may block it.
-    #[expect(
-        clippy::manual_async_fn,
-        reason = "an async fn doubles the future's arguments"
-    )]
     pub(crate) fn drive_new(
         mut self,
         mut machine: Machine,
     ) -> impl Future<Output = Result<RunResult, Error>> + Send + 'static {
+        self.trace(&machine);
         async move {
-            self.prompt(&mut machine).await?;
+            if let Err(error) = self.prompt(&mut machine).await {
+                self.trace_end(Err(&error));
+                return Err(error);
+            }
             self.checkpoint(&mut machine).await;
             self.steps(&mut machine).await;
-            Ok(self.stopped(machine.into_result()).await)
+            let result = self.stopped(machine.into_result()).await;
+            self.trace_end(Ok(&result));
+            Ok(result)
         }
     }
 
@@ -921,13 +970,35 @@ impl Driver {
         }
     }
 
+    /// The model call's span, when a subscriber wants it.
+    fn chat_trace(&self, request: &Request) -> Option<telemetry::CallTrace> {
+        telemetry::CallTrace::chat(
+            self.run_span(),
+            &self.options.telemetry,
+            self.provider.name(),
+            request,
+            self.events.is_some(),
+        )
+    }
+
+    /// The provider's whole answer to `request`, in its `chat` span when traced.
+    fn traced_complete(&self, request: &Request) -> BoxFuture<'static, Result<Response, Error>> {
+        let call = self.provider.complete(request);
+        match self.chat_trace(request) {
+            None => call,
+            Some(trace) => trace.complete(call),
+        }
+    }
+
+    /// The model call. With a subscriber that wants its `chat` span, the provider's future
+    /// (or the streamed call) carries the span: the run's own future does not grow.
     async fn call_model(
         &self,
         request: &Request,
         stop: &StopSignal<'_>,
     ) -> Result<Response, ModelFailure> {
         let Some(events) = &self.events else {
-            let call = self.provider.complete(request);
+            let call = self.traced_complete(request);
             return tokio::select! {
                 biased;
                 reason = stop.wait() => Err(ModelFailure::Stopped(reason, None)),
@@ -940,6 +1011,7 @@ impl Driver {
         events.start_call(StreamedCall::new(
             self.provider.stream(request),
             stop.owned(),
+            self.chat_trace(request),
         ));
         let call = std::future::poll_fn(|_| match events.take_ended_call() {
             Some(call) => Poll::Ready(call),
@@ -1021,7 +1093,7 @@ impl Driver {
         mut call: ToolCall,
         first_poll_inline: bool,
         shared: Option<&'a Arc<StepShared>>,
-    ) -> impl Future<Output = ToolOutcome> + 'a {
+    ) -> impl Future<Output = ToolOutcome> + Send + 'a {
         async move {
             // After-tool hooks see the call as the model made it; without them the input can
             // move into the handler instead of being copied.
@@ -1142,7 +1214,7 @@ impl Driver {
         let cancel = self.cancel.child_token();
         let ctx = self.context(call, cancel.clone(), shared);
         let started = Instant::now();
-        let mut call_future = handler.call(ctx, input);
+        let mut call_future = self.tool_future(call, handler, ctx, input);
         let first_poll = if first_poll_inline {
             poll_once_catching(&mut call_future).await
         } else {
@@ -1181,6 +1253,23 @@ struct StepShared {
 }
 
 type ToolFuture = futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>;
+
+impl Driver {
+    /// The handler's future for `call`, in its `execute_tool` span when a subscriber wants it.
+    /// Not inlined into `execute`: a trace local there would take room in every run's future.
+    fn tool_future(
+        &self,
+        call: &ToolCall,
+        handler: &Arc<dyn crate::tool::ToolHandler>,
+        ctx: ToolContext,
+        input: Value,
+    ) -> ToolFuture {
+        match telemetry::CallTrace::tool(self.run_span(), &self.options.telemetry, call, &input) {
+            None => handler.call(ctx, input),
+            Some(trace) => trace.run_tool(handler.call(ctx, input)),
+        }
+    }
+}
 
 /// What a tool's first poll gave.
 enum FirstPoll {

@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::message::Response;
 use crate::provider::EventStream;
 use crate::stream::Accumulator;
+use crate::telemetry::CallTrace;
 
 /// How a model call ended.
 pub(crate) enum CallEnd {
@@ -37,15 +38,22 @@ pub(crate) struct StreamedCall {
     stop: Armed<BoxFuture<'static, RunStopReason>>,
     /// Set when the call ended; the driver then takes it back.
     end: Option<CallEnd>,
+    /// The call's `chat` span, when a subscriber wants it.
+    trace: Option<Box<CallTrace>>,
 }
 
 impl StreamedCall {
-    pub(crate) fn new(events: EventStream, stop: BoxFuture<'static, RunStopReason>) -> Self {
+    pub(crate) fn new(
+        events: EventStream,
+        stop: BoxFuture<'static, RunStopReason>,
+        trace: Option<CallTrace>,
+    ) -> Self {
         Self {
             events,
             acc: Accumulator::new(),
             stop: Armed::new(stop),
             end: None,
+            trace: trace.map(Box::new),
         }
     }
 
@@ -54,7 +62,15 @@ impl StreamedCall {
     pub(crate) fn finish(self, provider: &str) -> (Response, CallEnd) {
         let mut acc = self.acc;
         acc.set_provider(provider);
-        (acc.finish(), self.end.unwrap_or(CallEnd::Finished))
+        let (response, end) = (acc.finish(), self.end.unwrap_or(CallEnd::Finished));
+        if let Some(trace) = &self.trace {
+            match &end {
+                CallEnd::Finished => trace.chat_ended(Ok(&response)),
+                CallEnd::Failed(error) => trace.chat_ended(Err(error)),
+                CallEnd::Stopped(_) => {}
+            }
+        }
+        (response, end)
     }
 
     /// The next event for the run's stream. `Ready(None)` once the call ended: the driver
@@ -74,6 +90,9 @@ impl StreamedCall {
             }
             match self.events.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(event))) => {
+                    if let Some(trace) = self.trace.as_mut() {
+                        trace.chunk();
+                    }
                     self.acc.push(&event);
                     // The event itself, moved: a run shows its model call's events as they came.
                     return Poll::Ready(Some(RunEvent::Model(event)));

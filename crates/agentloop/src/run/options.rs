@@ -14,6 +14,7 @@ use super::hooks::Hooks;
 use super::machine::Machine;
 use crate::context::ContextPolicy;
 use crate::cost::Prices;
+use crate::telemetry::Telemetry;
 
 /// The limits the state machine enforces (serializable with it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,6 +203,9 @@ pub struct RunOptions {
     /// Keep each request within the model's context window (none by default: requests are
     /// sent as they are). See [`crate::context`].
     pub context: Option<Arc<ContextPolicy>>,
+    /// What the run's spans record: the agent's name, and whether message contents go in
+    /// them (see [`crate::telemetry`]).
+    pub telemetry: Telemetry,
 }
 
 /// Tools that can change while a run goes on: asked before each model call of a run that has
@@ -239,6 +243,7 @@ impl Default for RunOptions {
             non_interactive: false,
             tool_updates: None,
             context: None,
+            telemetry: Telemetry::default(),
         }
     }
 }

@@ -137,6 +137,11 @@ impl ToolOutput {
         self
     }
 
+    /// The content the model reads.
+    pub(crate) fn content(&self) -> &ToolResultContent {
+        &self.0
+    }
+
     /// The structured value, when the tool gave one.
     pub fn structured(&self) -> Option<&Value> {
         self.1.as_deref()

@@ -1,0 +1,532 @@
+//! Traces (and, with the `otel` feature, metrics) after the OpenTelemetry GenAI semantic
+//! conventions: the `semantic-conventions-genai` repository at commit `002c8a6` (development
+//! status; its stable attributes from semantic-conventions v1.41.1).
+//!
+//! Every run emits `tracing` spans, so any subscriber sees them; they cost a callsite check
+//! when nothing listens. Each span's tracing name is its operation; the conventions' name
+//! (`invoke_agent {agent}`, `chat {model}`, `execute_tool {tool}`) is its `otel.name` field,
+//! which `tracing-opentelemetry` uses as the span's name.
+//!
+//! | span | kind | attributes |
+//! | --- | --- | --- |
+//! | `invoke_agent` per run (blocking, streamed, resumed, durable) | internal | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.agent.name` (when [`Telemetry::agent_name`] is set), `gen_ai.request.model`, `gen_ai.conversation.id` (a durable run's id), the run's `gen_ai.usage.*`, `error.type` when it failed |
+//! | `chat` per model call | client | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.request.stream`, the request's `max_tokens`, `temperature`, `top_p`, `top_k`; `gen_ai.response.model`, `.id`, `.finish_reasons`, `.time_to_first_chunk` (streamed calls); `gen_ai.usage.input_tokens` (cached ones included, as the conventions count), `output_tokens`, `cache_read.input_tokens`, `cache_creation.input_tokens`; `error.type` when it failed |
+//! | `execute_tool` per tool handler run | internal | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` (`function`), `error.type` (`failed`, `invalid_arguments`, `cancelled`) when it did not complete |
+//! | `tools/call` per MCP tool call | client | `mcp.method.name`, `gen_ai.operation.name`, `gen_ai.tool.name` |
+//!
+//! `tracing` fields hold no arrays: `gen_ai.response.finish_reasons` is the call's one reason
+//! as a string, and the message attributes below are JSON text. A tool whose handler is dropped
+//! before it ends (its timeout, the run's end) has `error.type` `cancelled`; calls answered
+//! without running (unknown tool, arguments that do not fit, denied) have no `execute_tool`
+//! span.
+//!
+//! Message contents (`gen_ai.input.messages`, `gen_ai.output.messages`,
+//! `gen_ai.system_instructions`, `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`) are
+//! recorded only with [`Telemetry::record_content`]: prompts and tool results can hold secrets.
+//!
+//! The `otel` feature adds [`init_from_env`], which exports these spans and the conventions'
+//! metrics (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration`,
+//! `gen_ai.execute_tool.duration`, `gen_ai.invoke_agent.duration`) over OTLP/HTTP.
+//!
+//! ```
+//! # use agentloop::Agent;
+//! # use agentloop_testkit::{ScriptedModel, Turn};
+//! let agent = Agent::builder(ScriptedModel::new([Turn::text("Hi")]))
+//!     .build()
+//!     .with_options(|o| {
+//!         o.telemetry.agent_name = Some("support".into());
+//!         o.telemetry.record_content = false; // the default
+//!     });
+//! # drop(agent);
+//! ```
+
+#[cfg(feature = "otel")]
+mod otel;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
+use crate::error::Error;
+use crate::message::{ContentBlock, Message, Request, Response, Role, ToolResultContent, Usage};
+use crate::run::RunResult;
+use crate::tool::{ToolCall, ToolError, ToolOutput};
+
+#[cfg(feature = "otel")]
+pub use otel::{InitError, TelemetryGuard, init_from_env};
+
+/// What a run's telemetry records (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct Telemetry {
+    /// The agent's name: `gen_ai.agent.name`, and the run span's `invoke_agent {name}`.
+    pub agent_name: Option<Arc<str>>,
+    /// Record message contents, tool arguments and results in the spans (off by default:
+    /// prompts and tool results can hold secrets).
+    pub record_content: bool,
+}
+
+/// The conventions' `gen_ai.provider.name` for one of ours ([`crate::Provider::name`]).
+pub fn provider_name(provider: &str) -> &str {
+    match provider {
+        "gemini" => "gcp.gemini",
+        "vertex" => "gcp.vertex_ai",
+        "bedrock" | "aws" => "aws.bedrock",
+        "xai" | "grok" => "x_ai",
+        "mistral" => "mistral_ai",
+        "moonshot" => "moonshot_ai",
+        other => other,
+    }
+}
+
+/// Whether `provider`'s `input_tokens` leave the cached tokens out (the conventions count
+/// them in).
+fn cache_apart(provider: &str) -> bool {
+    matches!(provider, "anthropic" | "bedrock" | "aws")
+}
+
+/// An INFO span under `parent` when there is one, else under the current span.
+macro_rules! span_under {
+    ($parent:expr, $name:literal, $($fields:tt)*) => {
+        match $parent {
+            Some(parent) => tracing::info_span!(parent: parent, $name, $($fields)*),
+            None => tracing::info_span!($name, $($fields)*),
+        }
+    };
+}
+
+/// The span of a run. Its fields are filled only when a subscriber wants it.
+pub(crate) fn agent_span(
+    telemetry: &Telemetry,
+    provider: &str,
+    model: &str,
+    conversation: Option<&str>,
+) -> Span {
+    let span = tracing::info_span!(
+        "invoke_agent",
+        otel.name = Empty,
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        error.type = Empty,
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.provider.name = provider_name(provider),
+        gen_ai.agent.name = Empty,
+        gen_ai.request.model = model,
+        gen_ai.conversation.id = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        gen_ai.usage.cache_creation.input_tokens = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    match &telemetry.agent_name {
+        Some(name) => {
+            span.record("otel.name", format!("invoke_agent {name}"));
+            span.record("gen_ai.agent.name", &**name);
+        }
+        None => {
+            span.record("otel.name", "invoke_agent");
+        }
+    }
+    if let Some(id) = conversation {
+        span.record("gen_ai.conversation.id", id);
+    }
+    span
+}
+
+/// Record how a run ended on its span.
+pub(crate) fn agent_end(span: &Span, provider: &str, result: &RunResult, took: Duration) {
+    if span.is_disabled() {
+        return;
+    }
+    record_usage(span, provider, &result.usage);
+    let error = result.error.as_ref().map(Error::kind);
+    if let Some(kind) = error {
+        span.record("otel.status_code", "error");
+        span.record("error.type", kind);
+    }
+    #[cfg(feature = "otel")]
+    otel::agent_duration(provider, took, error);
+    #[cfg(not(feature = "otel"))]
+    let _ = took;
+}
+
+/// Record a run that failed before its first step (a prompt hook blocked it).
+pub(crate) fn agent_failed(span: &Span, provider: &str, error: &Error, took: Duration) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("otel.status_code", "error");
+    span.record("error.type", error.kind());
+    #[cfg(feature = "otel")]
+    otel::agent_duration(provider, took, Some(error.kind()));
+    #[cfg(not(feature = "otel"))]
+    let _ = (provider, took);
+}
+
+/// The span of a model call.
+fn chat_span(
+    parent: Option<&Span>,
+    telemetry: &Telemetry,
+    provider: &str,
+    request: &Request,
+    streamed: bool,
+) -> Span {
+    let span = span_under!(
+        parent,
+        "chat",
+        otel.name = format!("chat {}", request.model),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        error.type = Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = provider_name(provider),
+        gen_ai.request.model = request.model.as_str(),
+        gen_ai.request.stream = streamed,
+        gen_ai.request.max_tokens = Empty,
+        gen_ai.request.temperature = Empty,
+        gen_ai.request.top_p = Empty,
+        gen_ai.request.top_k = Empty,
+        gen_ai.response.model = Empty,
+        gen_ai.response.id = Empty,
+        gen_ai.response.finish_reasons = Empty,
+        gen_ai.response.time_to_first_chunk = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        gen_ai.usage.cache_creation.input_tokens = Empty,
+        gen_ai.system_instructions = Empty,
+        gen_ai.input.messages = Empty,
+        gen_ai.output.messages = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    if let Some(n) = request.max_tokens {
+        span.record("gen_ai.request.max_tokens", u64::from(n));
+    }
+    if let Some(t) = request.temperature {
+        span.record("gen_ai.request.temperature", f64::from(t));
+    }
+    if let Some(p) = request.top_p {
+        span.record("gen_ai.request.top_p", f64::from(p));
+    }
+    if let Some(k) = request.top_k {
+        span.record("gen_ai.request.top_k", f64::from(k));
+    }
+    if telemetry.record_content {
+        if let Some(system) = &request.system {
+            let parts = json!([{"type": "text", "content": system}]);
+            span.record("gen_ai.system_instructions", parts.to_string());
+        }
+        let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+        span.record("gen_ai.input.messages", Value::Array(messages).to_string());
+    }
+    span
+}
+
+/// Record a model call's end on its span, and its metrics.
+fn chat_end(
+    span: &Span,
+    record_content: bool,
+    provider: &str,
+    request_model: &str,
+    answer: Result<&Response, &Error>,
+    took: Duration,
+) {
+    if span.is_disabled() {
+        return;
+    }
+    match answer {
+        Ok(response) => {
+            if !response.model.is_empty() {
+                span.record("gen_ai.response.model", response.model.as_str());
+            }
+            if !response.id.is_empty() {
+                span.record("gen_ai.response.id", response.id.as_str());
+            }
+            span.record(
+                "gen_ai.response.finish_reasons",
+                response.stop_reason.as_str(),
+            );
+            record_usage(span, provider, &response.usage);
+            if record_content {
+                let mut message = message_json(&response.to_message());
+                message["finish_reason"] = response.stop_reason.as_str().into();
+                span.record("gen_ai.output.messages", json!([message]).to_string());
+            }
+        }
+        Err(error) => {
+            span.record("otel.status_code", "error");
+            span.record("error.type", error.kind());
+        }
+    }
+    #[cfg(feature = "otel")]
+    otel::chat_metrics(provider, request_model, answer, took);
+    #[cfg(not(feature = "otel"))]
+    let _ = (request_model, took);
+}
+
+fn record_usage(span: &Span, provider: &str, usage: &Usage) {
+    let cached = usage.cache_read_tokens + usage.cache_write_tokens;
+    let input = if cache_apart(provider) {
+        usage.input_tokens + cached
+    } else {
+        usage.input_tokens
+    };
+    span.record("gen_ai.usage.input_tokens", input);
+    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+    if usage.cache_read_tokens > 0 {
+        span.record(
+            "gen_ai.usage.cache_read.input_tokens",
+            usage.cache_read_tokens,
+        );
+    }
+    if usage.cache_write_tokens > 0 {
+        span.record(
+            "gen_ai.usage.cache_creation.input_tokens",
+            usage.cache_write_tokens,
+        );
+    }
+}
+
+/// The span of a tool call.
+fn tool_span(parent: Option<&Span>, telemetry: &Telemetry, call: &ToolCall, input: &Value) -> Span {
+    let span = span_under!(
+        parent,
+        "execute_tool",
+        otel.name = format!("execute_tool {}", call.name),
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        error.type = Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = call.name.as_str(),
+        gen_ai.tool.call.id = call.id.as_str(),
+        gen_ai.tool.type = "function",
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
+    );
+    if telemetry.record_content && !span.is_disabled() {
+        span.record("gen_ai.tool.call.arguments", input.to_string());
+    }
+    span
+}
+
+/// Record how a tool's handler ended on its span, and its duration: `None` when it was
+/// dropped before it ended (its timeout, or the run's end).
+fn tool_end(
+    span: &Span,
+    record_content: bool,
+    name: &str,
+    ended: Option<&Result<ToolOutput, ToolError>>,
+    took: Duration,
+) {
+    let error = match ended {
+        Some(Ok(_)) => None,
+        Some(Err(ToolError::Failed(_))) => Some("failed"),
+        Some(Err(ToolError::InvalidArguments(_))) => Some("invalid_arguments"),
+        // Asking a person for input pauses the call; it did not fail.
+        Some(Err(ToolError::InputRequired(_))) => None,
+        None => Some("cancelled"),
+    };
+    if let Some(kind) = error {
+        span.record("otel.status_code", "error");
+        span.record("error.type", kind);
+    }
+    if record_content && let Some(ended) = ended {
+        let result = match ended {
+            Ok(output) => match output.structured() {
+                Some(value) => value.to_string(),
+                None => output.content().to_text(),
+            },
+            Err(ToolError::Failed(message)) => message.clone(),
+            Err(ToolError::InvalidArguments(violations)) => violations
+                .iter()
+                .map(|v| format!("{}: {}", v.path, v.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+            Err(ToolError::InputRequired(request)) => {
+                format!("input required: {}", request.message)
+            }
+        };
+        span.record("gen_ai.tool.call.result", result);
+    }
+    #[cfg(feature = "otel")]
+    otel::tool_duration(name, took, error);
+    #[cfg(not(feature = "otel"))]
+    let _ = (name, took);
+}
+
+/// A model call's or a tool's span, carried by the call's own (boxed) future so that a run's
+/// future does not grow with it; only built when a subscriber wants the span.
+pub(crate) struct CallTrace {
+    span: Span,
+    started: Instant,
+    /// The provider (a model call) or the tool's name.
+    name: String,
+    /// The requested model (a model call).
+    model: String,
+    record_content: bool,
+    /// A streamed call's first chunk is still to come.
+    waiting_first: bool,
+}
+
+impl CallTrace {
+    /// A model call's trace, when its span is wanted.
+    pub(crate) fn chat(
+        parent: Option<&Span>,
+        telemetry: &Telemetry,
+        provider: &str,
+        request: &Request,
+        streamed: bool,
+    ) -> Option<Self> {
+        let span = chat_span(parent, telemetry, provider, request, streamed);
+        (!span.is_disabled()).then(|| Self {
+            span,
+            started: Instant::now(),
+            name: provider.to_owned(),
+            model: request.model.clone(),
+            record_content: telemetry.record_content,
+            waiting_first: streamed,
+        })
+    }
+
+    /// A tool call's trace, when its span is wanted.
+    pub(crate) fn tool(
+        parent: Option<&Span>,
+        telemetry: &Telemetry,
+        call: &ToolCall,
+        input: &Value,
+    ) -> Option<Self> {
+        let span = tool_span(parent, telemetry, call, input);
+        (!span.is_disabled()).then(|| Self {
+            span,
+            started: Instant::now(),
+            name: call.name.clone(),
+            model: String::new(),
+            record_content: telemetry.record_content,
+            waiting_first: false,
+        })
+    }
+
+    /// A streamed call's event arrived: the first one sets the time to first chunk.
+    #[inline]
+    pub(crate) fn chunk(&mut self) {
+        if self.waiting_first {
+            self.waiting_first = false;
+            self.span.record(
+                "gen_ai.response.time_to_first_chunk",
+                self.started.elapsed().as_secs_f64(),
+            );
+        }
+    }
+
+    /// Record how the model call ended.
+    pub(crate) fn chat_ended(&self, answer: Result<&Response, &Error>) {
+        chat_end(
+            &self.span,
+            self.record_content,
+            &self.name,
+            &self.model,
+            answer,
+            self.started.elapsed(),
+        );
+    }
+
+    /// The provider's whole answer in this span, recorded when it ends.
+    pub(crate) fn complete(
+        self,
+        call: BoxFuture<'static, Result<Response, Error>>,
+    ) -> BoxFuture<'static, Result<Response, Error>> {
+        Box::pin(async move {
+            let answer = call.instrument(self.span.clone()).await;
+            self.chat_ended(answer.as_ref());
+            answer
+        })
+    }
+
+    /// The tool's handler in this span, its end recorded (also when it is dropped first).
+    pub(crate) fn run_tool(
+        self,
+        call: BoxFuture<'static, Result<ToolOutput, ToolError>>,
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
+        let span = self.span.clone();
+        let mut ending = ToolEnding(Some(self));
+        Box::pin(
+            async move {
+                let ended = call.await;
+                if let Some(trace) = ending.0.take() {
+                    tool_end(
+                        &trace.span,
+                        trace.record_content,
+                        &trace.name,
+                        Some(&ended),
+                        trace.started.elapsed(),
+                    );
+                }
+                ended
+            }
+            .instrument(span),
+        )
+    }
+}
+
+/// Records a tool dropped before its handler ended.
+struct ToolEnding(Option<CallTrace>);
+
+impl Drop for ToolEnding {
+    fn drop(&mut self) {
+        if let Some(trace) = self.0.take() {
+            tool_end(
+                &trace.span,
+                trace.record_content,
+                &trace.name,
+                None,
+                trace.started.elapsed(),
+            );
+        }
+    }
+}
+
+/// A message in the conventions' JSON form (`gen_ai.input.messages`).
+fn message_json(message: &Message) -> Value {
+    let tool_results = message
+        .content
+        .iter()
+        .all(|block| matches!(block, ContentBlock::ToolResult(_)));
+    let role = match message.role {
+        Role::System => "system",
+        Role::Assistant => "assistant",
+        Role::User if tool_results && !message.content.is_empty() => "tool",
+        Role::User => "user",
+    };
+    let parts: Vec<Value> = message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(json!({"type": "text", "content": text})),
+            ContentBlock::ToolUse { id, name, input } => Some(json!({
+                "type": "tool_call", "id": id, "name": name, "arguments": input,
+            })),
+            ContentBlock::ToolResult(result) => {
+                let response = match &result.content {
+                    ToolResultContent::Text(text) => Value::String(text.clone()),
+                    other => Value::String(other.to_text()),
+                };
+                Some(json!({
+                    "type": "tool_call_response", "id": result.tool_use_id, "response": response,
+                }))
+            }
+            ContentBlock::Thinking { thinking, .. } => {
+                Some(json!({"type": "reasoning", "content": thinking}))
+            }
+            _ => None,
+        })
+        .collect();
+    json!({"role": role, "parts": parts})
+}
