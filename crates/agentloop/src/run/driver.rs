@@ -222,6 +222,11 @@ impl Driver {
         self
     }
 
+    /// Whether the run's tool `name` may run again after a crash cut it off.
+    pub(crate) fn tool_is_idempotent(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(Tool::is_idempotent)
+    }
+
     /// The durable run's store, if the run has one.
     fn store(&self) -> Option<&Durable> {
         self.extras.as_ref().and_then(|e| e.durable.as_ref())
@@ -232,6 +237,15 @@ impl Driver {
     async fn checkpoint(&self, machine: &mut Machine) {
         if let Some(durable) = self.store() {
             Box::pin(durable.save(machine)).await;
+        }
+    }
+
+    /// End the run with its model call's `error`. A durable run's checkpoint is then the run
+    /// before the call, marked failed: resuming it issues the call again.
+    async fn call_failed(&self, machine: &mut Machine, error: Error) {
+        match self.store() {
+            Some(durable) => Box::pin(durable.save_failed(machine, error)).await,
+            None => machine.on_error(error),
         }
     }
 
@@ -385,8 +399,10 @@ impl Driver {
                                 self.emit(|| RunEvent::Error {
                                     error: error.clone(),
                                 });
-                                machine.on_error(error);
-                                None
+                                // Nothing of the step to record, and the checkpoint
+                                // below would save the run as over.
+                                self.call_failed(machine, error).await;
+                                continue;
                             }
                         };
                         if let Some(response) = &response
