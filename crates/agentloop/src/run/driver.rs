@@ -240,15 +240,6 @@ impl Driver {
         }
     }
 
-    /// End the run with its model call's `error`. A durable run's checkpoint is then the run
-    /// before the call, marked failed: resuming it issues the call again.
-    async fn call_failed(&self, machine: &mut Machine, error: Error) {
-        match self.store() {
-            Some(durable) => Box::pin(durable.save_failed(machine, error)).await,
-            None => machine.on_error(error),
-        }
-    }
-
     /// A driver resuming `machine` after a pause for approval: the results reported before
     /// the pause are not reported again.
     pub(crate) fn resuming(mut self, machine: &Machine) -> Self {
@@ -399,10 +390,8 @@ impl Driver {
                                 self.emit(|| RunEvent::Error {
                                     error: error.clone(),
                                 });
-                                // Nothing of the step to record, and the checkpoint
-                                // below would save the run as over.
-                                self.call_failed(machine, error).await;
-                                continue;
+                                machine.on_error(error);
+                                None
                             }
                         };
                         if let Some(response) = &response

@@ -259,18 +259,19 @@ impl Durable {
     }
 
     /// Save `machine`. On failure the run stops with the error: a writer that cannot save
-    /// must not go on running tools that no checkpoint would record.
+    /// must not go on running tools that no checkpoint would record. A run that a failed
+    /// model call ended is saved as it stood before the call, [`RunStatus::Failed`], so that
+    /// resuming it issues the call again.
     pub(crate) async fn save(&self, machine: &mut Machine) {
-        let status = RunStatus::of(machine);
-        self.save_as(machine, status).await;
-    }
-
-    /// [`Self::save`] with `status`.
-    async fn save_as(&self, machine: &mut Machine, status: RunStatus) {
         if self.failed() {
             return;
         }
-        let saved = match state_json(machine) {
+        let (state, status) = if machine.failed_call() {
+            (state_json(&machine.before_failed_call()), RunStatus::Failed)
+        } else {
+            (state_json(machine), RunStatus::of(machine))
+        };
+        let saved = match state {
             Ok(state) => {
                 let read = self.version.load(Ordering::Acquire);
                 self.store.save(&self.run_id, read, status, state).await
@@ -284,15 +285,6 @@ impl Durable {
                 self.version.store(u64::MAX, Ordering::Release);
                 machine.on_error(error);
             }
-        }
-    }
-
-    /// Save `machine`, whose model call failed with `error`, as it stood before the call
-    /// (status [`RunStatus::Failed`], resumable), then end it with the error.
-    pub(crate) async fn save_failed(&self, machine: &mut Machine, error: Error) {
-        self.save_as(machine, RunStatus::Failed).await;
-        if !self.failed() {
-            machine.on_error(error);
         }
     }
 
