@@ -280,6 +280,27 @@ impl Agent {
         )
     }
 
+    /// [`Self::run_durable`], streaming the run's [`crate::RunEvent`]s as [`Self::run_stream`]
+    /// does, with the same checkpoints. Dropping the stream stops the run where it stands, as
+    /// a crash would: its last checkpoint stays, for [`Self::resume_run`] or
+    /// [`Self::resume_run_stream`]. A run id the store has already ends the stream with an
+    /// `error` event ([`Error::StaleCheckpoint`]).
+    pub fn run_durable_stream<S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        input: impl Into<RunInput>,
+        store: &S,
+    ) -> RunStream {
+        run::durable_stream_set(
+            self.provider.clone(),
+            self.request(input.into().into_messages()),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Arc::new(store.clone()),
+            run_id.into(),
+        )
+    }
+
     /// Continue durable run `run_id`, paused for approval, with decisions by call id, as
     /// [`Self::resume`] does for a [`PausedRun`] value: the decisions are checkpointed before
     /// anything runs, and the run goes on durably. Fails before anything runs on a decision
@@ -319,6 +340,25 @@ impl Agent {
         store: &S,
     ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
         run::resume_durable_set(
+            self.provider.clone(),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Arc::new(store.clone()),
+            run_id.into(),
+            None,
+        )
+    }
+
+    /// [`Self::resume_run`], streaming the run's events from its last checkpoint on:
+    /// `run_start`, then what the run does from there (results recorded before the checkpoint
+    /// are not reported again). A run not in the store ends the stream with an `error` event
+    /// ([`Error::RunNotFound`]).
+    pub fn resume_run_stream<S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        store: &S,
+    ) -> RunStream {
+        run::resume_durable_stream_set(
             self.provider.clone(),
             self.tools.clone(),
             Arc::clone(&self.options),

@@ -65,9 +65,11 @@
 //! - [`run`]: the loop as a serializable state machine ([`run::Machine`]) and its driver, hooks
 //!   and events; tools that need a person's approval pause a run as a [`run::PausedRun`] that
 //!   [`Agent::resume`] continues with the decisions.
-//! - Durable runs: [`Agent::run_durable`] checkpoints a run in a [`run::RunStore`] (SQLite with
-//!   the `sqlite` feature) and [`Agent::resume_run`] continues it after a crash, running every
-//!   tool once; the [`run::RunStore`] docs give the exact semantics.
+//! - Durable runs: [`Agent::run_durable`] (streamed: [`Agent::run_durable_stream`])
+//!   checkpoints a run in a [`run::RunStore`] (SQLite with the `sqlite` feature, Postgres with
+//!   `postgres`) and [`Agent::resume_run`] ([`Agent::resume_run_stream`]) continues it after a
+//!   crash or a failed model call, running every tool once; the [`run::RunStore`] docs give
+//!   the exact semantics.
 //! - [`conversation`]: a chat kept across turns, with tool calls run automatically or by hand.
 //! - [`output`]: typed answers, [`Agent::run_output`] returning a checked `T` after the tools.
 //! - [`cost`]: what each step and run cost, and a cost budget; [`context`]: requests kept

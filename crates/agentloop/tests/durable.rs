@@ -8,10 +8,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
+use agentloop::provider::openai::OpenAi;
 use agentloop::run::{
     Checkpoint, Decision, MemoryStore, RunStatus, RunStore, RunSummary, ToolOutcome,
 };
 use agentloop::{Agent, Error, Role, Tool, ToolContext, ToolOutput, history};
+use agentloop_testkit::server::{Fault, MockServer, Wire};
 use agentloop_testkit::{ScriptedModel, Turn};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -426,6 +429,271 @@ async fn a_paused_run_is_decided_in_the_store<S: RunStore + Clone>(store: S) {
     assert!(matches!(wrong, Error::InvalidDecision { .. }), "{wrong:?}");
 }
 
+/// An agent on the testkit's OpenAI wire server, with fast retries.
+fn wire_agent(server: &MockServer, log: &Log) -> Agent {
+    let mut config = HttpConfig::new(server.base_url());
+    config.api_key = Some(ApiKey::new("sk-test"));
+    config.retry = RetryPolicy {
+        max_retries: 2,
+        initial_backoff: std::time::Duration::from_millis(2),
+        ..RetryPolicy::default()
+    };
+    Agent::builder_shared(Arc::new(OpenAi::new(config).unwrap()))
+        .model("gpt-test")
+        .tool(logging_tool("a", log, true))
+        .tool(logging_tool("b", log, false))
+        .max_concurrency(1)
+        .build()
+}
+
+/// The script of [`model`] for the wire server.
+fn wire_turns() -> Vec<Turn> {
+    vec![
+        Turn::tool_calls([("a", json!({})), ("b", json!({}))]).with_ids(["c1", "c2"]),
+        Turn::text("Done."),
+    ]
+}
+
+async fn a_failed_model_call_leaves_the_run_resumable<S: RunStore + Clone>(store: S) {
+    // The first call gets a 500 on every attempt (the first and two retries): the run ends
+    // with the error, and its checkpoint, marked failed, is the run's start, from which
+    // resume_run issues the call again.
+    let server = MockServer::start(Wire::OpenAi, wire_turns()).await.unwrap();
+    server.inject(Fault::ServerError, 3);
+    let log = Log::default();
+    let failed = wire_agent(&server, &log)
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    assert_eq!(failed.stop_reason, agentloop::RunStopReason::Error);
+    assert!(
+        matches!(failed.error, Some(Error::Api { status: 500, .. })),
+        "{:?}",
+        failed.error
+    );
+    assert_eq!(server.calls(), 3);
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!((saved.version, saved.status), (2, RunStatus::Failed));
+    let machine = saved.machine().unwrap();
+    assert_eq!(machine.messages().len(), 1);
+    assert!(machine.steps().is_empty());
+    assert!(!machine.is_done());
+
+    let done = wire_agent(&server, &log)
+        .resume_run("r1", &store)
+        .await
+        .unwrap();
+    assert_eq!(done.text(), "Done.");
+    assert!(done.error.is_none());
+    assert_eq!(*log.lock().unwrap(), ["r1/c1", "r1/c2"]);
+    assert_eq!(server.calls(), 5);
+    history::validate(&done.messages).unwrap();
+    server.assert_complete();
+    let last = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(last.status, RunStatus::Done);
+}
+
+async fn a_model_call_cut_off_after_tools_is_issued_again<S: RunStore + Clone>(store: S) {
+    // The answer's stream is cut after its headers (a disconnect is not retried once the
+    // response started): the run ends with the error after its tools ran; resuming issues the
+    // answer's call again and runs no tool again.
+    let mut turns = wire_turns();
+    turns[1] = Turn::text("Done.").with_fault(Fault::Disconnect { after_bytes: 0 });
+    let server = MockServer::start(Wire::OpenAi, turns).await.unwrap();
+    let log = Log::default();
+    let failed = wire_agent(&server, &log)
+        .run_durable_stream("r1", "Go", &store)
+        .into_result()
+        .await
+        .unwrap();
+    assert_eq!(failed.stop_reason, agentloop::RunStopReason::Error);
+    assert!(failed.error.is_some());
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(saved.status, RunStatus::Failed);
+    assert_eq!(saved.machine().unwrap().steps().len(), 1);
+
+    server.push_turn(Turn::text("Done."));
+    let done = wire_agent(&server, &log)
+        .resume_run("r1", &store)
+        .await
+        .unwrap();
+    assert_eq!(done.text(), "Done.");
+    assert_eq!(*log.lock().unwrap(), ["r1/c1", "r1/c2"]);
+    assert_eq!(
+        tool_results(&done.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), "b done".into(), false)
+        ]
+    );
+    history::validate(&done.messages).unwrap();
+    assert_eq!(
+        store.load("r1").await.unwrap().unwrap().status,
+        RunStatus::Done
+    );
+}
+
+async fn a_cancelled_run_is_over_in_the_store<S: RunStore + Clone>(store: S) {
+    // Cancelling is the caller ending the run: c1's failure is a recorded outcome, c2, cut
+    // off by the cancel, is answered as not run, and the store keeps the run as over, which
+    // resume_run returns as it ended (dropping the run's future instead leaves it resumable).
+    let log = Log::default();
+    let started = Arc::new(Notify::new());
+    let failing = Tool::from_schema("a", "Fails", json!({"type": "object"}))
+        .unwrap()
+        .with_handler(|_ctx: ToolContext, _input: Value| async move {
+            Err::<ToolOutput, _>(agentloop::ToolError::Failed("no such order".into()))
+        });
+    let hanging = {
+        let started = started.clone();
+        Tool::from_schema("b", "Hangs", json!({"type": "object"}))
+            .unwrap()
+            .with_handler(move |_ctx: ToolContext, _input: Value| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    std::future::pending::<Result<ToolOutput, agentloop::ToolError>>().await
+                }
+            })
+    };
+    let make = |model: ScriptedModel| {
+        Agent::builder(model)
+            .model("m")
+            .tool(failing.clone())
+            .tool(hanging.clone())
+            .max_concurrency(1)
+            .build()
+    };
+    let token = tokio_util::sync::CancellationToken::new();
+    let run = make(model())
+        .with_options(|o| o.cancel = Some(token.clone()))
+        .run_durable("r1", "Go", &store);
+    let run = tokio::spawn(run);
+    started.notified().await;
+    token.cancel();
+    let cancelled = run.await.unwrap().unwrap();
+    assert_eq!(cancelled.stop_reason, agentloop::RunStopReason::Cancelled);
+    let expected = [
+        ("c1".to_owned(), "Error: no such order".to_owned(), true),
+        (
+            "c2".to_owned(),
+            "Error: the call to `b` was not run: the run was cancelled".to_owned(),
+            true,
+        ),
+    ];
+    assert_eq!(tool_results(&cancelled.messages), expected);
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(saved.status, RunStatus::Done);
+    assert_eq!(saved.machine().unwrap().messages(), &cancelled.messages[..]);
+
+    let model = model();
+    let again = make(model.clone()).resume_run("r1", &store).await.unwrap();
+    assert_eq!(again.stop_reason, agentloop::RunStopReason::Cancelled);
+    assert_eq!(tool_results(&again.messages), expected);
+    assert_eq!(model.calls(), 0);
+    assert!(log.lock().unwrap().is_empty());
+}
+
+/// The events of a stream, as JSON, but `run_finish` (whose result holds timings): the
+/// events and the result's history.
+async fn events_of(stream: agentloop::run::RunStream) -> (Vec<Value>, Vec<agentloop::Message>) {
+    use futures::StreamExt;
+    let mut events = Vec::new();
+    let mut messages = Vec::new();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            agentloop::RunEvent::RunFinish { result } => messages = result.messages,
+            other => events.push(serde_json::to_value(&other).unwrap()),
+        }
+    }
+    (events, messages)
+}
+
+async fn a_durable_stream_has_a_plain_streams_events_and_the_blocking_checkpoints<
+    S: RunStore + Clone,
+>(
+    store: S,
+) {
+    let log = Log::default();
+    let (plain, plain_messages) = events_of(agent(model(), &log).run_stream("Go")).await;
+    let recording = Recording::new(store.clone(), None);
+    let durable_log = Log::default();
+    let (durable, messages) =
+        events_of(agent(model(), &durable_log).run_durable_stream("r1", "Go", &recording)).await;
+    assert_eq!(durable, plain);
+    assert_eq!(messages, plain_messages);
+    assert_eq!(*durable_log.lock().unwrap(), ["r1/c1", "r1/c2"]);
+
+    // The blocking form's saves, one for one.
+    let blocking = Recording::new(store.clone(), None);
+    agent(model(), &Log::default())
+        .run_durable("r2", "Go", &blocking)
+        .await
+        .unwrap();
+    assert_eq!(recording.saves(), blocking.saves());
+    assert_eq!(recording.saves().len(), 7);
+}
+
+async fn a_dropped_durable_stream_resumes_from_its_checkpoint<S: RunStore + Clone>(store: S) {
+    use futures::StreamExt;
+    let (plain, plain_messages) = events_of(agent(model(), &Log::default()).run_stream("Go")).await;
+
+    // Dropped when the answer's step starts: its checkpoint is the closed first step.
+    let log = Log::default();
+    let mut stream = agent(model(), &log).run_durable_stream("r1", "Go", &store);
+    loop {
+        match stream.next().await.expect("the stream ended before step 1") {
+            agentloop::RunEvent::StepStart { step: 1 } => break,
+            _ => continue,
+        }
+    }
+    drop(stream);
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!((saved.version, saved.status), (6, RunStatus::Running));
+
+    // A fresh agent's stream goes on from there: `run_start`, then the plain stream's events
+    // from step 1 on; no tool runs again.
+    let model = model();
+    let (resumed, messages) =
+        events_of(agent(model.clone(), &log).resume_run_stream("r1", &store)).await;
+    let from = plain
+        .iter()
+        .position(|e| e["type"] == "step_start" && e["step"] == 1)
+        .unwrap();
+    let mut expected = vec![plain[0].clone()];
+    expected.extend_from_slice(&plain[from..]);
+    assert_eq!(expected[0]["type"], "run_start");
+    // The fresh model numbers its messages from 0 again.
+    let without_ids = |events: Vec<Value>| -> Vec<Value> {
+        events
+            .into_iter()
+            .map(|mut e| {
+                if let Some(e) = e.as_object_mut() {
+                    e.remove("id");
+                }
+                if let Some(response) = e.get_mut("response").and_then(Value::as_object_mut) {
+                    response.remove("id");
+                }
+                e
+            })
+            .collect()
+    };
+    assert_eq!(without_ids(resumed), without_ids(expected));
+    assert_eq!(messages, plain_messages);
+    assert_eq!(model.calls(), 1);
+    assert_eq!(*log.lock().unwrap(), ["r1/c1", "r1/c2"]);
+    assert_eq!(
+        store.load("r1").await.unwrap().unwrap().status,
+        RunStatus::Done
+    );
+
+    // A run the store does not have ends the stream with the error.
+    let (events, _) = events_of(agent(model.clone(), &log).resume_run_stream("r9", &store)).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["type"], "error");
+}
+
 /// The suite against one store: `$make` is a future of `Some(store)`, or `None` when the
 /// store is not available here (it printed a skip notice).
 macro_rules! suite {
@@ -473,6 +741,39 @@ macro_rules! suite {
             async fn a_finished_run_resumes_as_it_ended() {
                 let Some(store) = $make.await else { return };
                 super::a_finished_run_resumes_as_it_ended(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_failed_model_call_leaves_the_run_resumable() {
+                let Some(store) = $make.await else { return };
+                super::a_failed_model_call_leaves_the_run_resumable(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_model_call_cut_off_after_tools_is_issued_again() {
+                let Some(store) = $make.await else { return };
+                super::a_model_call_cut_off_after_tools_is_issued_again(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_cancelled_run_is_over_in_the_store() {
+                let Some(store) = $make.await else { return };
+                super::a_cancelled_run_is_over_in_the_store(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_durable_stream_has_a_plain_streams_events_and_the_blocking_checkpoints() {
+                let Some(store) = $make.await else { return };
+                super::a_durable_stream_has_a_plain_streams_events_and_the_blocking_checkpoints(
+                    store,
+                )
+                .await;
+            }
+
+            #[tokio::test]
+            async fn a_dropped_durable_stream_resumes_from_its_checkpoint() {
+                let Some(store) = $make.await else { return };
+                super::a_dropped_durable_stream_resumes_from_its_checkpoint(store).await;
             }
         }
     };

@@ -251,6 +251,11 @@ impl Driver {
         self
     }
 
+    /// Whether the run's tool `name` may run again after a crash cut it off.
+    pub(crate) fn tool_is_idempotent(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(Tool::is_idempotent)
+    }
+
     /// The durable run's store, if the run has one.
     fn store(&self) -> Option<&Durable> {
         self.extras.as_ref().and_then(|e| e.durable.as_ref())

@@ -1047,6 +1047,26 @@ impl Machine {
         self.finish(RunStopReason::Error);
     }
 
+    /// Whether a failed model call ended the run ([`Self::on_error`]).
+    pub(crate) fn failed_call(&self) -> bool {
+        self.error.is_some()
+            && matches!(
+                self.phase,
+                Phase::Done {
+                    reason: RunStopReason::Error
+                }
+            )
+    }
+
+    /// The run as it stood before the model call that failed ([`Self::failed_call`]): ready
+    /// to issue it again. The failure changed nothing else: the call had no pending tools.
+    pub(crate) fn before_failed_call(&self) -> Machine {
+        let mut before = self.clone();
+        before.error = None;
+        before.phase = Phase::Ready;
+        before
+    }
+
     /// Stop the run now (cancellation, timeout, a stop condition). Tool calls still pending get
     /// cancelled results, so the history stays valid. `partial` is a response cut off
     /// mid-stream: its text is kept, the rest dropped.

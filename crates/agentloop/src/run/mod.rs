@@ -230,20 +230,46 @@ pub(crate) fn durable_set(
     run_id: String,
 ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
     let machine = new_machine(request, &tools, &options);
-    async move {
-        if let Some(found) = store.load(&run_id).await? {
-            return Err(Error::StaleCheckpoint {
-                run_id,
-                expected: 0,
-                found: found.version,
-            });
-        }
-        let durable = store::Durable::new(store, run_id.into(), 0);
-        Driver::new(provider, tools, options, None)
-            .durable(durable)
-            .drive_new(machine)
-            .await
+    durable_new(
+        Driver::new(provider, tools, options, None),
+        machine,
+        store,
+        run_id,
+    )
+}
+
+/// [`durable_set`], streamed.
+pub(crate) fn durable_stream_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+) -> RunStream {
+    let machine = new_machine(request, &tools, &options);
+    let events = Outbox::default();
+    let driver = Driver::new(provider, tools, options, Some(events.clone()));
+    let cancel = driver.cancel_token().clone();
+    streaming(durable_new(driver, machine, store, run_id), events, cancel)
+}
+
+/// `driver` running `machine` as new durable run `run_id`.
+async fn durable_new(
+    driver: Driver,
+    machine: Machine,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+) -> Result<RunResult> {
+    if let Some(found) = store.load(&run_id).await? {
+        return Err(Error::StaleCheckpoint {
+            run_id,
+            expected: 0,
+            found: found.version,
+        });
     }
+    let durable = store::Durable::new(store, run_id.into(), 0);
+    driver.durable(durable).drive_new(machine).await
 }
 
 /// Decisions applied to a paused machine before it goes on (see [`crate::Agent::decide_run`]).
@@ -251,10 +277,44 @@ pub(crate) type Decide = Box<dyn FnOnce(Machine) -> Result<Machine> + Send>;
 
 /// A durable run continued from its last checkpoint (see [`store`]), with `decide` applied
 /// first (and saved) when given.
-pub(crate) async fn resume_durable_set(
+pub(crate) fn resume_durable_set(
     provider: Arc<dyn Provider>,
     tools: ToolSet,
     options: Arc<RunOptions>,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+    decide: Option<Decide>,
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    resume_durable(
+        Driver::new(provider, tools, options, None),
+        store,
+        run_id,
+        decide,
+    )
+}
+
+/// [`resume_durable_set`], streamed.
+pub(crate) fn resume_durable_stream_set(
+    provider: Arc<dyn Provider>,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+    decide: Option<Decide>,
+) -> RunStream {
+    let events = Outbox::default();
+    let driver = Driver::new(provider, tools, options, Some(events.clone()));
+    let cancel = driver.cancel_token().clone();
+    streaming(
+        resume_durable(driver, store, run_id, decide),
+        events,
+        cancel,
+    )
+}
+
+/// `driver` continuing durable run `run_id` from its last checkpoint.
+async fn resume_durable(
+    driver: Driver,
     store: Arc<dyn RunStore>,
     run_id: String,
     decide: Option<Decide>,
@@ -263,14 +323,14 @@ pub(crate) async fn resume_durable_set(
         return Err(Error::RunNotFound { run_id });
     };
     let mut machine = checkpoint.machine()?;
-    machine.recover(|name| tools.get(name).is_some_and(Tool::is_idempotent));
+    machine.recover(|name| driver.tool_is_idempotent(name));
     let durable = store::Durable::new(store, run_id.into(), checkpoint.version);
     if let Some(decide) = decide {
         machine = decide(machine)?;
         // Decisions that leave calls pending stop the run at once: they must be kept.
         durable.save(&mut machine).await;
     }
-    Ok(Driver::new(provider, tools, options, None)
+    Ok(driver
         .resuming(&machine)
         .durable(durable)
         .drive(machine)

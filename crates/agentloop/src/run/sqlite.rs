@@ -135,11 +135,12 @@ impl RunStore for SqliteStore {
         let id = run_id.to_owned();
         self.blocking(run_id, move |connection| {
             let row: Option<(i64, String, String)> = connection
-                .query_row(
+                .prepare_cached(
                     "SELECT version, status, state FROM agentloop_runs WHERE run_id = ?1",
-                    [&id],
-                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
                 )
+                .and_then(|mut select| {
+                    select.query_row([&id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                })
                 .optional()
                 .map_err(sql_error(&id))?;
             row.map(|(version, name, state)| {
@@ -168,20 +169,25 @@ impl RunStore for SqliteStore {
                     message: format!("version {read} is out of range"),
                 });
             };
-            // One statement each way, so the version check and the write are atomic.
+            // One statement each way, so the version check and the write are atomic; each
+            // prepared once per connection, since every step saves.
             let written = if read == 0 {
-                connection.execute(
-                    "INSERT INTO agentloop_runs (run_id, version, status, state)
-                     VALUES (?1, 1, ?2, ?3) ON CONFLICT (run_id) DO NOTHING",
-                    params![id, status.as_str(), state],
-                )
+                connection
+                    .prepare_cached(
+                        "INSERT INTO agentloop_runs (run_id, version, status, state)
+                         VALUES (?1, 1, ?2, ?3) ON CONFLICT (run_id) DO NOTHING",
+                    )
+                    .and_then(|mut insert| insert.execute(params![id, status.as_str(), state]))
             } else {
-                connection.execute(
-                    "UPDATE agentloop_runs
-                     SET version = ?2, status = ?3, state = ?4, updated_at = unixepoch()
-                     WHERE run_id = ?1 AND version = ?5",
-                    params![id, next, status.as_str(), state, read_sql],
-                )
+                connection
+                    .prepare_cached(
+                        "UPDATE agentloop_runs
+                         SET version = ?2, status = ?3, state = ?4, updated_at = unixepoch()
+                         WHERE run_id = ?1 AND version = ?5",
+                    )
+                    .and_then(|mut update| {
+                        update.execute(params![id, next, status.as_str(), state, read_sql])
+                    })
             }
             .map_err(sql_error(&id))?;
             if written == 1 {

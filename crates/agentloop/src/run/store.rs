@@ -21,6 +21,10 @@ pub enum RunStatus {
     Paused,
     /// Over.
     Done,
+    /// Its last model call failed (after the provider's retries): the checkpoint is the run
+    /// as it stood before that call, and [`crate::Agent::resume_run`] issues the call again.
+    /// No Postgres worker claims it on its own.
+    Failed,
 }
 
 impl RunStatus {
@@ -30,6 +34,7 @@ impl RunStatus {
             Self::Running => "running",
             Self::Paused => "paused",
             Self::Done => "done",
+            Self::Failed => "failed",
         }
     }
 
@@ -39,6 +44,7 @@ impl RunStatus {
             "running" => Some(Self::Running),
             "paused" => Some(Self::Paused),
             "done" => Some(Self::Done),
+            "failed" => Some(Self::Failed),
             _ => None,
         }
     }
@@ -95,9 +101,11 @@ pub struct RunSummary {
 /// (feature `sqlite`: one file, WAL, the embedded choice) and `PostgresStore` (feature
 /// `postgres`: many worker processes, each run claimed with a lease renewed by heartbeat).
 ///
-/// [`crate::Agent::run_durable`] writes a checkpoint after every state change that matters:
+/// [`crate::Agent::run_durable`] (or [`crate::Agent::run_durable_stream`], with the same
+/// checkpoints) writes a checkpoint after every state change that matters:
 /// the run's start, the model's response recorded, the step's tools about to start, each tool
 /// outcome recorded, the step closed (or the run paused or ended). [`crate::Agent::resume_run`]
+/// (or [`crate::Agent::resume_run_stream`])
 /// continues a run from its last checkpoint, in this process or another, with the same agent
 /// definition.
 ///
@@ -115,6 +123,18 @@ pub struct RunSummary {
 /// - Every tool gets an idempotency key, `run_id/call_id`, in its
 ///   [`crate::ToolContext::idempotency_key`], the same when a call is run again: use it to
 ///   deduplicate side effects outside the process.
+///
+/// # Failures and stops
+///
+/// - A model call that fails (after the provider's retries: a 5xx, a cut connection, a
+///   timeout) ends the run with [`super::RunStopReason::Error`] and the error, and leaves the
+///   run as it stood before the call, with [`RunStatus::Failed`]: [`crate::Agent::resume_run`]
+///   issues the call again.
+/// - A tool that fails is an outcome like any other: recorded, and shown to the model.
+/// - Cancelling a run (its [`super::RunOptions::cancel`] token, [`super::RunStream::cancel`])
+///   ends it: the store keeps it as over, with [`super::RunStopReason::Cancelled`] and the
+///   calls it cut off answered as not run. Dropping the run's future or stream instead stops
+///   it where it stands, as a crash would, and it can be resumed.
 ///
 /// Every save names the version it read, and fails with [`Error::StaleCheckpoint`] when the
 /// stored one moved on: two processes never both continue a run. A run whose save fails stops
@@ -239,17 +259,22 @@ impl Durable {
     }
 
     /// Save `machine`. On failure the run stops with the error: a writer that cannot save
-    /// must not go on running tools that no checkpoint would record.
+    /// must not go on running tools that no checkpoint would record. A run that a failed
+    /// model call ended is saved as it stood before the call, [`RunStatus::Failed`], so that
+    /// resuming it issues the call again.
     pub(crate) async fn save(&self, machine: &mut Machine) {
         if self.failed() {
             return;
         }
-        let saved = match state_json(machine) {
+        let (state, status) = if machine.failed_call() {
+            (state_json(&machine.before_failed_call()), RunStatus::Failed)
+        } else {
+            (state_json(machine), RunStatus::of(machine))
+        };
+        let saved = match state {
             Ok(state) => {
                 let read = self.version.load(Ordering::Acquire);
-                self.store
-                    .save(&self.run_id, read, RunStatus::of(machine), state)
-                    .await
+                self.store.save(&self.run_id, read, status, state).await
             }
             Err(error) => Err(error),
         };
