@@ -199,6 +199,8 @@ pub enum Format {
     Anthropic,
     /// Gemini `streamGenerateContent?alt=sse` chunks (Gemini API and Vertex AI).
     Gemini,
+    /// OpenAI Responses API events (`--format openai-responses`).
+    OpenaiResponses,
 }
 
 /// `agentloop replay`.

@@ -1,4 +1,4 @@
-//! `agentloop replay [--format openai|anthropic|gemini] FILE`: the format is recognised from the stream
+//! `agentloop replay [--format openai|anthropic|gemini|openai-responses] FILE`: the format is recognised from the stream
 //! when not given, and a given format that does not match the stream is an error rather than a
 //! plausible empty answer.
 
@@ -88,6 +88,9 @@ fn classify(event: &str, data: &str) -> Option<WireFormat> {
     if ANTHROPIC_EVENTS.contains(&event) {
         return Some(WireFormat::Anthropic);
     }
+    if event.starts_with("response.") {
+        return Some(WireFormat::OpenAiResponses);
+    }
     if data.trim() == "[DONE]" {
         return Some(WireFormat::OpenAi);
     }
@@ -106,11 +109,13 @@ fn classify(event: &str, data: &str) -> Option<WireFormat> {
     {
         return Some(WireFormat::Gemini);
     }
-    object
-        .get("type")
-        .and_then(Value::as_str)
-        .filter(|t| ANTHROPIC_EVENTS.contains(t))
-        .map(|_| WireFormat::Anthropic)
+    let kind = object.get("type").and_then(Value::as_str)?;
+    if kind.starts_with("response.") {
+        return Some(WireFormat::OpenAiResponses);
+    }
+    ANTHROPIC_EVENTS
+        .contains(&kind)
+        .then_some(WireFormat::Anthropic)
 }
 
 fn describe(format: WireFormat) -> (&'static str, &'static str) {
@@ -118,6 +123,7 @@ fn describe(format: WireFormat) -> (&'static str, &'static str) {
         WireFormat::OpenAi => ("an OpenAI stream", "openai"),
         WireFormat::Anthropic => ("an Anthropic stream", "anthropic"),
         WireFormat::Gemini => ("a Gemini stream", "gemini"),
+        WireFormat::OpenAiResponses => ("an OpenAI Responses stream", "openai-responses"),
     }
 }
 
@@ -128,6 +134,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
         cli::Format::Openai => WireFormat::OpenAi,
         cli::Format::Anthropic => WireFormat::Anthropic,
         cli::Format::Gemini => WireFormat::Gemini,
+        cli::Format::OpenaiResponses => WireFormat::OpenAiResponses,
     });
     match (given, detect(body)) {
         (Some(given), Some(detected)) if given != detected => {
@@ -139,7 +146,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
         }
         (Some(format), _) | (None, Some(format)) => Ok(format),
         (None, None) => Err(
-            "could not tell the stream's format (no OpenAI chunk, Anthropic event or Gemini chunk in it): pass --format openai, anthropic or gemini"
+            "could not tell the stream's format (no OpenAI chunk, Anthropic event, Gemini chunk or Responses event in it): pass --format openai, anthropic, gemini or openai-responses"
                 .to_owned(),
         ),
     }

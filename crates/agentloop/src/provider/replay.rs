@@ -16,6 +16,7 @@ use super::anthropic::AnthropicDecoder;
 use super::gemini::GeminiDecoder;
 use super::http::SseDecoder;
 use super::openai::ChunkDecoder;
+use super::responses::ResponsesDecoder;
 use crate::error::Error;
 use crate::message::Response;
 use crate::sse::SseParser;
@@ -30,6 +31,8 @@ pub enum WireFormat {
     Anthropic,
     /// Gemini `streamGenerateContent?alt=sse` chunks (Gemini API and Vertex AI).
     Gemini,
+    /// OpenAI Responses API events (and compatible servers').
+    OpenAiResponses,
 }
 
 /// What a recorded stream assembles to.
@@ -47,6 +50,11 @@ pub fn assemble(format: WireFormat, body: &[u8]) -> Replayed {
         WireFormat::OpenAi => run(ChunkDecoder::new("openai"), "openai", body),
         WireFormat::Anthropic => run(AnthropicDecoder::new(), "anthropic", body),
         WireFormat::Gemini => gemini(body),
+        WireFormat::OpenAiResponses => run(
+            ResponsesDecoder::new(),
+            super::responses::PROVIDER_NAME,
+            body,
+        ),
     }
 }
 
