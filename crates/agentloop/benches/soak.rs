@@ -82,6 +82,7 @@ fn parse_options() -> Result<Options, String> {
                     "openai" => Wire::OpenAi,
                     "anthropic" => Wire::Anthropic,
                     "gemini" => Wire::Gemini,
+                    "openai-responses" => Wire::Responses,
                     other => {
                         return Err(format!("unknown wire {other:?} (openai|anthropic|gemini)"));
                     }
@@ -116,6 +117,7 @@ fn wire_arg(wire: Wire) -> &'static str {
         Wire::OpenAi => "openai",
         Wire::Anthropic => "anthropic",
         Wire::Gemini => "gemini",
+        Wire::Responses => "openai-responses",
     }
 }
 
@@ -202,6 +204,14 @@ fn agent(wire: Wire, base_url: &str) -> Result<Agent, String> {
             config.api_key = Some(ApiKey::new("soak"));
             Agent::builder(
                 agentloop::provider::gemini::Gemini::new(config).map_err(|e| e.to_string())?,
+            )
+        }
+        Wire::Responses => {
+            let mut config = HttpConfig::new(base_url);
+            config.api_key = Some(ApiKey::new("soak"));
+            Agent::builder(
+                agentloop::provider::responses::OpenAiResponses::new(config)
+                    .map_err(|e| e.to_string())?,
             )
         }
     };

@@ -96,6 +96,10 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
             config.api_key = Some(ApiKey::new("gemini-test"));
             Arc::new(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
+        Wire::Responses => {
+            config.api_key = Some(ApiKey::new("sk-test"));
+            Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }
 

@@ -145,6 +145,7 @@ async fn vertex_routes_to_the_project_path_with_a_bearer_token() {
             api_key: Some(ApiKey::new("ya29.token")),
             project: Some("proj-1".into()),
             location: Some("us-central1".into()),
+            ..RouteOptions::default()
         },
     )
     .unwrap();

@@ -50,7 +50,7 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let mut seen = Vec::new();
-    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini] {
+    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Responses] {
         let server = MockServer::builder(wire)
             .turn(Turn::text("hi"))
             .inject(Fault::ServerError, 1)
@@ -69,6 +69,10 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
             Wire::OpenAi => Arc::new(OpenAi::new(config(server.base_url())).unwrap()),
             Wire::Anthropic => Arc::new(Anthropic::new(config(server.base_url())).unwrap()),
             Wire::Gemini => Arc::new(Gemini::new(config(server.base_url())).unwrap()),
+            Wire::Responses => Arc::new(
+                agentloop::provider::responses::OpenAiResponses::new(config(server.base_url()))
+                    .unwrap(),
+            ),
         };
         seen.push(format!(
             "{provider:?}",

@@ -52,6 +52,10 @@ fn provider(server: &MockServer) -> Arc<dyn Provider> {
             config.api_key = Some(ApiKey::new("gemini-test"));
             Arc::new(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
+        Wire::Responses => {
+            config.api_key = Some(ApiKey::new("sk-test"));
+            Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }
 
@@ -132,7 +136,9 @@ async fn a_tool_call_then_a_native_typed_answer() {
         assert_eq!(requests.len(), 2);
         for request in &requests {
             match wire {
-                Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+                Wire::Gemini | Wire::Responses => {
+                    unreachable!("these typed-answer tests cover OpenAI and Anthropic")
+                }
                 // Strict: every property required (both are), objects closed, numbers
                 // without `format`.
                 Wire::OpenAi => assert_eq!(
@@ -213,7 +219,9 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
         let description = "A weather report. Give your final answer by calling this tool; the \
                            run ends when it is called with valid arguments.";
         match wire {
-            Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+            Wire::Gemini | Wire::Responses => {
+                unreachable!("these typed-answer tests cover OpenAI and Anthropic")
+            }
             Wire::OpenAi => {
                 assert_eq!(request.body["tool_choice"], json!("required"));
                 assert_eq!(
@@ -271,7 +279,9 @@ async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected
             "required": ["city"]
         });
         let expected = match wire {
-            Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+            Wire::Gemini | Wire::Responses => {
+                unreachable!("these typed-answer tests cover OpenAI and Anthropic")
+            }
             Wire::OpenAi => json!({
                 "model": "m",
                 "messages": [
@@ -340,7 +350,9 @@ async fn an_invalid_final_answer_call_goes_back_as_a_tool_error_and_is_corrected
                     - /: \"temp_c\" is a required property\n\
                     Fix the arguments and call the tool again (retry 1 of 2).";
         let expected = match wire {
-            Wire::Gemini => unreachable!("these typed-answer tests cover OpenAI and Anthropic"),
+            Wire::Gemini | Wire::Responses => {
+                unreachable!("these typed-answer tests cover OpenAI and Anthropic")
+            }
             Wire::OpenAi => json!({
                 "role": "tool", "tool_call_id": "call_a", "content": text
             }),

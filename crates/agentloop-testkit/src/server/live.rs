@@ -162,7 +162,7 @@ impl Live {
                 let (model, stream) = super::gemini::call_of(&request.path);
                 (stream, model.map(str::to_owned))
             }
-            Wire::OpenAi | Wire::Anthropic => (
+            Wire::OpenAi | Wire::Anthropic | Wire::Responses => (
                 body.get("stream") == Some(&Value::Bool(true)),
                 body.get("model").and_then(Value::as_str).map(str::to_owned),
             ),

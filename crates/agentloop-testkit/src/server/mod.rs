@@ -24,6 +24,7 @@
 //! | [`Wire::OpenAi`] | `POST /v1/chat/completions` | `http://127.0.0.1:PORT/v1` (as OpenAI SDKs expect) |
 //! | [`Wire::Anthropic`] | `POST /v1/messages` | `http://127.0.0.1:PORT` (as Anthropic SDKs expect) |
 //! | [`Wire::Gemini`] | `POST /v1beta/models/<model>:streamGenerateContent` (and `:generateContent`) | `http://127.0.0.1:PORT` |
+//! | [`Wire::Responses`] | `POST /v1/responses` | `http://127.0.0.1:PORT/v1` (as OpenAI SDKs expect) |
 //!
 //! OpenAI and Anthropic honour the request's `"stream": true` (an SSE stream in the provider's
 //! exact event shape) or not (one JSON body), and OpenAI's `stream_options.include_usage`;
@@ -65,6 +66,7 @@ mod openai;
 mod prerendered;
 mod render;
 mod reply;
+mod responses;
 mod wire_error;
 
 use std::io;
@@ -98,6 +100,8 @@ pub enum Wire {
     /// Gemini `generateContent` (`POST /v1beta/models/<model>:streamGenerateContent?alt=sse`
     /// and `:generateContent`).
     Gemini,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
 }
 
 impl Wire {
@@ -108,6 +112,7 @@ impl Wire {
             Self::OpenAi => "/v1/chat/completions",
             Self::Anthropic => "/v1/messages",
             Self::Gemini => "/v1beta/models/mock-model:generateContent",
+            Self::Responses => "/v1/responses",
         }
     }
 
@@ -115,7 +120,7 @@ impl Wire {
     /// (Vertex AI's longer path is served too, see [`VERTEX_ROUTE`]).
     fn route(self) -> &'static str {
         match self {
-            Self::OpenAi | Self::Anthropic => self.path(),
+            Self::OpenAi | Self::Anthropic | Self::Responses => self.path(),
             Self::Gemini => "/v1beta/models/{call}",
         }
     }
@@ -124,7 +129,7 @@ impl Wire {
     /// URL that includes `/v1`; Anthropic clients append `/v1/messages` to the bare host.
     fn base_path(self) -> &'static str {
         match self {
-            Self::OpenAi => "/v1",
+            Self::OpenAi | Self::Responses => "/v1",
             Self::Anthropic | Self::Gemini => "",
         }
     }
@@ -134,6 +139,7 @@ impl Wire {
             Self::OpenAi => "OpenAI Chat Completions",
             Self::Anthropic => "Anthropic Messages",
             Self::Gemini => "Gemini generateContent",
+            Self::Responses => "OpenAI Responses",
         }
     }
 }

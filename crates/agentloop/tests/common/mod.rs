@@ -147,5 +147,8 @@ pub fn wire_agent(
         agentloop_testkit::Wire::Gemini => {
             Agent::builder(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
+        agentloop_testkit::Wire::Responses => {
+            Agent::builder(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }

@@ -473,7 +473,8 @@ fn usage(usage: &Value) -> Option<Usage> {
 }
 
 /// An `error` event's or a failed response's `{code, message}` (or `{type, ...}`) as a typed
-/// error: rate limits and overload keep their retryable kinds.
+/// error: a rate limit (`rate_limit_exceeded`, one of the reference's `ResponseError` codes)
+/// keeps its retryable kind.
 pub(super) fn stream_error(error: &Value) -> Error {
     let text = |key: &str| error.get(key).and_then(Value::as_str);
     let message = text("message")
@@ -484,10 +485,6 @@ pub(super) fn stream_error(error: &Value) -> Error {
         Some("rate_limit_exceeded") => Error::RateLimited {
             provider: PROVIDER_NAME.to_owned(),
             retry_after: None,
-            message,
-        },
-        Some("server_is_overloaded" | "overloaded" | "slow_down") => Error::Overloaded {
-            provider: PROVIDER_NAME.to_owned(),
             message,
         },
         _ => Error::Stream {
