@@ -202,7 +202,8 @@ fn wire_scenario() -> impl Strategy<Value = WireScenario> {
         prop_oneof![
             Just(Wire::OpenAi),
             Just(Wire::Anthropic),
-            Just(Wire::Gemini)
+            Just(Wire::Gemini),
+            Just(Wire::Responses)
         ],
         prop::collection::vec(wire_fault(), 7),
         0u32..3,
