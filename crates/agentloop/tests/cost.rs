@@ -198,7 +198,9 @@ fn responses_usage_is_priced_as_openai() {
         cache_read_tokens: 400,
         cache_write_tokens: 0,
     };
-    let openai = prices.cost("openai", "gpt-4o", &usage).expect("gpt-4o is priced");
+    let openai = prices
+        .cost("openai", "gpt-4o", &usage)
+        .expect("gpt-4o is priced");
     let responses = prices
         .cost("openai-responses", "gpt-4o", &usage)
         .expect("gpt-4o is priced on the Responses API too");
