@@ -46,6 +46,9 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
         Wire::OpenAi => Arc::new(OpenAi::new(config).unwrap()),
         Wire::Anthropic => Arc::new(Anthropic::new(config).unwrap()),
         Wire::Gemini => Arc::new(Gemini::new(config).unwrap()),
+        Wire::Responses => {
+            Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }
 
@@ -54,6 +57,7 @@ fn model(wire: Wire) -> &'static str {
         Wire::OpenAi => "gpt-4o",
         Wire::Anthropic => "claude-test",
         Wire::Gemini => "gemini-3-pro-preview",
+        Wire::Responses => "gpt-5",
     }
 }
 
@@ -63,6 +67,7 @@ fn two_tool_turns(wire: Wire) -> [Turn; 3] {
         Wire::OpenAi => ("call_1", "call_2", None),
         Wire::Anthropic => ("toolu_1", "toolu_2", Some("sig-anthropic")),
         Wire::Gemini => ("fc_1", "fc_2", Some("sig-gemini")),
+        Wire::Responses => ("call_r1", "call_r2", Some("gAAAA-encrypted")),
     };
     [
         Turn::text("Checking Paris.")
