@@ -75,7 +75,7 @@ fn text_stream() -> Vec<String> {
         events.push(event(
             "response.output_text.delta",
             &format!(
-                r#"{item},"content_index":0,"delta":"{text}","logprobs":[],"obfuscation":"kR2xQ7"#
+                r#"{item},"content_index":0,"delta":"{text}","logprobs":[],"obfuscation":"kR2xQ7""#
             ),
             i + 4,
         ));
@@ -143,7 +143,9 @@ fn assemble(chunks: &[&[u8]]) -> Response {
     let mut acc = Accumulator::new();
     for chunk in chunks {
         parser.feed(black_box(chunk), |event| {
-            decoder.event(&event, &mut out).expect("decodes");
+            if let Err(e) = decoder.event(&event, &mut out) {
+                panic!("{e}: {}", event.data);
+            }
         });
         for event in out.drain(..) {
             acc.push(&event);

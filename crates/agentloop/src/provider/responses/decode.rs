@@ -304,7 +304,8 @@ impl ResponsesDecoder {
         if item.get("type").and_then(Value::as_str) != Some("function_call") {
             return;
         }
-        if self.call(output_index).is_some() {
+        // Output indexes are unique within a response: an item seen again is not a new call.
+        if self.calls.iter().any(|c| c.output_index == output_index) {
             return;
         }
         let text = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or_default();
@@ -342,6 +343,7 @@ impl ResponsesDecoder {
         match item.get("type").and_then(Value::as_str) {
             Some("function_call") => {
                 self.item_added(output_index, item, out);
+                // A call already closed (a repeated `.done`) is not closed twice.
                 let Some(call) = self.call(output_index) else {
                     return;
                 };
@@ -525,6 +527,35 @@ struct WireEvent<'a> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn decode(events: &[Value]) -> Vec<StreamEvent> {
+        let mut decoder = ResponsesDecoder::new();
+        let mut out = VecDeque::new();
+        for event in events {
+            decoder.event_value(event, &mut out).unwrap();
+        }
+        decoder.end(&mut out).unwrap();
+        out.into()
+    }
+
+    #[test]
+    fn a_repeated_item_done_is_not_a_second_call() {
+        let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f", "arguments": "{}"});
+        let events = decode(&[
+            json!({"type": "response.output_item.done", "output_index": 0, "item": call}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": call}),
+            json!({"type": "response.completed", "response": {"id": "r", "status": "completed"}}),
+        ]);
+        let starts = events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::ToolCallStart { .. }))
+            .count();
+        let ends = events
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::ToolCallEnd { .. }))
+            .count();
+        assert_eq!((starts, ends), (1, 1), "{events:?}");
+    }
 
     #[test]
     fn error_codes_keep_their_retryable_kinds() {
