@@ -54,6 +54,14 @@ if [ -d "$BATCH2/bedrock" ]; then
     done
   done < <(find "$BATCH2/bedrock" -name '*.eventstream')
 fi
+if [ -d "$BATCH2/openai-responses" ]; then
+  while IFS= read -r file; do
+    for prefix in 000 017; do
+      seed_file responses_stream "$file" "$prefix"
+      seed_file sse_parser "$file" "$prefix"
+    done
+  done < <(find "$BATCH2/openai-responses" -name '*.sse')
+fi
 
 # One chunk per seed for the chunk-reader target: every `data:` line of the recordings.
 mkdir -p corpus/stream_chunk

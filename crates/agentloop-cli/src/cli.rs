@@ -231,6 +231,8 @@ pub enum Format {
     /// Bedrock `ConverseStream` bodies (binary event-stream frames, or one decoded
     /// `{"<event-type>": payload}` object per line).
     Bedrock,
+    /// OpenAI Responses API events (`--format openai-responses`).
+    OpenaiResponses,
 }
 
 /// `agentloop replay`.

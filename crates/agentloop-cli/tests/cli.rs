@@ -409,6 +409,70 @@ fn replay_gemini_matches_every_recorded_gemini_stream_and_recognises_the_format(
 }
 
 #[test]
+fn replay_openai_responses_matches_every_recorded_stream_and_recognises_the_format() {
+    let Some(streams) = shared_path() else {
+        agentloop_testkit::skip("../shared/conformance/streams not found");
+        return;
+    };
+    let folder = streams
+        .with_file_name("streams-batch2")
+        .join("openai-responses");
+    let expected_dir = repo_path("crates/agentloop/tests/conformance/openai-responses");
+    let mut files: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sse"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 19);
+    for file in files {
+        let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+        let expected: Value = serde_json::from_slice(
+            &std::fs::read(expected_dir.join(format!("{stem}.json"))).unwrap(),
+        )
+        .unwrap();
+        for args in [
+            &["replay", "--format", "openai-responses"][..],
+            &["replay"][..],
+        ] {
+            let output = run(bin().args(args).arg(&file));
+            let name = format!("openai-responses/{stem} {args:?}");
+            if let Some(error) = expected.get("error") {
+                assert!(!output.status.success(), "{name}: exits non-zero");
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let message = error["message"].as_str().unwrap();
+                assert!(stderr.contains(message), "{name}: {stderr}");
+                continue;
+            }
+            assert!(
+                output.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let mut got = stdout_json(&output);
+            // The CLI says why arguments did not parse; the expectations only that they did not.
+            for call in got["tool_calls"].as_array_mut().unwrap() {
+                if call.get("input_error").is_some() {
+                    call["input_error"] = "invalid JSON".into();
+                }
+            }
+            assert_eq!(got["text"], expected["text"], "{name}");
+            assert_eq!(got["tool_calls"], expected["tool_calls"], "{name}");
+            assert_eq!(got["stop_reason"], expected["stop_reason"], "{name}");
+            assert_eq!(
+                got["usage"]["input_tokens"], expected["usage"]["input_tokens"],
+                "{name}"
+            );
+            assert_eq!(
+                got["usage"]["output_tokens"], expected["usage"]["output_tokens"],
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
 fn replay_bedrock_matches_every_recorded_bedrock_stream_and_recognises_the_format() {
     let Some(streams) = shared_path() else {
         agentloop_testkit::skip("../shared/conformance/streams not found");

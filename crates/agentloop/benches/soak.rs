@@ -83,6 +83,7 @@ fn parse_options() -> Result<Options, String> {
                     "anthropic" => Wire::Anthropic,
                     "gemini" => Wire::Gemini,
                     "bedrock" => Wire::Bedrock,
+                    "openai-responses" => Wire::Responses,
                     other => {
                         return Err(format!(
                             "unknown wire {other:?} (openai|anthropic|gemini|bedrock)"
@@ -120,6 +121,7 @@ fn wire_arg(wire: Wire) -> &'static str {
         Wire::Anthropic => "anthropic",
         Wire::Gemini => "gemini",
         Wire::Bedrock => "bedrock",
+        Wire::Responses => "openai-responses",
     }
 }
 
@@ -213,6 +215,14 @@ fn agent(wire: Wire, base_url: &str) -> Result<Agent, String> {
             let auth = BedrockAuth::Bearer(ApiKey::new("soak"));
             Agent::builder(
                 Bedrock::new(HttpConfig::new(base_url), "us-east-1", auth)
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        Wire::Responses => {
+            let mut config = HttpConfig::new(base_url);
+            config.api_key = Some(ApiKey::new("soak"));
+            Agent::builder(
+                agentloop::provider::responses::OpenAiResponses::new(config)
                     .map_err(|e| e.to_string())?,
             )
         }

@@ -191,6 +191,7 @@ fn dataset_provider(provider: &str) -> (&str, Counting) {
         "bedrock" | "aws" => ("aws", Counting::CacheApart),
         "gemini" | "vertex" | "google" => ("google", Counting::CacheInside),
         "xai" | "grok" => ("x-ai", Counting::CacheInside),
+        "openai-responses" => ("openai", Counting::CacheInside),
         "moonshot" => ("moonshotai", Counting::CacheInside),
         other => (other, Counting::CacheInside),
     }

@@ -47,7 +47,7 @@
 //! ```
 //!
 //! For a real model, `Agent::from_model("openai/gpt-4o")` (or `anthropic/...`, `gemini/...`,
-//! `vertex/...`, `bedrock/...`, `xai/...`, any OpenAI-compatible server) takes the key from the environment; [`Agent::run_stream`] yields
+//! `vertex/...`, `bedrock/...`, `openai-responses/...`, `xai/...`, any OpenAI-compatible server) takes the key from the environment; [`Agent::run_stream`] yields
 //! the run's [`RunEvent`]s as they happen.
 //!
 //! ## The main types
@@ -57,9 +57,9 @@
 //!   the usage, the history).
 //! - [`Tool`]: a definition and what runs it ([`Tool::function`] for typed async functions);
 //!   [`NativeTool`] for the tools a provider runs or defines.
-//! - [`Provider`]: one model behind one trait; [`provider::openai`], [`provider::anthropic`]
-//!   [`provider::gemini`] and `provider::bedrock` (feature `bedrock`) speak the wire formats,
-//!   and every provider streams normalized
+//! - [`Provider`]: one model behind one trait; [`provider::openai`], [`provider::anthropic`],
+//!   [`provider::gemini`], [`provider::responses`] and `provider::bedrock` (feature `bedrock`)
+//!   speak the wire formats, and every provider streams normalized
 //!   [`StreamEvent`]s.
 //! - [`Message`], [`Request`], [`Response`]: the canonical history, the same for every provider.
 //! - [`run`]: the loop as a serializable state machine ([`run::Machine`]) and its driver, hooks

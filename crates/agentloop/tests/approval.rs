@@ -104,6 +104,10 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
             )
             .unwrap(),
         ),
+        Wire::Responses => {
+            config.api_key = Some(ApiKey::new("sk-test"));
+            Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }
 

@@ -55,6 +55,9 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
             )
             .unwrap(),
         ),
+        Wire::Responses => {
+            Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }
 
@@ -64,6 +67,7 @@ fn model(wire: Wire) -> &'static str {
         Wire::Anthropic => "claude-test",
         Wire::Gemini => "gemini-3-pro-preview",
         Wire::Bedrock => "us.anthropic.claude-sonnet-4-20250514-v1:0",
+        Wire::Responses => "gpt-5",
     }
 }
 
@@ -74,6 +78,7 @@ fn two_tool_turns(wire: Wire) -> [Turn; 3] {
         Wire::Anthropic => ("toolu_1", "toolu_2", Some("sig-anthropic")),
         Wire::Gemini => ("fc_1", "fc_2", Some("sig-gemini")),
         Wire::Bedrock => ("tooluse_1", "tooluse_2", Some("sig-bedrock")),
+        Wire::Responses => ("call_r1", "call_r2", Some("gAAAA-encrypted")),
     };
     [
         Turn::text("Checking Paris.")

@@ -187,3 +187,22 @@ fn the_refresh_script_runs_offline_on_a_packaged_dataset() {
     );
     assert!(table.find("openai", "gpt-5.6-sol-2026-01-01").is_some());
 }
+
+/// The Responses API bills as OpenAI: same prices, and `input_tokens` include the cached ones.
+#[test]
+fn responses_usage_is_priced_as_openai() {
+    let prices = Prices::builtin();
+    let usage = agentloop::Usage {
+        input_tokens: 1_000,
+        output_tokens: 500,
+        cache_read_tokens: 400,
+        cache_write_tokens: 0,
+    };
+    let openai = prices
+        .cost("openai", "gpt-4o", &usage)
+        .expect("gpt-4o is priced");
+    let responses = prices
+        .cost("openai-responses", "gpt-4o", &usage)
+        .expect("gpt-4o is priced on the Responses API too");
+    assert_eq!(responses, openai);
+}

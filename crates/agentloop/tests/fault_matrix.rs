@@ -1,5 +1,5 @@
 //! Every wire fault the testkit server can inject × {blocking `run`, streaming `run_stream`} ×
-//! {OpenAI, Anthropic, Gemini} × {fault in the first model call, fault in the call after a tool step},
+//! {OpenAI, Anthropic, Gemini, Responses} × {fault in the first model call, fault in the call after a tool step},
 //! over real loopback HTTP. Each cell asserts the documented outcome (recovery after
 //! retries, or a run that stops with `Error` and the typed cause), the exact number of requests
 //! (so a retry after a stream started yielding would show), a valid history, and a time bound.
@@ -112,10 +112,11 @@ fn expected(fault: &Fault, mode: Mode, wire: Wire) -> Expect {
         (Fault::MalformedChunk { .. }, _) => Expect::Fails(ErrorKind::Parse),
         // OpenAI's error chunk has no type to go by; Anthropic's `overloaded_error` event is
         // the in-stream twin of HTTP 529 (Anthropic docs, "Streaming Messages" → "Error
-        // events"), Gemini's `UNAVAILABLE` error chunk that of HTTP 503. Either way the stream
-        // had started: not retried.
+        // events"), Gemini's `UNAVAILABLE` error chunk that of HTTP 503; the Responses API's
+        // `error` event says `server_error`, which is no overload. Either way the stream had
+        // started: not retried.
         (Fault::ErrorEvent { .. }, Mode::Streaming) => match wire {
-            Wire::OpenAi => Expect::Fails(ErrorKind::Stream),
+            Wire::OpenAi | Wire::Responses => Expect::Fails(ErrorKind::Stream),
             // Bedrock's `serviceUnavailableException` frame, the in-stream twin of HTTP 503.
             Wire::Anthropic | Wire::Gemini | Wire::Bedrock => Expect::Fails(ErrorKind::Overloaded),
         },
@@ -220,11 +221,11 @@ async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
     let requests = server.requests();
     let streamed = mode == Mode::Streaming;
     let expected_path = |r: &agentloop_testkit::server::RecordedRequest| match wire {
-        Wire::OpenAi | Wire::Anthropic => {
-            let path = if wire == Wire::OpenAi {
-                "/v1/chat/completions"
-            } else {
-                "/v1/messages"
+        Wire::OpenAi | Wire::Anthropic | Wire::Responses => {
+            let path = match wire {
+                Wire::OpenAi => "/v1/chat/completions",
+                Wire::Responses => "/v1/responses",
+                _ => "/v1/messages",
             };
             r.path == path
                 && r.body
@@ -304,7 +305,7 @@ async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
 
 async fn all_cells(fault: Fault) {
     for mode in [Mode::Blocking, Mode::Streaming] {
-        for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock] {
+        for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock, Wire::Responses] {
             for place in [Place::FirstCall, Place::AfterToolStep] {
                 cell(fault.clone(), mode, wire, place).await;
             }
@@ -392,6 +393,7 @@ async fn rate_limited_beyond_max_retry_after_stops_the_run() {
                 (mode, Wire::Anthropic),
                 (mode, Wire::Gemini),
                 (mode, Wire::Bedrock),
+                (mode, Wire::Responses),
             ]
         })
     {

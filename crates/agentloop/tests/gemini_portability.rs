@@ -47,6 +47,9 @@ fn provider(wire: Wire, server: &MockServer) -> Arc<dyn Provider> {
         Wire::Anthropic => Arc::new(Anthropic::new(config).unwrap()),
         Wire::Gemini => Arc::new(Gemini::new(config).unwrap()),
         Wire::Bedrock => unreachable!("Bedrock's portability is in bedrock_portability.rs"),
+        Wire::Responses => {
+            Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }
 
@@ -56,6 +59,7 @@ fn model(wire: Wire) -> &'static str {
         Wire::Anthropic => "claude-test",
         Wire::Gemini => "gemini-3-pro-preview",
         Wire::Bedrock => unreachable!("Bedrock's portability is in bedrock_portability.rs"),
+        Wire::Responses => "gpt-5",
     }
 }
 
@@ -66,6 +70,7 @@ fn two_tool_turns(wire: Wire) -> [Turn; 3] {
         Wire::Anthropic => ("toolu_1", "toolu_2", Some("sig-anthropic")),
         Wire::Gemini => ("fc_1", "fc_2", Some("sig-gemini")),
         Wire::Bedrock => unreachable!("Bedrock's portability is in bedrock_portability.rs"),
+        Wire::Responses => ("call_r1", "call_r2", Some("gAAAA-encrypted")),
     };
     [
         Turn::text("Checking Paris.")

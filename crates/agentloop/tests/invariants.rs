@@ -203,7 +203,8 @@ fn wire_scenario() -> impl Strategy<Value = WireScenario> {
             Just(Wire::OpenAi),
             Just(Wire::Anthropic),
             Just(Wire::Gemini),
-            Just(Wire::Bedrock)
+            Just(Wire::Bedrock),
+            Just(Wire::Responses)
         ],
         prop::collection::vec(wire_fault(), 7),
         0u32..3,

@@ -50,7 +50,7 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let mut seen = Vec::new();
-    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock] {
+    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock, Wire::Responses] {
         let server = MockServer::builder(wire)
             .turn(Turn::text("hi"))
             .inject(Fault::ServerError, 1)
@@ -76,6 +76,10 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
                     agentloop::provider::bedrock::BedrockAuth::Bearer(ApiKey::new(KEY)),
                 )
                 .unwrap(),
+            ),
+            Wire::Responses => Arc::new(
+                agentloop::provider::responses::OpenAiResponses::new(config(server.base_url()))
+                    .unwrap(),
             ),
         };
         seen.push(format!(

@@ -1,4 +1,4 @@
-//! `agentloop replay [--format openai|anthropic|gemini|bedrock] FILE`: the format is recognised from the stream
+//! `agentloop replay [--format openai|anthropic|gemini|bedrock|openai-responses] FILE`: the format is recognised from the stream
 //! when not given, and a given format that does not match the stream is an error rather than a
 //! plausible empty answer.
 
@@ -113,6 +113,9 @@ fn classify(event: &str, data: &str) -> Option<WireFormat> {
     if ANTHROPIC_EVENTS.contains(&event) {
         return Some(WireFormat::Anthropic);
     }
+    if event.starts_with("response.") {
+        return Some(WireFormat::OpenAiResponses);
+    }
     if data.trim() == "[DONE]" {
         return Some(WireFormat::OpenAi);
     }
@@ -131,11 +134,13 @@ fn classify(event: &str, data: &str) -> Option<WireFormat> {
     {
         return Some(WireFormat::Gemini);
     }
-    object
-        .get("type")
-        .and_then(Value::as_str)
-        .filter(|t| ANTHROPIC_EVENTS.contains(t))
-        .map(|_| WireFormat::Anthropic)
+    let kind = object.get("type").and_then(Value::as_str)?;
+    if kind.starts_with("response.") {
+        return Some(WireFormat::OpenAiResponses);
+    }
+    ANTHROPIC_EVENTS
+        .contains(&kind)
+        .then_some(WireFormat::Anthropic)
 }
 
 fn describe(format: WireFormat) -> (&'static str, &'static str) {
@@ -144,6 +149,7 @@ fn describe(format: WireFormat) -> (&'static str, &'static str) {
         WireFormat::Anthropic => ("an Anthropic stream", "anthropic"),
         WireFormat::Gemini => ("a Gemini stream", "gemini"),
         WireFormat::Bedrock => ("a Bedrock stream", "bedrock"),
+        WireFormat::OpenAiResponses => ("an OpenAI Responses stream", "openai-responses"),
     }
 }
 
@@ -155,6 +161,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
         cli::Format::Anthropic => WireFormat::Anthropic,
         cli::Format::Gemini => WireFormat::Gemini,
         cli::Format::Bedrock => WireFormat::Bedrock,
+        cli::Format::OpenaiResponses => WireFormat::OpenAiResponses,
     });
     match (given, detect(body)) {
         (Some(given), Some(detected)) if given != detected => {
@@ -166,7 +173,7 @@ fn choose(given: Option<cli::Format>, body: &[u8]) -> Result<WireFormat, String>
         }
         (Some(format), _) | (None, Some(format)) => Ok(format),
         (None, None) => Err(
-            "could not tell the stream's format (no OpenAI chunk, Anthropic event, Gemini chunk or Bedrock frame in it): pass --format openai, anthropic, gemini or bedrock"
+            "could not tell the stream's format (no OpenAI chunk, Anthropic event, Gemini chunk, Bedrock frame or Responses event in it): pass --format openai, anthropic, gemini, bedrock or openai-responses"
                 .to_owned(),
         ),
     }

@@ -167,7 +167,7 @@ impl Live {
                 let (model, stream) = super::bedrock::call_of(&request.path);
                 (stream, model)
             }
-            Wire::OpenAi | Wire::Anthropic => (
+            Wire::OpenAi | Wire::Anthropic | Wire::Responses => (
                 body.get("stream") == Some(&Value::Bool(true)),
                 body.get("model").and_then(Value::as_str).map(str::to_owned),
             ),

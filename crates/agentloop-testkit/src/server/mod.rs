@@ -25,6 +25,7 @@
 //! | [`Wire::Anthropic`] | `POST /v1/messages` | `http://127.0.0.1:PORT` (as Anthropic SDKs expect) |
 //! | [`Wire::Gemini`] | `POST /v1beta/models/<model>:streamGenerateContent` (and `:generateContent`) | `http://127.0.0.1:PORT` |
 //! | [`Wire::Bedrock`] | `POST /model/<modelId>/converse-stream` (and `/converse`) | `http://127.0.0.1:PORT` |
+//! | [`Wire::Responses`] | `POST /v1/responses` | `http://127.0.0.1:PORT/v1` (as OpenAI SDKs expect) |
 //!
 //! OpenAI and Anthropic honour the request's `"stream": true` (an SSE stream in the provider's
 //! exact event shape) or not (one JSON body), and OpenAI's `stream_options.include_usage`;
@@ -72,6 +73,7 @@ mod openai;
 mod prerendered;
 mod render;
 mod reply;
+mod responses;
 mod wire_error;
 
 use std::io;
@@ -107,6 +109,8 @@ pub enum Wire {
     Gemini,
     /// Bedrock Converse (`POST /model/<modelId>/converse-stream` and `/converse`).
     Bedrock,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
 }
 
 impl Wire {
@@ -118,6 +122,7 @@ impl Wire {
             Self::Anthropic => "/v1/messages",
             Self::Gemini => "/v1beta/models/mock-model:generateContent",
             Self::Bedrock => "/model/mock-model/converse",
+            Self::Responses => "/v1/responses",
         }
     }
 
@@ -125,7 +130,7 @@ impl Wire {
     /// (Vertex AI's longer path is served too, see [`VERTEX_ROUTE`]).
     fn route(self) -> &'static str {
         match self {
-            Self::OpenAi | Self::Anthropic => self.path(),
+            Self::OpenAi | Self::Anthropic | Self::Responses => self.path(),
             Self::Gemini => "/v1beta/models/{call}",
             Self::Bedrock => "/model/{model}/{method}",
         }
@@ -135,7 +140,7 @@ impl Wire {
     /// URL that includes `/v1`; Anthropic clients append `/v1/messages` to the bare host.
     fn base_path(self) -> &'static str {
         match self {
-            Self::OpenAi => "/v1",
+            Self::OpenAi | Self::Responses => "/v1",
             Self::Anthropic | Self::Gemini | Self::Bedrock => "",
         }
     }
@@ -146,6 +151,7 @@ impl Wire {
             Self::Anthropic => "Anthropic Messages",
             Self::Gemini => "Gemini generateContent",
             Self::Bedrock => "Bedrock Converse",
+            Self::Responses => "OpenAI Responses",
         }
     }
 }

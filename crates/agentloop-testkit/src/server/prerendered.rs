@@ -50,7 +50,7 @@ impl Prerendered {
                     json: Arc::new(render(turn, &shape(false, false), None, mode)),
                     stream_with_usage: match wire {
                         Wire::OpenAi => Arc::new(render(turn, &shape(true, true), None, mode)),
-                        Wire::Anthropic | Wire::Gemini | Wire::Bedrock => Arc::clone(&stream),
+                        Wire::Anthropic | Wire::Gemini | Wire::Bedrock | Wire::Responses => Arc::clone(&stream),
                     },
                     stream,
                 }
@@ -86,12 +86,13 @@ impl Prerendered {
             .messages
             .iter()
             .chain(&probe.contents)
+            .chain(&probe.input)
             .filter(|m| matches!(m.role, Role::Assistant))
             .count();
         let stream = match self.wire {
             Wire::Gemini => super::gemini::call_of(path).1,
             Wire::Bedrock => super::bedrock::call_of(path).1,
-            Wire::OpenAi | Wire::Anthropic => probe.stream.unwrap_or(false),
+            Wire::OpenAi | Wire::Anthropic | Wire::Responses => probe.stream.unwrap_or(false),
         };
         let variants = &self.turns[answered % self.turns.len()];
         let include_usage = probe
@@ -118,6 +119,10 @@ struct Probe {
     /// Gemini's history, where the model's turns have the role `model`.
     #[serde(default)]
     contents: Vec<MessageRole>,
+    /// The Responses API's history: assistant messages have the role `assistant` (a turn of
+    /// only function calls has none, so such a turn is not counted).
+    #[serde(default)]
+    input: Vec<MessageRole>,
 }
 
 #[derive(Deserialize)]

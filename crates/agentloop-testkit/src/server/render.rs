@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::fault::{Fault, WriteMode};
 use super::reply::Reply;
 use super::wire_error::{Played, WireError, play};
-use super::{Wire, anthropic, bedrock, gemini, openai};
+use super::{Wire, anthropic, bedrock, gemini, openai, responses};
 use crate::turn::Turn;
 
 /// The `created` timestamp of every OpenAI response (2025-01-01T00:00:00Z), fixed so bodies are
@@ -55,7 +55,7 @@ fn json_vec(data: &impl Serialize) -> Vec<u8> {
 /// An error status with the wire's error body and retry headers.
 pub(crate) fn error_reply(wire: Wire, error: &WireError) -> Reply {
     let (status, body) = match wire {
-        Wire::OpenAi => (openai::status(error), openai::error_body(error)),
+        Wire::OpenAi | Wire::Responses => (openai::status(error), openai::error_body(error)),
         Wire::Anthropic => (anthropic::status(error), anthropic::error_body(error)),
         Wire::Gemini => (gemini::status(error), gemini::error_body(error)),
         Wire::Bedrock => (bedrock::status(error), bedrock::error_body(error)),
@@ -147,6 +147,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
                     Wire::Anthropic => anthropic::body(turn, shape),
                     Wire::Gemini => gemini::body(turn, shape),
                     Wire::Bedrock => bedrock::body(turn, shape),
+                    Wire::Responses => responses::body(turn, shape),
                 };
                 let half = body.len() / 2;
                 let mut reply = Reply::json(200, body);
@@ -166,6 +167,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
         Wire::Anthropic => anthropic::stream(turn, shape),
         Wire::Gemini => gemini::stream(turn, shape),
         Wire::Bedrock => bedrock::stream(turn, shape),
+        Wire::Responses => responses::stream(turn, shape),
     };
     let mut disconnect = false;
     if let Some((after, cut)) = cut {
@@ -176,6 +178,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
                 Wire::Anthropic => anthropic::error_frame(&error),
                 Wire::Gemini => gemini::error_frame(&error),
                 Wire::Bedrock => bedrock::error_frame(&error),
+                Wire::Responses => responses::error_frame(&error),
             }),
             Cut::Disconnect => disconnect = true,
         }
@@ -189,6 +192,7 @@ fn answer(turn: &Turn, shape: &Shape<'_>, faults: &[&Fault], cut: Option<(usize,
             Wire::Anthropic => anthropic::malformed_frame(),
             Wire::Gemini => gemini::malformed_frame(),
             Wire::Bedrock => bedrock::malformed_frame(),
+            Wire::Responses => responses::malformed_frame(),
         };
         frames.insert(after.min(frames.len()), bad);
     }

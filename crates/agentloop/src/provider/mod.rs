@@ -11,6 +11,7 @@ pub mod http;
 pub mod openai;
 mod rendered;
 pub mod replay;
+pub mod responses;
 pub mod route;
 pub(crate) mod scan;
 

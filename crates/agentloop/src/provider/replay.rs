@@ -16,6 +16,7 @@ use super::anthropic::AnthropicDecoder;
 use super::gemini::GeminiDecoder;
 use super::http::SseDecoder;
 use super::openai::ChunkDecoder;
+use super::responses::ResponsesDecoder;
 use crate::error::Error;
 use crate::message::Response;
 use crate::sse::SseParser;
@@ -34,6 +35,8 @@ pub enum WireFormat {
     /// one `{"<event-type>": payload}` JSON object per line.
     #[cfg(feature = "bedrock")]
     Bedrock,
+    /// OpenAI Responses API events (and compatible servers').
+    OpenAiResponses,
 }
 
 /// What a recorded stream assembles to.
@@ -53,6 +56,11 @@ pub fn assemble(format: WireFormat, body: &[u8]) -> Replayed {
         WireFormat::Gemini => gemini(body),
         #[cfg(feature = "bedrock")]
         WireFormat::Bedrock => bedrock(body),
+        WireFormat::OpenAiResponses => run(
+            ResponsesDecoder::new(),
+            super::responses::PROVIDER_NAME,
+            body,
+        ),
     }
 }
 

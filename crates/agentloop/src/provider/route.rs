@@ -1,6 +1,7 @@
 //! Model routing: `provider/model` strings such as `anthropic/claude-sonnet-4-5`,
 //! `openai/gpt-4o`, `xai/grok-4`, `ollama/qwen2.5`, `openai-compatible/<model>`,
-//! `gemini/gemini-2.5-flash` (key from `GEMINI_API_KEY` or `GOOGLE_API_KEY`) or
+//! `openai-responses/gpt-5` (the OpenAI Responses API; `openai/<model>` with
+//! [`RouteOptions::responses`] too), `gemini/gemini-2.5-flash` (key from `GEMINI_API_KEY` or `GOOGLE_API_KEY`) or
 //! `vertex/gemini-2.5-pro` (token from `VERTEX_ACCESS_TOKEN` or `GOOGLE_ACCESS_TOKEN`, project
 //! and location from [`RouteOptions`] or `GOOGLE_CLOUD_PROJECT` / `GOOGLE_CLOUD_LOCATION`) or
 //! `bedrock/<modelId>` (feature `bedrock`: region from [`RouteOptions::region`] or
@@ -27,6 +28,7 @@ use super::anthropic::{self, Anthropic};
 use super::gemini::{self, Gemini, GeminiOptions, VertexLocation};
 use super::http::{ApiKey, HttpConfig};
 use super::openai::{OpenAi, Preset};
+use super::responses::{self, OpenAiResponses};
 use crate::error::{Error, Result};
 
 /// Overrides for [`from_model`]; unset fields come from the provider's defaults and
@@ -44,12 +46,16 @@ pub struct RouteOptions {
     pub location: Option<String>,
     /// Bedrock: the AWS region (instead of `AWS_REGION` / `AWS_DEFAULT_REGION`).
     pub region: Option<String>,
+    /// `openai/<model>`: use the Responses API instead of Chat Completions (what
+    /// `openai-responses/<model>` selects).
+    pub responses: bool,
 }
 
 /// Every provider prefix [`from_model`] knows, in the order errors list them.
 pub fn known_providers() -> Vec<&'static str> {
     let mut names = vec![anthropic::PROVIDER_NAME];
     names.extend(Preset::ALL.iter().map(|p| p.name()));
+    names.push(responses::PROVIDER_NAME);
     names.extend([gemini::PROVIDER_NAME, gemini::VERTEX_PROVIDER_NAME]);
     #[cfg(feature = "bedrock")]
     names.push(super::bedrock::PROVIDER_NAME);
@@ -74,6 +80,10 @@ pub fn from_model(spec: &str, options: RouteOptions) -> Result<(Arc<dyn Provider
     let (prefix, model) = split(spec)?;
     let provider: Arc<dyn Provider> = if prefix == anthropic::PROVIDER_NAME {
         Arc::new(anthropic_provider(options)?)
+    } else if prefix == responses::PROVIDER_NAME
+        || (prefix == Preset::OpenAi.name() && options.responses)
+    {
+        Arc::new(responses_provider(options)?)
     } else if prefix == gemini::PROVIDER_NAME {
         Arc::new(gemini_provider(options)?)
     } else if prefix == gemini::VERTEX_PROVIDER_NAME {
@@ -144,6 +154,23 @@ fn openai_provider(preset: Preset, options: RouteOptions) -> Result<OpenAi> {
         .api_key
         .or_else(|| preset.api_key_var().and_then(ApiKey::from_env));
     OpenAi::from_preset(preset, config)
+}
+
+fn responses_provider(options: RouteOptions) -> Result<OpenAiResponses> {
+    let key = options
+        .api_key
+        .or_else(|| ApiKey::from_env(responses::API_KEY_ENV));
+    let base_url = options.base_url.or_else(|| env(responses::BASE_URL_ENV));
+    if key.is_none() && base_url.is_none() {
+        return Err(Error::config(
+            "openai-responses/<model> needs OPENAI_API_KEY (or a base URL for a compatible server that takes none)",
+        ));
+    }
+    // A custom endpoint (OpenRouter, a gateway, the testkit server) may need no key.
+    let mut config =
+        HttpConfig::new(base_url.unwrap_or_else(|| responses::DEFAULT_BASE_URL.to_owned()));
+    config.api_key = key;
+    OpenAiResponses::new(config)
 }
 
 fn gemini_provider(options: RouteOptions) -> Result<Gemini> {

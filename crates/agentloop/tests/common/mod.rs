@@ -160,5 +160,8 @@ pub fn wire_agent(
                 Bedrock::new(config, "us-east-1", BedrockAuth::SigV4(credentials)).unwrap(),
             )
         }
+        agentloop_testkit::Wire::Responses => {
+            Agent::builder(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
+        }
     }
 }

@@ -36,6 +36,7 @@
 
 mod decode;
 mod request;
+pub(crate) use request::parameters as function_parameters;
 mod response;
 pub mod tools;
 mod wire;

@@ -294,7 +294,11 @@ impl<'a> WireTool<'a> {
 /// would change (see [`openai_strict`]), have `$ref`s inlined and `$schema` dropped. A schema
 /// with nothing to reshape (the common case) is sent as it is, without a copy. Also whether
 /// it goes strict.
-fn parameters<'a>(name: &str, schema: &'a Value, strict: bool) -> (Cow<'a, Value>, bool) {
+pub(crate) fn parameters<'a>(
+    name: &str,
+    schema: &'a Value,
+    strict: bool,
+) -> (Cow<'a, Value>, bool) {
     if strict {
         match openai_strict(schema) {
             Ok(shaped) => return (Cow::Owned(shaped), true),
