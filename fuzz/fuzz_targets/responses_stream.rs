@@ -6,8 +6,8 @@
 
 use std::collections::VecDeque;
 
-use agentloop::provider::responses::ResponsesDecoder;
 use agentloop::provider::http::SseDecoder;
+use agentloop::provider::responses::ResponsesDecoder;
 use agentloop::sse::SseParser;
 use agentloop::{Accumulator, StreamEvent};
 use libfuzzer_sys::fuzz_target;

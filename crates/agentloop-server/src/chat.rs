@@ -243,14 +243,13 @@ async fn drive(
     let agent = answer_agent(&state, &run, &saver);
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
-    let events: Events =
-        match output_schema {
-            Some(schema) => Box::pin(agent.run_output_stream_with(
-                history,
-                Output::<serde_json::Value>::new().with_schema(schema),
-            )),
-            None => Box::pin(agent.run_stream(history)),
-        };
+    let events: Events = match output_schema {
+        Some(schema) => Box::pin(agent.run_output_stream_with(
+            history,
+            Output::<serde_json::Value>::new().with_schema(schema),
+        )),
+        None => Box::pin(agent.run_stream(history)),
+    };
     let answer = Answer {
         saver,
         prompt_index,
@@ -493,7 +492,10 @@ pub(crate) async fn resume(
         earlier_usage: paused.usage,
         created: false,
     };
-    state.inner.tasks.spawn(follow(finisher, answer, Box::pin(events)));
+    state
+        .inner
+        .tasks
+        .spawn(follow(finisher, answer, Box::pin(events)));
     Ok(())
 }
 

@@ -305,7 +305,13 @@ async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
 
 async fn all_cells(fault: Fault) {
     for mode in [Mode::Blocking, Mode::Streaming] {
-        for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock, Wire::Responses] {
+        for wire in [
+            Wire::OpenAi,
+            Wire::Anthropic,
+            Wire::Gemini,
+            Wire::Bedrock,
+            Wire::Responses,
+        ] {
             for place in [Place::FirstCall, Place::AfterToolStep] {
                 cell(fault.clone(), mode, wire, place).await;
             }

@@ -50,7 +50,13 @@ async fn keys_stay_out_of_debug_errors_and_logs() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let mut seen = Vec::new();
-    for wire in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Bedrock, Wire::Responses] {
+    for wire in [
+        Wire::OpenAi,
+        Wire::Anthropic,
+        Wire::Gemini,
+        Wire::Bedrock,
+        Wire::Responses,
+    ] {
         let server = MockServer::builder(wire)
             .turn(Turn::text("hi"))
             .inject(Fault::ServerError, 1)

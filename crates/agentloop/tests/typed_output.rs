@@ -56,7 +56,9 @@ fn provider(server: &MockServer) -> Arc<dyn Provider> {
             config.api_key = Some(ApiKey::new("gemini-test"));
             Arc::new(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
-        Wire::Bedrock => unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini"),
+        Wire::Bedrock => {
+            unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+        }
         Wire::Responses => {
             config.api_key = Some(ApiKey::new("sk-test"));
             Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
@@ -169,7 +171,9 @@ async fn a_tool_call_then_a_native_typed_answer() {
                         "responseJsonSchema": report_schema()
                     }),
                 ),
-                Wire::Bedrock | Wire::Responses => unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini"),
+                Wire::Bedrock | Wire::Responses => {
+                    unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+                }
                 // Strict: every property required (both are), objects closed, numbers
                 // without `format`.
                 Wire::OpenAi => assert_eq!(
@@ -341,7 +345,9 @@ async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected
                     "responseJsonSchema": report_schema()
                 }
             }),
-            Wire::Bedrock | Wire::Responses => unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini"),
+            Wire::Bedrock | Wire::Responses => {
+                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+            }
             Wire::OpenAi => json!({
                 "model": "m",
                 "messages": [
@@ -413,7 +419,9 @@ async fn an_invalid_final_answer_call_goes_back_as_a_tool_error_and_is_corrected
             Wire::Gemini => json!({"role": "user", "parts": [{"functionResponse": {
                 "id": "call_a", "name": "final_answer", "response": {"error": text}
             }}]}),
-            Wire::Bedrock | Wire::Responses => unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini"),
+            Wire::Bedrock | Wire::Responses => {
+                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+            }
             Wire::OpenAi => json!({
                 "role": "tool", "tool_call_id": "call_a", "content": text
             }),

@@ -50,7 +50,9 @@ impl Prerendered {
                     json: Arc::new(render(turn, &shape(false, false), None, mode)),
                     stream_with_usage: match wire {
                         Wire::OpenAi => Arc::new(render(turn, &shape(true, true), None, mode)),
-                        Wire::Anthropic | Wire::Gemini | Wire::Bedrock | Wire::Responses => Arc::clone(&stream),
+                        Wire::Anthropic | Wire::Gemini | Wire::Bedrock | Wire::Responses => {
+                            Arc::clone(&stream)
+                        }
                     },
                     stream,
                 }
