@@ -39,7 +39,8 @@ impl Dialect {
         Dialect::Bedrock,
     ];
 
-    /// Compile `schema` to this dialect (see the [module doc](self)).
+    /// Compile `schema` to this dialect: [`openai_strict`], [`anthropic_strict`], [`gemini`] or
+    /// [`bedrock`], whose docs say what each keeps, drops or refuses.
     pub fn compile(self, schema: &Value) -> Result<Value, NotStrict> {
         match self {
             Dialect::OpenAiStrict => openai_strict(schema),
