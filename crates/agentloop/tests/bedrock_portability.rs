@@ -187,11 +187,12 @@ fn messages_and_tools(body: &Value) -> Value {
 }
 
 #[tokio::test]
-async fn histories_from_openai_anthropic_and_gemini_continue_on_bedrock() {
+async fn histories_from_the_other_four_continue_on_bedrock() {
     for (from, first, second) in [
         (Wire::OpenAi, "call_1", "call_2"),
         (Wire::Anthropic, "toolu_1", "toolu_2"),
         (Wire::Gemini, "fc_1", "fc_2"),
+        (Wire::Responses, "call_r1", "call_r2"),
     ] {
         let body = continue_on(from, Wire::Bedrock).await;
         assert_body(

@@ -189,47 +189,74 @@ async fn a_history_from_openai_continues_on_gemini() {
     assert_body(&body, &gemini_body("call_1", "call_2"), "openai → gemini");
 }
 
-#[tokio::test]
-async fn a_history_from_gemini_continues_on_anthropic() {
-    let body = continue_on(Wire::Gemini, Wire::Anthropic).await;
-    let expected = json!([
+/// The messages Anthropic gets for the two tool turns made elsewhere: no reasoning (another
+/// provider's cannot be replayed), the call ids as they were.
+fn anthropic_messages(first: &str, second: &str) -> Value {
+    json!([
         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris, then Rome?"}]},
         {"role": "assistant", "content": [
             {"type": "text", "text": "Checking Paris."},
-            {"type": "tool_use", "id": "fc_1", "name": "get_weather", "input": {"city": "Paris"}}
+            {"type": "tool_use", "id": first, "name": "get_weather", "input": {"city": "Paris"}}
         ]},
         {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "fc_1", "content": "Paris: 18 °C", "is_error": false}
+            {"type": "tool_result", "tool_use_id": first, "content": "Paris: 18 °C", "is_error": false}
         ]},
         {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "fc_2", "name": "get_weather", "input": {"city": "Rome"}}
+            {"type": "tool_use", "id": second, "name": "get_weather", "input": {"city": "Rome"}}
         ]},
         {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "fc_2", "content": "Rome: 18 °C", "is_error": false}
+            {"type": "tool_result", "tool_use_id": second, "content": "Rome: 18 °C", "is_error": false}
         ]},
         {"role": "assistant", "content": [{"type": "text", "text": "Paris and Rome are both 18 °C."}]},
         {"role": "user", "content": [{"type": "text", "text": "What should I wear?"}]}
-    ]);
-    assert_body(&body["messages"], &expected, "gemini → anthropic");
+    ])
+}
+
+/// The messages Chat Completions gets for the two tool turns made elsewhere.
+fn openai_messages(first: &str, second: &str) -> Value {
+    json!([
+        {"role": "user", "content": "Weather in Paris, then Rome?"},
+        {"role": "assistant", "content": "Checking Paris.", "tool_calls": [
+            {"id": first, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": first, "content": "Paris: 18 °C"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": second, "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}}
+        ]},
+        {"role": "tool", "tool_call_id": second, "content": "Rome: 18 °C"},
+        {"role": "assistant", "content": "Paris and Rome are both 18 °C."},
+        {"role": "user", "content": "What should I wear?"}
+    ])
 }
 
 #[tokio::test]
-async fn a_history_from_gemini_continues_on_openai() {
-    let body = continue_on(Wire::Gemini, Wire::OpenAi).await;
-    let expected = json!([
-        {"role": "user", "content": "Weather in Paris, then Rome?"},
-        {"role": "assistant", "content": "Checking Paris.", "tool_calls": [
-            {"id": "fc_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}
-        ]},
-        {"role": "tool", "tool_call_id": "fc_1", "content": "Paris: 18 °C"},
-        {"role": "assistant", "content": null, "tool_calls": [
-            {"id": "fc_2", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}}
-        ]},
-        {"role": "tool", "tool_call_id": "fc_2", "content": "Rome: 18 °C"},
-        {"role": "assistant", "content": "Paris and Rome are both 18 °C."},
-        {"role": "user", "content": "What should I wear?"}
-    ]);
-    assert_body(&body["messages"], &expected, "gemini → openai");
+async fn histories_from_gemini_and_openai_continue_on_anthropic() {
+    for (from, first, second) in [
+        (Wire::Gemini, "fc_1", "fc_2"),
+        (Wire::OpenAi, "call_1", "call_2"),
+    ] {
+        let body = continue_on(from, Wire::Anthropic).await;
+        assert_body(
+            &body["messages"],
+            &anthropic_messages(first, second),
+            &format!("{from:?} → anthropic"),
+        );
+    }
+}
+
+#[tokio::test]
+async fn histories_from_gemini_and_anthropic_continue_on_openai() {
+    for (from, first, second) in [
+        (Wire::Gemini, "fc_1", "fc_2"),
+        (Wire::Anthropic, "toolu_1", "toolu_2"),
+    ] {
+        let body = continue_on(from, Wire::OpenAi).await;
+        assert_body(
+            &body["messages"],
+            &openai_messages(first, second),
+            &format!("{from:?} → openai"),
+        );
+    }
 }
 
 #[tokio::test]

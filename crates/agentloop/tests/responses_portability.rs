@@ -175,11 +175,12 @@ fn responses_body(first: &str, second: &str) -> Value {
 }
 
 #[tokio::test]
-async fn histories_from_openai_anthropic_and_gemini_continue_on_responses() {
+async fn histories_from_the_other_four_continue_on_responses() {
     for (from, first, second) in [
         (Wire::OpenAi, "call_1", "call_2"),
         (Wire::Anthropic, "toolu_1", "toolu_2"),
         (Wire::Gemini, "fc_1", "fc_2"),
+        (Wire::Bedrock, "tooluse_1", "tooluse_2"),
     ] {
         let body = continue_on(from, Wire::Responses).await;
         assert_body(
