@@ -155,6 +155,8 @@ fn main() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
+    // Postgres joins when the feature and a database are there.
+    #[cfg_attr(not(feature = "postgres"), expect(unused_mut))]
     let mut stores = vec![
         Store::None,
         Store::Memory(MemoryStore::new()),
