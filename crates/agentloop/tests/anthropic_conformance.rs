@@ -2,100 +2,52 @@
 //! SSE parser, the Anthropic decoder and the accumulator, compared with the expectations in
 //! `tests/conformance/anthropic/*.json` (format: `tests/conformance/README.md`).
 
-mod anthropic_support;
 mod common;
+mod recordings;
 
-use std::path::{Path, PathBuf};
-
+use agentloop::provider::anthropic::AnthropicDecoder;
 use agentloop::provider::replay::{self, WireFormat};
-use agentloop::{Accumulator, ContentBlock, Error, StreamEvent};
-use anthropic_support::assemble;
+use agentloop::{ContentBlock, Error, StreamEvent};
 use proptest::prelude::*;
+use recordings::{Decoded, Extras, Recordings, chunked, comparable, damaged};
 use serde_json::{Value, json};
 
-fn streams_dir() -> PathBuf {
-    common::shared_path("conformance/streams/anthropic")
-}
-
-fn expected_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/anthropic")
+fn recordings() -> Recordings {
+    Recordings::new("conformance/streams/anthropic", "anthropic", ".sse")
 }
 
 fn stream_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(streams_dir())
-        .expect("read the streams folder")
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name().into_string().ok()?;
-            name.strip_suffix(".sse").map(str::to_owned)
-        })
-        .collect();
-    names.sort();
-    names
+    recordings().names()
 }
 
 fn recording(name: &str) -> Vec<u8> {
-    std::fs::read(streams_dir().join(format!("{name}.sse"))).expect("read the recording")
+    recordings().read(name)
 }
 
-/// The assembled result in the README's format.
+fn assemble<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Decoded {
+    recordings::assemble_sse(AnthropicDecoder::new(), chunks)
+}
+
+/// The README's format, with no extras.
+const EXTRAS: Extras = Extras {
+    cache_read: false,
+    cache_write: false,
+    native_label: None,
+    error: anthropic_error,
+};
+
+/// Anthropic's error type: an overload keeps the name Anthropic gave it.
+fn anthropic_error(error: &Error) -> Value {
+    match error {
+        Error::Overloaded { message, .. } => {
+            json!({"type": "overloaded_error", "message": message})
+        }
+        other => recordings::typed_error(other),
+    }
+}
+
 fn summary(events: &[StreamEvent], error: Option<&Error>) -> Value {
-    let mut acc = Accumulator::new();
-    for event in events {
-        acc.push(event);
-    }
-    let stopped = acc.is_stopped();
-    let response = acc.finish();
-    let tool_calls: Vec<Value> = response
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::ToolUse { id, name, input } => Some(match input {
-                Value::String(raw) if serde_json::from_str::<Value>(raw).is_err() => {
-                    json!({"id": id, "name": name, "input": null, "input_error": "invalid JSON"})
-                }
-                _ => json!({"id": id, "name": name, "input": input}),
-            }),
-            _ => None,
-        })
-        .collect();
-    let thinking: String = response
-        .content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Thinking { thinking, .. } => Some(thinking.as_str()),
-            _ => None,
-        })
-        .collect();
-    let stop_reason = if error.is_some() && !stopped {
-        Value::Null
-    } else {
-        json!(response.stop_reason.as_str())
-    };
-    let mut summary = json!({
-        "text": response.text(),
-        "tool_calls": tool_calls,
-        "stop_reason": stop_reason,
-        "usage": {
-            "input_tokens": response.usage.input_tokens,
-            "output_tokens": response.usage.output_tokens,
-        },
-    });
-    if !thinking.is_empty() {
-        summary["thinking"] = json!(thinking);
-    }
-    if let Some(error) = error {
-        let (kind, message) = match error {
-            Error::Overloaded { message, .. } => ("overloaded_error".to_owned(), message.clone()),
-            Error::Stream {
-                error_type,
-                message,
-                ..
-            } => (error_type.clone().unwrap_or_default(), message.clone()),
-            other => (other.kind().to_owned(), other.to_string()),
-        };
-        summary["error"] = json!({"type": kind, "message": message});
-    }
-    summary
+    recordings::summary(events, error, &EXTRAS)
 }
 
 fn whole(name: &str) -> (Vec<StreamEvent>, Option<Error>) {
@@ -105,36 +57,19 @@ fn whole(name: &str) -> (Vec<StreamEvent>, Option<Error>) {
 
 #[test]
 fn every_recording_has_an_expectation_and_matches_it() {
-    let names = stream_names();
-    assert_eq!(names.len(), 13, "recordings found: {names:?}");
-    let mut failures = Vec::new();
-    for name in &names {
-        let path = expected_dir().join(format!("{name}.json"));
-        let expected: Value = serde_json::from_str(
-            &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
-        )
-        .expect("expectation is JSON");
+    recordings().check_expectations(13, |name| {
         let (events, error) = whole(name);
-        let actual = summary(&events, error.as_ref());
-        if actual != expected {
-            failures.push(format!(
-                "{name}:\n  expected {expected}\n  actual   {actual}"
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+        summary(&events, error.as_ref())
+    });
 }
 
 #[test]
 fn one_byte_chunks_give_the_same_events() {
     for name in stream_names() {
         let bytes = recording(&name);
-        let (events, error) = assemble(bytes.chunks(1));
-        let (expected_events, expected_error) = whole(&name);
-        assert_eq!(events, expected_events, "{name}");
         assert_eq!(
-            error.map(|e| e.to_string()),
-            expected_error.map(|e| e.to_string()),
+            comparable(assemble(bytes.chunks(1))),
+            comparable(whole(&name)),
             "{name}"
         );
     }
@@ -261,19 +196,6 @@ fn usage_reports_carry_running_totals_including_cache() {
     assert_eq!(usages, [(12, 1), (12, 30)]);
 }
 
-fn chunked<'a>(bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
-    let mut chunks = Vec::new();
-    let mut rest = bytes;
-    let mut sizes = sizes.iter().cycle();
-    while !rest.is_empty() {
-        let size = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
-        let (head, tail) = rest.split_at(size);
-        chunks.push(head);
-        rest = tail;
-    }
-    chunks
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -282,13 +204,9 @@ proptest! {
         pick in 0usize..13,
         sizes in prop::collection::vec(1usize..300, 1..40),
     ) {
-        let names = stream_names();
-        let name = &names[pick % names.len()];
-        let bytes = recording(name);
-        let (events, error) = assemble(chunked(&bytes, &sizes));
-        let (expected_events, expected_error) = whole(name);
-        prop_assert_eq!(events, expected_events);
-        prop_assert_eq!(error.map(|e| e.to_string()), expected_error.map(|e| e.to_string()));
+        let name = recordings().pick(pick);
+        let bytes = recording(&name);
+        prop_assert_eq!(comparable(assemble(chunked(&bytes, &sizes))), comparable(whole(&name)));
     }
 
     #[test]
@@ -297,15 +215,7 @@ proptest! {
         cut in 0.0f64..1.0,
         damage in prop::collection::vec((0.0f64..1.0, any::<u8>()), 0..8),
     ) {
-        let names = stream_names();
-        let mut bytes = recording(&names[pick % names.len()]);
-        bytes.truncate((bytes.len() as f64 * cut) as usize);
-        let len = bytes.len();
-        for (at, byte) in damage {
-            if len > 0 {
-                bytes[((len as f64 * at) as usize).min(len - 1)] = byte;
-            }
-        }
+        let bytes = damaged(recording(&recordings().pick(pick)), cut, &damage);
         let (events, error) = assemble(chunked(&bytes, &[17]));
         // Whatever came out still assembles.
         let _ = summary(&events, error.as_ref());

@@ -2,6 +2,8 @@
 //! (platform.claude.com/docs, "Streaming Messages"), each decoded whole and in 1-byte chunks.
 
 mod anthropic_support;
+mod common;
+mod recordings;
 
 use agentloop::provider::replay::{self, WireFormat};
 use agentloop::{ContentBlock, Error, StopReason, StreamEvent, Usage};

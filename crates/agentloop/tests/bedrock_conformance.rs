@@ -2,7 +2,7 @@
 //! binary `.eventstream` bodies with `.decoded.jsonl` copies, provenance in its `SOURCES.md`)
 //! assembled with the event-stream framing, the Bedrock decoder and the accumulator, and
 //! compared with the expectations in `tests/conformance/bedrock/*.json` (format:
-//! `tests/conformance/README.md`, with the extras described in `bedrock_support`).
+//! `tests/conformance/README.md`, with the extras described at `EXTRAS`).
 //!
 //! The event shapes relied on are the Bedrock API reference's "ConverseStreamOutput",
 //! "ContentBlockDeltaEvent", "ContentBlockStartEvent", "ReasoningContentBlockDelta"
@@ -10,47 +10,71 @@
 //! tool_use | max_tokens | stop_sequence | guardrail_intervened | content_filtered`) and
 //! "ConverseStreamMetadataEvent".
 
-mod bedrock_support;
 mod common;
+mod recordings;
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 
-use agentloop::provider::bedrock::BedrockDecoder;
+use agentloop::provider::bedrock::{BedrockDecoder, eventstream};
 use agentloop::provider::replay::{self, WireFormat};
 use agentloop::{ContentBlock, Error, StopReason, StreamEvent};
-use bedrock_support::{assemble, summary};
 use proptest::prelude::*;
-use serde_json::Value;
+use recordings::{Decoded, Extras, Recordings, comparable};
+use serde_json::{Value, json};
 
-fn streams_dir() -> PathBuf {
-    common::shared_path("conformance/streams-batch2/bedrock")
+/// Every recording has a decoded copy; all but one also have their binary body.
+fn recordings() -> Recordings {
+    Recordings::new(
+        "conformance/streams-batch2/bedrock",
+        "bedrock",
+        ".decoded.jsonl",
+    )
 }
 
-fn expected_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/bedrock")
-}
-
-/// Every recording by name: those with a binary body, and the one kept only decoded.
 fn stream_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(streams_dir())
-        .expect("read the streams folder")
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name().into_string().ok()?;
-            name.strip_suffix(".decoded.jsonl").map(str::to_owned)
-        })
-        .collect();
-    names.sort();
-    names
+    recordings().names()
 }
 
 fn binary(name: &str) -> Option<Vec<u8>> {
-    std::fs::read(streams_dir().join(format!("{name}.eventstream"))).ok()
+    recordings().read_as(name, ".eventstream")
 }
 
 fn decoded(name: &str) -> Vec<u8> {
-    std::fs::read(streams_dir().join(format!("{name}.decoded.jsonl")))
-        .expect("read the decoded copy")
+    recordings().read(name)
+}
+
+fn assemble<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Decoded {
+    recordings::assemble_body(BedrockDecoder::new(), chunks)
+}
+
+/// Bedrock's extras: cache read and write tokens in usage, and `blocks`, where a native block
+/// is named by its first key.
+const EXTRAS: Extras = Extras {
+    cache_read: true,
+    cache_write: true,
+    native_label: Some(first_key),
+    error: kind_and_message,
+};
+
+fn first_key(value: &Value) -> String {
+    value
+        .as_object()
+        .and_then(|o| o.keys().next())
+        .map_or("?", String::as_str)
+        .to_owned()
+}
+
+fn kind_and_message(error: &Error) -> Value {
+    json!({"kind": error.kind(), "message": error.to_string()})
+}
+
+fn summary(events: &[StreamEvent], error: Option<&Error>) -> Value {
+    recordings::summary(events, error, &EXTRAS)
+}
+
+/// An event frame with `payload` as JSON.
+fn event(kind: &str, payload: Value) -> Vec<u8> {
+    eventstream::event(kind, payload.to_string().as_bytes())
 }
 
 /// The events of the decoded copy, through the same decoder.
@@ -72,29 +96,10 @@ fn whole(name: &str) -> (Vec<StreamEvent>, Option<Error>) {
 
 #[test]
 fn every_recording_has_an_expectation_and_matches_it() {
-    let names = stream_names();
-    assert_eq!(names.len(), 7, "recordings found: {names:?}");
-    let mut failures = Vec::new();
-    for name in &names {
+    recordings().check_expectations(7, |name| {
         let (events, error) = whole(name);
-        let actual = summary(&events, error.as_ref());
-        let path = expected_dir().join(format!("{name}.json"));
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            failures.push(format!(
-                "{name}: no expectation; actual:\n{}",
-                serde_json::to_string_pretty(&actual).unwrap()
-            ));
-            continue;
-        };
-        let expected: Value = serde_json::from_str(&text).expect("expectation is JSON");
-        if actual != expected {
-            failures.push(format!(
-                "{name}:\n  expected {expected}\n  actual   {}",
-                serde_json::to_string_pretty(&actual).unwrap()
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+        summary(&events, error.as_ref())
+    });
 }
 
 #[test]
@@ -118,12 +123,9 @@ fn the_binary_bodies_decode_to_the_same_events_as_their_decoded_copies() {
 fn one_byte_chunks_give_the_same_events() {
     for name in stream_names() {
         let Some(bytes) = binary(&name) else { continue };
-        let (events, error) = assemble(bytes.chunks(1));
-        let (expected_events, expected_error) = whole(&name);
-        assert_eq!(events, expected_events, "{name}");
         assert_eq!(
-            error.map(|e| e.to_string()),
-            expected_error.map(|e| e.to_string()),
+            comparable(assemble(bytes.chunks(1))),
+            comparable(whole(&name)),
             "{name}"
         );
     }
@@ -208,7 +210,7 @@ fn a_server_tool_and_its_result_are_native_blocks_and_only_the_client_tool_is_a_
     assert_eq!(provider, "bedrock");
     assert_eq!(
         value,
-        &serde_json::json!({"toolUse": {
+        &json!({"toolUse": {
             "name": "nova_code_interpreter",
             "toolUseId": "tooluse_VQNZJRUFMoqZzszVsRd4og",
             "type": "server_tool_use",
@@ -220,7 +222,7 @@ fn a_server_tool_and_its_result_are_native_blocks_and_only_the_client_tool_is_a_
     };
     assert_eq!(
         value,
-        &serde_json::json!({"toolResult": {
+        &json!({"toolResult": {
             "status": "success",
             "toolUseId": "tooluse_VQNZJRUFMoqZzszVsRd4og",
             "type": "nova_code_interpreter_result",
@@ -230,7 +232,7 @@ fn a_server_tool_and_its_result_are_native_blocks_and_only_the_client_tool_is_a_
     let calls = response.tool_uses();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].name, "final_result");
-    assert_eq!(calls[0].input, serde_json::json!({"result": 7006652.0}));
+    assert_eq!(calls[0].input, json!({"result": 7006652.0}));
 }
 
 fn chunks_at<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
@@ -279,11 +281,10 @@ proptest! {
 /// typed like the HTTP errors of the same name.
 #[test]
 fn exception_frames_are_typed_like_their_http_errors() {
-    use agentloop::provider::bedrock::eventstream;
-    let start = bedrock_support::event("messageStart", serde_json::json!({"role": "assistant"}));
-    let text = bedrock_support::event(
+    let start = event("messageStart", json!({"role": "assistant"}));
+    let text = event(
         "contentBlockDelta",
-        serde_json::json!({"contentBlockIndex": 0, "delta": {"text": "Hel"}}),
+        json!({"contentBlockIndex": 0, "delta": {"text": "Hel"}}),
     );
     for (kind, check) in [
         (
@@ -304,11 +305,12 @@ fn exception_frames_are_typed_like_their_http_errors() {
             |e| matches!(e, Error::Stream { error_type: Some(t), .. } if t == "modelStreamErrorException"),
         ),
     ] {
-        let body = bedrock_support::body(&[
+        let body = [
             start.clone(),
             text.clone(),
             eventstream::exception(kind, br#"{"message":"try again"}"#),
-        ]);
+        ]
+        .concat();
         let (events, error) = assemble([body.as_slice()]);
         let error = error.expect("the exception ends the stream");
         assert!(check(&error), "{kind}: {error:?}");

@@ -2,7 +2,7 @@
 //! *.sse`, provenance in its `SOURCES.md`) assembled with the SSE parser, the Responses decoder
 //! and the accumulator, compared with the expectations in
 //! `tests/conformance/openai-responses/*.json` (format: `tests/conformance/README.md`, with the
-//! extras described in `responses_support`), written after reading each recording.
+//! extras described at `EXTRAS`), written after reading each recording.
 //!
 //! Event semantics: OpenAI API reference, "Streaming events" of the Responses API
 //! (platform.openai.com/docs/api-reference/responses-streaming) and the streaming guide
@@ -12,84 +12,79 @@
 //! `response.failed`.
 
 mod common;
-mod responses_support;
-
-use std::path::{Path, PathBuf};
+mod recordings;
 
 use agentloop::provider::replay::{self, WireFormat};
+use agentloop::provider::responses::ResponsesDecoder;
 use agentloop::{ContentBlock, Error, StreamEvent};
 use proptest::prelude::*;
-use responses_support::{assemble, summary};
+use recordings::{Decoded, Extras, Recordings, chunked, comparable, damaged, typed_error};
 use serde_json::Value;
 
 const RECORDINGS: usize = 19;
 
-fn streams_dir() -> PathBuf {
-    common::shared_path("conformance/streams-batch2/openai-responses")
-}
-
-fn expected_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/openai-responses")
+fn recordings() -> Recordings {
+    Recordings::new(
+        "conformance/streams-batch2/openai-responses",
+        "openai-responses",
+        ".sse",
+    )
 }
 
 fn stream_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(streams_dir())
-        .expect("read the streams folder")
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name().into_string().ok()?;
-            name.strip_suffix(".sse").map(str::to_owned)
-        })
-        .collect();
-    names.sort();
-    names
+    recordings().names()
 }
 
 fn recording(name: &str) -> Vec<u8> {
-    std::fs::read(streams_dir().join(format!("{name}.sse"))).expect("read the recording")
+    recordings().read(name)
 }
 
-fn whole(name: &str) -> (Vec<StreamEvent>, Option<Error>) {
+fn assemble<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Decoded {
+    recordings::assemble_sse(ResponsesDecoder::new(), chunks)
+}
+
+fn whole(name: &str) -> Decoded {
     let bytes = recording(name);
     assemble([bytes.as_slice()])
 }
 
+/// The Responses extras: cache read and write tokens in usage, and `blocks`, where a
+/// reasoning block carrying its item is `signed_thinking` and a native block is named by its
+/// item's type.
+const EXTRAS: Extras = Extras {
+    cache_read: true,
+    cache_write: true,
+    native_label: Some(item_type),
+    error: typed_error,
+};
+
+fn item_type(value: &Value) -> String {
+    value
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("?")
+        .to_owned()
+}
+
+fn summary(events: &[StreamEvent], error: Option<&Error>) -> Value {
+    recordings::summary(events, error, &EXTRAS)
+}
+
 #[test]
 fn every_recording_has_an_expectation_and_matches_it() {
-    let names = stream_names();
-    assert_eq!(names.len(), RECORDINGS, "recordings found: {names:?}");
-    let mut failures = Vec::new();
-    for name in &names {
-        let path = expected_dir().join(format!("{name}.json"));
+    recordings().check_expectations(RECORDINGS, |name| {
         let (events, error) = whole(name);
-        let actual = summary(&events, error.as_ref());
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            failures.push(format!(
-                "{name}: no expectation; actual:\n{}",
-                serde_json::to_string_pretty(&actual).unwrap()
-            ));
-            continue;
-        };
-        let expected: Value = serde_json::from_str(&text).expect("expectation is JSON");
-        if actual != expected {
-            failures.push(format!(
-                "{name}:\n  expected {expected}\n  actual   {}",
-                serde_json::to_string_pretty(&actual).unwrap()
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+        summary(&events, error.as_ref())
+    });
 }
 
 #[test]
 fn one_byte_chunks_give_the_same_events() {
     for name in stream_names() {
         let bytes = recording(&name);
-        let (events, error) = assemble(bytes.chunks(1));
-        let (expected_events, expected_error) = whole(&name);
-        assert_eq!(events, expected_events, "{name}");
         assert_eq!(
-            error.map(|e| e.to_string()),
-            expected_error.map(|e| e.to_string()),
+            comparable(assemble(bytes.chunks(1))),
+            comparable(whole(&name)),
             "{name}"
         );
     }
@@ -196,19 +191,6 @@ fn an_error_event_is_a_typed_error_that_is_not_retried() {
     assert!(!error.is_retryable());
 }
 
-fn chunked<'a>(bytes: &'a [u8], sizes: &[usize]) -> Vec<&'a [u8]> {
-    let mut chunks = Vec::new();
-    let mut rest = bytes;
-    let mut sizes = sizes.iter().cycle();
-    while !rest.is_empty() {
-        let size = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
-        let (head, tail) = rest.split_at(size);
-        chunks.push(head);
-        rest = tail;
-    }
-    chunks
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -217,13 +199,9 @@ proptest! {
         pick in 0usize..RECORDINGS,
         sizes in prop::collection::vec(1usize..300, 1..40),
     ) {
-        let names = stream_names();
-        let name = &names[pick % names.len()];
-        let bytes = recording(name);
-        let (events, error) = assemble(chunked(&bytes, &sizes));
-        let (expected_events, expected_error) = whole(name);
-        prop_assert_eq!(events, expected_events);
-        prop_assert_eq!(error.map(|e| e.to_string()), expected_error.map(|e| e.to_string()));
+        let name = recordings().pick(pick);
+        let bytes = recording(&name);
+        prop_assert_eq!(comparable(assemble(chunked(&bytes, &sizes))), comparable(whole(&name)));
     }
 
     #[test]
@@ -232,15 +210,7 @@ proptest! {
         cut in 0.0f64..1.0,
         damage in prop::collection::vec((0.0f64..1.0, any::<u8>()), 0..8),
     ) {
-        let names = stream_names();
-        let mut bytes = recording(&names[pick % names.len()]);
-        bytes.truncate((bytes.len() as f64 * cut) as usize);
-        let len = bytes.len();
-        for (at, byte) in damage {
-            if len > 0 {
-                bytes[((len as f64 * at) as usize).min(len - 1)] = byte;
-            }
-        }
+        let bytes = damaged(recording(&recordings().pick(pick)), cut, &damage);
         let (events, error) = assemble(chunked(&bytes, &[17]));
         let _ = summary(&events, error.as_ref());
         let _ = replay::assemble(WireFormat::OpenAiResponses, &bytes);

@@ -2,47 +2,14 @@
 //! decoder the way the HTTP transport does.
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
-
 use agentloop::provider::anthropic::AnthropicDecoder;
-use agentloop::provider::http::SseDecoder;
-use agentloop::sse::SseParser;
 use agentloop::{Accumulator, Error, Response, StreamEvent};
 
-/// Feed `chunks` like the transport: events after a decoder error are not decoded, and the
-/// end of the body is signalled only when no error came.
+/// Feed `chunks` like the transport (see [`crate::recordings::assemble_sse`]).
 pub fn assemble<'a>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> (Vec<StreamEvent>, Option<Error>) {
-    let mut parser = SseParser::new();
-    let mut decoder = AnthropicDecoder::new();
-    let mut out = VecDeque::new();
-    let mut failure = None;
-    for chunk in chunks {
-        parser.feed(chunk, |event| {
-            if failure.is_none()
-                && let Err(e) = decoder.event(&event, &mut out)
-            {
-                failure = Some(e);
-            }
-        });
-        if failure.is_some() {
-            return (out.into(), failure);
-        }
-    }
-    parser.finish(|event| {
-        if failure.is_none()
-            && let Err(e) = decoder.event(&event, &mut out)
-        {
-            failure = Some(e);
-        }
-    });
-    if failure.is_none()
-        && let Err(e) = decoder.end(&mut out)
-    {
-        failure = Some(e);
-    }
-    (out.into(), failure)
+    crate::recordings::assemble_sse(AnthropicDecoder::new(), chunks)
 }
 
 /// Decode `sse` whole and in 1-byte chunks; both must give the same result, which is returned.
