@@ -242,7 +242,7 @@ impl Provider for Anthropic {
                 self.messages_path,
                 wire.body,
                 wire.headers,
-                AnthropicDecoder::new(),
+                AnthropicDecoder::new,
             ),
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
         }

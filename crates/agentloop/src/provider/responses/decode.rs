@@ -21,7 +21,8 @@
 //! - `response.refusal.delta` is answer text with a [`StopReason::Refusal`] at the end.
 //! - `response.incomplete` maps `max_output_tokens` to [`StopReason::MaxTokens`] (a call cut
 //!   off mid-arguments keeps its raw text); an `error` event or `response.failed` is an
-//!   error, typed by its code.
+//!   error, typed by its code (`rate_limit_exceeded` a rate limit, `server_error` an HTTP
+//!   500: both retried when no content came yet).
 //! - A resumed background stream has no `response.created`; any event carrying the response
 //!   object starts the message.
 
@@ -476,7 +477,8 @@ fn usage(usage: &Value) -> Option<Usage> {
 
 /// An `error` event's or a failed response's `{code, message}` (or `{type, ...}`) as a typed
 /// error: a rate limit (`rate_limit_exceeded`, one of the reference's `ResponseError` codes)
-/// keeps its retryable kind.
+/// keeps its retryable kind, and `server_error` (the server failed, not the request) is the
+/// HTTP 500 it stands for, retried before any content like one.
 pub(super) fn stream_error(error: &Value) -> Error {
     let text = |key: &str| error.get(key).and_then(Value::as_str);
     let message = text("message")
@@ -487,6 +489,12 @@ pub(super) fn stream_error(error: &Value) -> Error {
         Some("rate_limit_exceeded") => Error::RateLimited {
             provider: PROVIDER_NAME.to_owned(),
             retry_after: None,
+            message,
+        },
+        Some("server_error") => Error::Api {
+            provider: PROVIDER_NAME.to_owned(),
+            status: 500,
+            error_type,
             message,
         },
         _ => Error::Stream {
@@ -559,6 +567,11 @@ mod tests {
 
     #[test]
     fn error_codes_keep_their_retryable_kinds() {
+        let server = stream_error(&json!({"code": "server_error", "message": "try again"}));
+        assert!(
+            matches!(&server, Error::Api { status: 500, error_type: Some(t), .. } if t == "server_error")
+        );
+        assert!(server.is_retryable());
         let limited = stream_error(&json!({"code": "rate_limit_exceeded", "message": "slow"}));
         assert!(matches!(limited, Error::RateLimited { .. }), "{limited:?}");
         let quota = stream_error(&json!({"type": "insufficient_quota", "message": "pay"}));
