@@ -110,9 +110,14 @@ pub fn summary(events: &[StreamEvent], error: Option<&Error>) -> Value {
             ContentBlock::Thinking { .. } => "thinking".to_owned(),
             ContentBlock::Text { .. } => "text".to_owned(),
             ContentBlock::ToolUse { .. } => "tool_use".to_owned(),
+            // The decoder's annotations (citations) have no `type`: named by their first key.
             ContentBlock::Native { value, .. } => format!(
                 "native:{}",
-                value.get("type").and_then(Value::as_str).unwrap_or("?")
+                value
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .or_else(|| value.as_object()?.keys().next().map(String::as_str))
+                    .unwrap_or("?")
             ),
             other => format!("{other:?}"),
         })

@@ -18,6 +18,8 @@
 //!   servers): whichever comes first is used, never both.
 //! - Built-in tool items (web and file search, code interpreter, MCP listings and approval
 //!   requests, tool search, compaction, ...) are kept whole as native blocks when done.
+//! - A message's citations (`annotations` on its `output_text`) follow its text as a native
+//!   note `{annotations, content_index, item_id}` (no `type`: never sent back as an item).
 //! - `response.refusal.delta` is answer text with a [`StopReason::Refusal`] at the end.
 //! - `response.incomplete` maps `max_output_tokens` to [`StopReason::MaxTokens`] (a call cut
 //!   off mid-arguments keeps its raw text); an `error` event or `response.failed` is an
@@ -364,8 +366,8 @@ impl ResponsesDecoder {
                 call.closed = true;
                 out.push_back(StreamEvent::ToolCallEnd { index });
             }
-            // Its text streamed already.
-            Some("message") => {}
+            // Its text streamed already; its citations are kept after it.
+            Some("message") => citations(item, out),
             Some("reasoning") => {
                 self.summary_part = None;
                 out.push_back(StreamEvent::ThinkingSignature {
@@ -473,6 +475,33 @@ fn usage(usage: &Value) -> Option<Usage> {
         cache_read_tokens: count("/input_tokens_details/cached_tokens").unwrap_or(0),
         cache_write_tokens: count("/input_tokens_details/cache_write_tokens").unwrap_or(0),
     })
+}
+
+/// A message item's `annotations` (url, file and container file citations on its
+/// `output_text` parts), one note per annotated part: `{annotations, content_index, item_id}`.
+/// Notes have no `type`: they are not items, and the request never sends them.
+fn citations(item: &Value, out: &mut VecDeque<StreamEvent>) {
+    let Some(parts) = item.get("content").and_then(Value::as_array) else {
+        return;
+    };
+    for (index, part) in parts.iter().enumerate() {
+        let Some(annotations) = part
+            .get("annotations")
+            .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
+        else {
+            continue;
+        };
+        let mut note = serde_json::Map::new();
+        note.insert("annotations".into(), annotations.clone());
+        note.insert("content_index".into(), index.into());
+        if let Some(id) = item.get("id") {
+            note.insert("item_id".into(), id.clone());
+        }
+        out.push_back(StreamEvent::NativeBlock {
+            provider: PROVIDER_NAME.to_owned(),
+            value: Value::Object(note),
+        });
+    }
 }
 
 /// An `error` event's or a failed response's `{code, message}` (or `{type, ...}`) as a typed
