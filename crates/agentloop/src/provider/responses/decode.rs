@@ -609,4 +609,22 @@ mod tests {
         );
         assert!(!quota.is_retryable());
     }
+
+    #[test]
+    fn a_failed_response_with_a_server_error_is_retryable() {
+        // `response.failed` carries the `ResponseError` in `response.error`.
+        let mut decoder = ResponsesDecoder::new();
+        let mut out = VecDeque::new();
+        let created =
+            json!({"type": "response.created", "response": {"id": "r", "status": "in_progress"}});
+        decoder.event_value(&created, &mut out).unwrap();
+        let failed = json!({"type": "response.failed", "response": {"id": "r", "status": "failed",
+            "error": {"code": "server_error", "message": "The server had an error."}}});
+        let error = decoder.event_value(&failed, &mut out).unwrap_err();
+        assert!(
+            matches!(&error, Error::Api { status: 500, message, .. } if message == "The server had an error."),
+            "{error:?}"
+        );
+        assert!(error.is_retryable());
+    }
 }
