@@ -321,7 +321,17 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Http { .. } | Self::RateLimited { .. } | Self::Overloaded { .. } => true,
-            Self::Api { status, .. } => matches!(status, 408 | 409 | 500..=599),
+            Self::Api {
+                status: 408 | 409 | 500..=599,
+                ..
+            } => true,
+            // Bedrock's mid-stream `modelStreamErrorException` ("Retry your request"); other
+            // 424s (a model's own error) are not.
+            Self::Api {
+                status: 424,
+                error_type: Some(kind),
+                ..
+            } => kind.eq_ignore_ascii_case("modelStreamErrorException"),
             Self::Timeout { kind, .. } => {
                 matches!(kind, TimeoutKind::Connect | TimeoutKind::Request)
             }

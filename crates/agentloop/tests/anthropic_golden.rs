@@ -655,3 +655,82 @@ fn strict_tools_are_sent_in_the_strict_dialect_where_it_keeps_the_schema() {
         ])
     );
 }
+
+/// A turn as the decoder assembles it from the batch-2 recordings (see
+/// `anthropic_conformance.rs`): a compaction block, a code execution call, a client call made
+/// from the code (`caller`) and the container the code ran in, then the call's result.
+fn programmatic_continuation() -> Request {
+    let anthropic = |value: Value| ContentBlock::Native {
+        provider: "anthropic".into(),
+        value,
+    };
+    Request::new(
+        "claude-sonnet-4-6",
+        vec![
+            Message::user("Play the dice game until someone wins 3 rounds."),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    anthropic(
+                        json!({"type": "compaction", "content": "The user wants a dice game."}),
+                    ),
+                    ContentBlock::text("Let me play it out."),
+                    anthropic(json!({
+                        "type": "server_tool_use",
+                        "id": "srvtoolu_01",
+                        "name": "code_execution",
+                        "input": {"code": "await rollDie(player='player1')"},
+                        "caller": {"type": "direct"}
+                    })),
+                    ContentBlock::ToolUse {
+                        id: "toolu_01".into(),
+                        name: "rollDie".into(),
+                        input: json!({"player": "player1"}),
+                    },
+                    anthropic(json!({
+                        "caller": {"type": "code_execution_20250825", "tool_id": "srvtoolu_01"},
+                        "tool_use_id": "toolu_01"
+                    })),
+                    anthropic(json!({
+                        "container": {"id": "container_01", "expires_at": "2025-12-20T05:33:35.789626Z"}
+                    })),
+                ],
+            ),
+            Message::new(
+                Role::User,
+                vec![ContentBlock::ToolResult(ToolResult::text("toolu_01", "6"))],
+            ),
+        ],
+    )
+}
+
+/// "Compaction": the compaction block goes back unchanged, the API drops what came before
+/// it. "Programmatic tool calling": the client `tool_use` goes back with its `caller`, the
+/// result answers it, and the request names the `container` the code runs in.
+#[test]
+fn compaction_caller_and_container_go_back_as_anthropic_sent_them() {
+    let actual = body(
+        &provider(AnthropicOptions::default()),
+        &programmatic_continuation(),
+        true,
+    );
+    assert_golden(&actual, "programmatic_continuation");
+}
+
+#[test]
+fn a_container_set_by_extension_wins_and_annotations_stay_out_of_other_turns() {
+    let mut request = programmatic_continuation();
+    let mut extensions = serde_json::Map::new();
+    extensions.insert("container".into(), json!("container_mine"));
+    request.extensions = Some(extensions);
+    let actual = body(&provider(AnthropicOptions::default()), &request, false);
+    assert_eq!(actual["container"], "container_mine");
+    // Without a container in the last assistant turn, no container is named.
+    let mut request = programmatic_continuation();
+    request
+        .messages
+        .push(Message::assistant("Player 1 rolled a 6."));
+    request.messages.push(Message::user("Again?"));
+    let actual = body(&provider(AnthropicOptions::default()), &request, false);
+    assert!(actual.get("container").is_none(), "{actual}");
+}

@@ -300,10 +300,15 @@ fn exception_frames_are_typed_like_their_http_errors() {
         ("validationException", |e| {
             matches!(e, Error::InvalidRequest { status: 400, .. })
         }),
+        // "A streaming error occurred. Retry your request." (HTTP 424, API reference,
+        // "ConverseStreamOutput").
         (
             "modelStreamErrorException",
-            |e| matches!(e, Error::Stream { error_type: Some(t), .. } if t == "modelStreamErrorException"),
+            |e| matches!(e, Error::Api { status: 424, error_type: Some(t), .. } if t == "modelStreamErrorException"),
         ),
+        ("modelTimeoutException", |e| {
+            matches!(e, Error::Api { status: 408, .. })
+        }),
     ] {
         let body = [
             start.clone(),
@@ -323,6 +328,8 @@ fn exception_frames_are_typed_like_their_http_errors() {
                     "throttlingException"
                         | "serviceUnavailableException"
                         | "internalServerException"
+                        | "modelStreamErrorException"
+                        | "modelTimeoutException"
                 ),
             error.is_retryable(),
             "{kind}"

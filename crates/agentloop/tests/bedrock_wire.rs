@@ -245,6 +245,79 @@ async fn throttling_is_retried_and_exceptions_mid_stream_are_typed() {
     assert_eq!(server.calls(), 1);
 }
 
+/// The streamed answer assembled, or the error that ended it.
+async fn streamed(provider: &Bedrock, request: &Request) -> Result<agentloop::Response, Error> {
+    use futures::StreamExt;
+    let mut acc = agentloop::Accumulator::new();
+    let mut stream = provider.stream(request);
+    while let Some(event) = stream.next().await {
+        acc.push(&event?);
+    }
+    Ok(acc.finish())
+}
+
+/// ConverseStream's exception frames that say to try again (API reference,
+/// "ConverseStreamOutput": `modelStreamErrorException`, HTTP 424, "A streaming error occurred.
+/// Retry your request."; `throttlingException`, 429; `serviceUnavailableException`, 503) are
+/// retried like the same errors as HTTP statuses when they come before any content (here
+/// right after `messageStart`), and typed when content came first: nothing is sent twice.
+#[tokio::test]
+async fn exception_frames_before_content_are_retried_and_typed_after_it() {
+    let model_stream_error = || Error::Stream {
+        provider: "bedrock".into(),
+        error_type: Some("ModelStreamErrorException".into()),
+        message:
+            "The system encountered an unexpected error during processing. Try your request again."
+                .into(),
+    };
+    let throttled = || Error::RateLimited {
+        provider: "bedrock".into(),
+        retry_after: None,
+        message: "Too many tokens, please wait before trying again.".into(),
+    };
+    let unavailable = || Error::Overloaded {
+        provider: "bedrock".into(),
+        message: "Bedrock is unable to process your request.".into(),
+    };
+    let request = Request::new(MODEL, vec![agentloop::Message::user("hi")]);
+    for error in [model_stream_error(), throttled(), unavailable()] {
+        let server = MockServer::start(
+            Wire::Bedrock,
+            [
+                Turn::text("never seen").fail_after(1, error.clone()),
+                Turn::text("after the retry"),
+            ],
+        )
+        .await
+        .unwrap();
+        let response = streamed(&signed(&server), &request).await;
+        let response = response.unwrap_or_else(|e| panic!("{error:?}: {e:?}"));
+        assert_eq!(response.text(), "after the retry", "{error:?}");
+        assert_eq!(server.calls(), 2, "{error:?}");
+    }
+
+    // After content: typed by its name, not retried.
+    let server = MockServer::start(
+        Wire::Bedrock,
+        [
+            Turn::text("partial answer").fail_after(3, model_stream_error()),
+            Turn::text("never sent"),
+        ],
+    )
+    .await
+    .unwrap();
+    let error = streamed(&signed(&server), &request)
+        .await
+        .expect_err("the exception ends the stream");
+    assert!(
+        matches!(&error, Error::Api { status: 424, error_type: Some(t), message, .. }
+            if t == "modelStreamErrorException" && message.starts_with("The system encountered")),
+        "{error:?}"
+    );
+    assert!(error.is_retryable(), "a new request may succeed: {error:?}");
+    assert_eq!(server.calls(), 1);
+}
+
 /// Cache reads and writes come from `metadata.usage` (`cacheReadInputTokens`,
 /// `cacheWriteInputTokens`, apart from `inputTokens` as Bedrock counts them), and the run is
 /// priced from the built-in table's `aws` prices (amazon.nova-lite: input 0.06, output 0.24,

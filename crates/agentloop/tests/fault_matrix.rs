@@ -70,6 +70,7 @@ enum ErrorKind {
     Parse,
     Stream,
     Overloaded,
+    Api,
 }
 
 impl ErrorKind {
@@ -85,13 +86,14 @@ impl ErrorKind {
             ErrorKind::Overloaded => matches!(error, Error::Overloaded { .. }),
             ErrorKind::Parse => matches!(error, Error::Parse { .. }),
             ErrorKind::Stream => matches!(error, Error::Stream { .. }),
+            ErrorKind::Api => matches!(error, Error::Api { status: 500, .. }),
         }
     }
 }
 
 /// The documented outcome of `fault` in `mode` on `wire` (see the testkit's `Fault` docs for
 /// what the server sends, and `provider::http` for what is retried).
-fn expected(fault: &Fault, mode: Mode, wire: Wire) -> Expect {
+fn expected(fault: &Fault, mode: Mode, wire: Wire, place: Place) -> Expect {
     match (fault, mode) {
         // Rejections do not take the turn: the retry gets it.
         (Fault::RateLimited { .. } | Fault::ServerError | Fault::Overloaded, _) => {
@@ -110,14 +112,19 @@ fn expected(fault: &Fault, mode: Mode, wire: Wire) -> Expect {
             spare: true,
         },
         (Fault::MalformedChunk { .. }, _) => Expect::Fails(ErrorKind::Parse),
-        // OpenAI's error chunk has no type to go by; Anthropic's `overloaded_error` event is
-        // the in-stream twin of HTTP 529 (Anthropic docs, "Streaming Messages" → "Error
-        // events"), Gemini's `UNAVAILABLE` error chunk that of HTTP 503; the Responses API's
-        // `error` event says `server_error`, which is no overload. Either way the stream had
-        // started: not retried.
-        (Fault::ErrorEvent { .. }, Mode::Streaming) => match wire {
-            Wire::OpenAi | Wire::Responses => Expect::Fails(ErrorKind::Stream),
-            // Bedrock's `serviceUnavailableException` frame, the in-stream twin of HTTP 503.
+        // OpenAI's error chunk has no type to go by: never retried. Anthropic's
+        // `overloaded_error` event is the in-stream twin of HTTP 529 (Anthropic docs,
+        // "Streaming Messages" → "Error events"), Gemini's `UNAVAILABLE` error chunk and
+        // Bedrock's `serviceUnavailableException` frame that of HTTP 503, the Responses API's
+        // `server_error` that of HTTP 500: retried while no content came (the faulted stream
+        // used its turn), typed once some did.
+        (Fault::ErrorEvent { after_events }, Mode::Streaming) => match wire {
+            Wire::OpenAi => Expect::Fails(ErrorKind::Stream),
+            _ if *after_events <= leading_events(wire, place) => Expect::Recovers {
+                retries: 1,
+                spare: true,
+            },
+            Wire::Responses => Expect::Fails(ErrorKind::Api),
             Wire::Anthropic | Wire::Gemini | Wire::Bedrock => Expect::Fails(ErrorKind::Overloaded),
         },
         // Non-streamed, the server answers 503 (overloaded) instead: retried.
@@ -131,6 +138,21 @@ fn expected(fault: &Fault, mode: Mode, wire: Wire) -> Expect {
             spare: false,
         },
         (other, _) => panic!("no expectation for {other:?}"),
+    }
+}
+
+/// How many events the testkit's streams send before any content (the call of the first
+/// turn, the text of the second): Anthropic `message_start`, then `content_block_start` of a
+/// tool use (content) or of an empty text block and a `ping`; Gemini's first chunk carries
+/// content; Bedrock `messageStart`; Responses `response.created`, `response.in_progress`, then
+/// a function call item (content) or a message item and its empty `content_part.added`.
+fn leading_events(wire: Wire, place: Place) -> usize {
+    match (wire, place) {
+        (Wire::OpenAi | Wire::Bedrock, _) | (Wire::Anthropic, Place::FirstCall) => 1,
+        (Wire::Gemini, _) => 0,
+        (Wire::Anthropic, Place::AfterToolStep) => 3,
+        (Wire::Responses, Place::FirstCall) => 2,
+        (Wire::Responses, Place::AfterToolStep) => 4,
     }
 }
 
@@ -194,7 +216,7 @@ async fn run(agent: &Agent, mode: Mode) -> RunResult {
 
 async fn cell(fault: Fault, mode: Mode, wire: Wire, place: Place) {
     let label = format!("{fault:?} / {mode:?} / {wire:?} / {place:?}");
-    let expect = expected(&fault, mode, wire);
+    let expect = expected(&fault, mode, wire, place);
     let mut turns = vec![Turn::tool_call("echo", json!({"n": 1})), Turn::text("done")];
     if let Expect::Recovers { spare: true, .. } = expect {
         let copy = turns[place.call()].clone();
@@ -371,6 +393,11 @@ async fn malformed_chunk_stops_the_run_with_a_parse_error() {
 #[tokio::test]
 async fn error_event_mid_stream() {
     all_cells(Fault::ErrorEvent { after_events: 2 }).await;
+}
+
+#[tokio::test]
+async fn error_event_before_any_content_is_retried() {
+    all_cells(Fault::ErrorEvent { after_events: 0 }).await;
 }
 
 #[tokio::test]

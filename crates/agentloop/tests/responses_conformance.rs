@@ -19,7 +19,7 @@ use agentloop::provider::responses::ResponsesDecoder;
 use agentloop::{ContentBlock, Error, StreamEvent};
 use proptest::prelude::*;
 use recordings::{Decoded, Extras, Recordings, chunked, comparable, damaged, typed_error};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const RECORDINGS: usize = 19;
 
@@ -58,10 +58,13 @@ const EXTRAS: Extras = Extras {
     error: typed_error,
 };
 
+/// A native block is named by its item's type; the decoder's annotations (citations) have no
+/// `type` and are named by their first key.
 fn item_type(value: &Value) -> String {
     value
         .get("type")
         .and_then(Value::as_str)
+        .or_else(|| value.as_object()?.keys().next().map(String::as_str))
         .unwrap_or("?")
         .to_owned()
 }
@@ -174,6 +177,41 @@ fn a_call_cut_off_by_max_output_tokens_keeps_its_raw_arguments() {
     let calls = response.tool_uses();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].input, Value::String(r#"{"x":48151"#.to_owned()));
+}
+
+/// `annotations` on a message's `output_text` (Responses API reference, "output_text":
+/// `url_citation {url, title, start_index, end_index}`, `file_citation {file_id, filename,
+/// index}`) are kept after the text they annotate; there is no canonical citation type.
+#[test]
+fn citations_are_kept_after_the_text_they_annotate() {
+    let response = replayed("web-search-call-url-citation-annotation");
+    let n = response.content.len();
+    assert!(response.content[n - 2].as_text().is_some());
+    assert_eq!(
+        response.content[n - 1],
+        ContentBlock::Native {
+            provider: "openai-responses".into(),
+            value: json!({
+                "annotations": [{
+                    "type": "url_citation",
+                    "end_index": 179,
+                    "start_index": 94,
+                    "title": "Mount Columbia | mountain, Alberta, Canada | Britannica",
+                    "url": "https://www.britannica.com/place/Mount-Columbia?utm_source=openai"
+                }],
+                "content_index": 0,
+                "item_id": "msg_0b5cbf1ce3f8b01c00696d5e6e9c00819c80af19e49f76161c"
+            }),
+        }
+    );
+    let response = replayed("file-search-call-file-citation-annotation");
+    let Some(ContentBlock::Native { value, .. }) = response.content.last() else {
+        panic!("expected the citations last: {:?}", response.content);
+    };
+    assert_eq!(
+        value["annotations"],
+        json!([{"type": "file_citation", "file_id": "file-9RhPAs9YqVajpGXRfcgavJ", "filename": "tmp8l5_2pzy.txt", "index": 30}])
+    );
 }
 
 #[test]

@@ -319,3 +319,40 @@ fn built_in_tools_are_typed_entries_and_other_providers_tools_are_refused() {
         "{error:?}"
     );
 }
+
+/// Citations kept from an answer (the decoder's `annotations` note after the text) are for
+/// the application: the continuing request's `input` has the assistant text as the
+/// reference's `output_text` message and no item for them.
+#[test]
+fn kept_citations_are_not_sent_back_as_items() {
+    let request = Request::new(
+        "gpt-5",
+        vec![
+            Message::user("Tallest mountain in Alberta?"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    ContentBlock::text("Mount Columbia."),
+                    ContentBlock::Native {
+                        provider: "openai-responses".into(),
+                        value: json!({
+                            "annotations": [{"type": "url_citation", "start_index": 0, "end_index": 15, "title": "Britannica", "url": "https://www.britannica.com/place/Mount-Columbia"}],
+                            "content_index": 0,
+                            "item_id": "msg_1"
+                        }),
+                    },
+                ],
+            ),
+            Message::user("How high?"),
+        ],
+    );
+    let actual = body(&provider(ResponsesOptions::default()), &request);
+    assert_eq!(
+        actual["input"],
+        json!([
+            {"role": "user", "content": [{"type": "input_text", "text": "Tallest mountain in Alberta?"}]},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "Mount Columbia."}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "How high?"}]}
+        ])
+    );
+}

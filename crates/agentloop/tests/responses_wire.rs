@@ -183,11 +183,12 @@ async fn error_bodies_and_error_events_become_typed_errors() {
         "{error:?}"
     );
 
-    // A rate limit reported mid-stream as an `error` event keeps its retryable kind.
+    // A rate limit reported as an `error` event after content keeps its retryable kind (and
+    // is not retried: content came).
     let server = MockServer::start(
         Wire::Responses,
         [Turn::text("Hello there").fail_after(
-            3,
+            5,
             Error::RateLimited {
                 provider: "openai-responses".into(),
                 retry_after: None,
@@ -206,6 +207,55 @@ async fn error_bodies_and_error_events_become_typed_errors() {
         matches!(&error, Error::RateLimited { message, .. } if message == "slow down"),
         "{error:?}"
     );
+    assert_eq!(server.calls(), 1);
+}
+
+/// An `error` event with the reference's `server_error` code (a `ResponseError` code: the
+/// server failed, not the request) right after `response.created` / `response.in_progress`
+/// is retried like an HTTP 500 before any content; after content it ends the stream typed
+/// as that 500 and nothing is sent again.
+#[tokio::test]
+async fn a_server_error_event_before_content_is_retried_and_typed_after_it() {
+    let server_error = || Error::Stream {
+        provider: "openai-responses".into(),
+        error_type: Some("server_error".into()),
+        message: "The server had an error while processing your request.".into(),
+    };
+    let request = Request::new("m", vec![Message::user("hi")]);
+    let server = MockServer::start(
+        Wire::Responses,
+        [
+            Turn::text("never seen").fail_after(2, server_error()),
+            Turn::text("after the retry"),
+        ],
+    )
+    .await
+    .unwrap();
+    let provider = OpenAiResponses::new(config(&server)).unwrap();
+    let response = agentloop::stream::collect(provider.stream(&request))
+        .await
+        .unwrap();
+    assert_eq!(response.text(), "after the retry");
+    assert_eq!(server.calls(), 2);
+
+    let server = MockServer::start(
+        Wire::Responses,
+        [
+            Turn::text("Hello there, world").fail_after(5, server_error()),
+            Turn::text("never sent"),
+        ],
+    )
+    .await
+    .unwrap();
+    let provider = OpenAiResponses::new(config(&server)).unwrap();
+    let error = agentloop::stream::collect(provider.stream(&request))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::Api { status: 500, error_type: Some(t), .. } if t == "server_error"),
+        "{error:?}"
+    );
+    assert_eq!(server.calls(), 1);
 }
 
 #[tokio::test]

@@ -1,6 +1,8 @@
 //! The HTTP transport every wire provider shares: one pooled client per configuration, typed
 //! errors from status and body, retries with backoff and jitter that honour `retry-after`, and
 //! SSE streams decoded into normalized events with an idle timeout that costs nothing per chunk.
+//! A stream whose provider reports a retryable error (overload, rate limit, server error)
+//! before any content is sent again, like an error status; after content it is not.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -510,16 +512,21 @@ impl Transport {
         }
     }
 
-    /// POST a JSON body and stream the SSE answer through `decoder`. Retries happen only
-    /// before the first event is yielded.
+    /// POST a JSON body and stream the SSE answer through a decoder `new_decoder` makes.
+    ///
+    /// Retries (per [`RetryPolicy`]): an error status is retried before the stream starts; a
+    /// retryable error the stream reports before any content (an overload or rate limit
+    /// right after the message started) sends the request again with a new decoder, so the
+    /// stream then starts over with a second [`StreamEvent::MessageStart`]. Once content
+    /// came, an error ends the stream: content is never sent twice.
     pub fn post_stream<D: SseDecoder>(
         &self,
         path: &str,
         body: Bytes,
         extra: HeaderMap,
-        decoder: D,
+        new_decoder: impl Fn() -> D + Send + 'static,
     ) -> EventStream {
-        self.post_body_stream(path, body, extra, Sse::new(decoder))
+        self.post_body_stream(path, body, extra, move || Sse::new(new_decoder()))
     }
 
     /// [`Self::post_stream`] for a body that is not SSE (Bedrock's event-stream frames).
@@ -528,27 +535,68 @@ impl Transport {
         path: &str,
         body: Bytes,
         extra: HeaderMap,
-        decoder: C,
+        new_decoder: impl Fn() -> C + Send + 'static,
     ) -> EventStream {
-        let transport = self.clone();
-        let path = path.to_owned();
         let config = &self.inner.config;
         let silence = Silence {
             first_chunk: config.first_chunk_timeout.unwrap_or(config.idle_timeout),
             idle: config.idle_timeout,
         };
-        let connect = Box::pin(async move { transport.send(&path, &body, &extra, None).await });
+        let again = Again {
+            transport: self.clone(),
+            path: path.to_owned(),
+            body,
+            extra,
+            new_decoder: Box::new(new_decoder),
+            retries: 0,
+        };
         Box::pin(SseStream {
             state: SseState::Connecting {
-                connect,
-                decoder: Some(decoder),
+                connect: again.connect(None),
+                decoder: Some((again.new_decoder)()),
                 silence,
-                // A function rather than a boxed stream: the body's own type stays known, so
-                // reading a chunk is no call through a `dyn Stream`.
-                body: reqwest::Response::bytes_stream,
             },
+            // A function rather than a boxed stream: the body's own type stays known, so
+            // reading a chunk is no call through a `dyn Stream`.
+            body: reqwest::Response::bytes_stream,
+            again: Some(Box::new(again)),
         })
     }
+}
+
+/// What it takes to send a streamed call again, kept until content arrives.
+struct Again<D> {
+    transport: Transport,
+    path: String,
+    body: Bytes,
+    extra: HeaderMap,
+    new_decoder: Box<dyn Fn() -> D + Send>,
+    /// Times the call was sent again after an error in its stream.
+    retries: u32,
+}
+
+type Connect = Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>;
+
+impl<D> Again<D> {
+    /// Send the call (with the status retries of [`Transport::send`]), after `wait`.
+    fn connect(&self, wait: Option<Duration>) -> Connect {
+        let transport = self.transport.clone();
+        let (path, body, extra) = (self.path.clone(), self.body.clone(), self.extra.clone());
+        Box::pin(async move {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            transport.send(&path, &body, &extra, None).await
+        })
+    }
+}
+
+/// Whether an event is part of the answer (after which the call is never sent again).
+fn is_content(event: &StreamEvent) -> bool {
+    !matches!(
+        event,
+        StreamEvent::MessageStart { .. } | StreamEvent::Usage { .. }
+    )
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -569,7 +617,11 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// unfold moves its whole state in and out of a new future for every event. `B` is the
 /// response body as a stream of chunks, made by `F`.
 struct SseStream<D, B, F> {
-    state: SseState<D, B, F>,
+    state: SseState<D, B>,
+    /// Makes the body's stream of chunks from the response.
+    body: F,
+    /// How to start over after an error before any content; `None` once content came.
+    again: Option<Box<Again<D>>>,
 }
 
 // No field is ever pinned: the connect future is boxed, the body is `Unpin`, and the decoder
@@ -583,13 +635,12 @@ impl<D, B, F> Unpin for SseStream<D, B, F> {}
     reason = "the stream is boxed once and never moved, so the reading state is kept inline: \
               one allocation and one pointer less per chunk"
 )]
-enum SseState<D, B, F> {
+enum SseState<D, B> {
     /// Sending the request (retries happen inside, before any event).
     Connecting {
-        connect: Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>,
+        connect: Connect,
         decoder: Option<D>,
         silence: Silence,
-        body: F,
     },
     Reading(Reading<D, B>),
     Done,
@@ -625,7 +676,7 @@ impl<D, B, F> Stream for SseStream<D, B, F>
 where
     D: BodyDecoder,
     B: Stream<Item = reqwest::Result<Bytes>> + Unpin,
-    F: Fn(reqwest::Response) -> B,
+    F: Fn(reqwest::Response) -> B + Copy,
 {
     type Item = Result<StreamEvent>;
 
@@ -638,7 +689,6 @@ where
                     connect,
                     decoder,
                     silence,
-                    body,
                 } => {
                     let response = match ready!(connect.as_mut().poll(cx)) {
                         Ok(response) => response,
@@ -651,14 +701,34 @@ where
                         this.state = SseState::Done;
                         return Poll::Ready(None);
                     };
-                    let reading = Reading::new(body(response), decoder, *silence);
+                    let reading = Reading::new((this.body)(response), decoder, *silence);
                     this.state = SseState::Reading(reading);
                 }
                 SseState::Reading(reading) => {
                     if let Some(event) = reading.pending.pop_front() {
+                        if this.again.is_some() && is_content(&event) {
+                            this.again = None;
+                        }
                         return Poll::Ready(Some(Ok(event)));
                     }
                     if let Some(error) = reading.failed.take() {
+                        if let Some(again) = this.again.as_deref_mut()
+                            && let Some(wait) = again
+                                .transport
+                                .inner
+                                .config
+                                .retry
+                                .delay(again.retries + 1, &error)
+                        {
+                            again.retries += 1;
+                            tracing::debug!(provider = %again.transport.inner.provider, retry = again.retries, ?wait, %error, "sending again after an error before any content");
+                            this.state = SseState::Connecting {
+                                connect: again.connect(Some(wait)),
+                                decoder: Some((again.new_decoder)()),
+                                silence: reading.silence,
+                            };
+                            continue;
+                        }
                         this.state = SseState::Done;
                         return Poll::Ready(Some(Err(error)));
                     }
@@ -924,7 +994,14 @@ mod tests {
     ) -> SseStream<Sse<D>, Body, fn(reqwest::Response) -> Body> {
         SseStream {
             state: SseState::Reading(Reading::new(body, Sse::new(decoder), ONE_SECOND)),
+            body: no_body,
+            again: None,
         }
+    }
+
+    /// Never called: the streams here are read from the start, and never sent again.
+    fn no_body(_: reqwest::Response) -> Body {
+        futures::stream::empty().boxed()
     }
 
     const ONE_SECOND: Silence = Silence {
@@ -940,6 +1017,8 @@ mod tests {
         };
         let reading = |body| SseStream::<_, Body, fn(reqwest::Response) -> Body> {
             state: SseState::Reading(Reading::new(body, Sse::new(Texts), silence)),
+            body: no_body,
+            again: None,
         };
         // The first chunk at 2.5 s is in time; then 1 s of silence is too much.
         let started = Instant::now();

@@ -5,6 +5,13 @@
 //! cumulative usage) and `message_stop`; `ping`s anywhere, `error` events mid-stream, and new
 //! event types to be ignored. Events are deserialized into lenient borrowed structs: deltas,
 //! the hot path, copy only the text they hand on.
+//!
+//! Blocks of kinds the decoder does not take apart (server tool calls and results, `compaction`,
+//! ...) come out whole as native blocks, their streamed input or `compaction_delta` content
+//! filled in. A `message_start` may already hold the whole message (content, stop reason): it
+//! is decoded as if its blocks had streamed. What a canonical block has no field for, a client
+//! call's programmatic `caller` and the code execution `container`, follows as annotations
+//! (see [`super::response`]) that the request puts back where Anthropic wants them.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -13,7 +20,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::PROVIDER_NAME;
-use super::response::WireUsage;
+use super::response::{self, WireUsage};
 use crate::error::{Error, Result};
 use crate::message::{StopReason, Usage};
 use crate::provider::http::{SseDecoder, excerpt};
@@ -27,6 +34,8 @@ enum DeltaField {
     PartialJson,
     Thinking,
     Signature,
+    /// `compaction_delta`: the summary of a `compaction` block.
+    Compaction,
 }
 
 impl DeltaField {
@@ -37,6 +46,7 @@ impl DeltaField {
             "input_json_delta" => Some(DeltaField::PartialJson),
             "thinking_delta" => Some(DeltaField::Thinking),
             "signature_delta" => Some(DeltaField::Signature),
+            "compaction_delta" => Some(DeltaField::Compaction),
             _ => None,
         }
     }
@@ -82,6 +92,13 @@ struct StartMessage<'a> {
     model: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    /// Blocks the message already holds (a continuation that streams no block events).
+    #[serde(default)]
+    content: Vec<Value>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    stop_reason: Option<Cow<'a, str>>,
+    #[serde(default)]
+    container: Option<Value>,
 }
 
 /// `content_block_start`'s block: the members the decoder uses of the kinds it takes apart, or
@@ -102,6 +119,7 @@ enum StartBlock<'a> {
         id: Option<Cow<'a, str>>,
         name: Option<Cow<'a, str>>,
         input: Option<Value>,
+        caller: Option<Value>,
     },
     Other(Value),
 }
@@ -126,6 +144,7 @@ impl StartBlock<'_> {
                 id: text("id"),
                 name: text("name"),
                 input: block.get("input").cloned(),
+                caller: block.get("caller").cloned(),
             },
             _ => StartBlock::Other(block),
         }
@@ -153,7 +172,12 @@ struct WireDelta<'a> {
     #[serde(default, borrow, deserialize_with = "opt_cow")]
     signature: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "opt_cow")]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
     stop_reason: Option<Cow<'a, str>>,
+    /// `message_delta`'s code execution container. Boxed: rare, and deltas are the hot path.
+    #[serde(default)]
+    container: Option<Box<Value>>,
 }
 
 #[derive(Debug, PartialEq, Deserialize)]
@@ -177,14 +201,21 @@ enum BlockState {
     /// Text, thinking, or a block already finished.
     Plain,
     /// A client tool call: its position among this response's calls, whether argument
-    /// deltas came, and the input of the start event (used only when no deltas come).
+    /// deltas came, the input of the start event (used only when no deltas come), and the
+    /// annotation carrying a programmatic caller.
     Tool {
         position: usize,
         streamed: bool,
         initial: Option<String>,
+        caller: Option<Box<Value>>,
     },
-    /// A server-side block, kept verbatim; `input` collects its `input_json_delta`s.
-    Native { value: Value, input: String },
+    /// A server-side block, kept verbatim; `input` collects its `input_json_delta`s and
+    /// `content` its `compaction_delta`s.
+    Native {
+        value: Value,
+        input: String,
+        content: String,
+    },
 }
 
 struct Block {
@@ -203,6 +234,8 @@ pub struct AnthropicDecoder {
     reported: Usage,
     blocks: Vec<Block>,
     tool_calls: usize,
+    /// The code execution container the message ran in, put out at its end.
+    container: Option<Value>,
 }
 
 impl std::fmt::Debug for AnthropicDecoder {
@@ -234,13 +267,21 @@ impl AnthropicDecoder {
             return;
         }
         self.started = true;
-        let (id, model, usage) = match message {
-            Some(m) => {
-                let StartMessage { id, model, usage } = *m;
-                (id, model, usage)
-            }
-            None => (None, None, None),
+        let Some(message) = message else {
+            out.push_back(StreamEvent::MessageStart {
+                id: String::new(),
+                model: String::new(),
+            });
+            return;
         };
+        let StartMessage {
+            id,
+            model,
+            usage,
+            content,
+            stop_reason,
+            container,
+        } = *message;
         out.push_back(StreamEvent::MessageStart {
             id: id.map(Cow::into_owned).unwrap_or_default(),
             model: model.map(Cow::into_owned).unwrap_or_default(),
@@ -249,6 +290,22 @@ impl AnthropicDecoder {
             usage.apply_to(&mut self.usage);
         }
         self.report_usage(out);
+        // Normally empty; when not, the blocks are whole and no block events follow for them.
+        for (index, block) in (0u64..).zip(content) {
+            let block = Box::new(StartBlock::from_value(block));
+            self.on_block_start(Some(index), Some(block), out);
+            self.on_block_stop(Some(index), out);
+        }
+        if let Some(reason) = stop_reason.filter(|r| !r.is_empty()) {
+            self.stop_reason = Some(StopReason::from_name(&reason));
+        }
+        self.note_container(container);
+    }
+
+    fn note_container(&mut self, container: Option<Value>) {
+        if let Some(container) = container.filter(|c| !c.is_null()) {
+            self.container = Some(container);
+        }
     }
 
     fn on_block_start(
@@ -289,12 +346,21 @@ impl AnthropicDecoder {
                 }
                 BlockState::Plain
             }
-            StartBlock::ToolUse { id, name, input } => {
+            StartBlock::ToolUse {
+                id,
+                name,
+                input,
+                caller,
+            } => {
                 let position = self.tool_calls;
                 self.tool_calls += 1;
+                let id = text(id).unwrap_or_default();
+                let caller = caller
+                    .and_then(|caller| response::caller_note(&id, caller))
+                    .map(Box::new);
                 out.push_back(StreamEvent::ToolCallStart {
                     index: position,
-                    id: text(id).unwrap_or_default(),
+                    id,
                     name: text(name).unwrap_or_default(),
                 });
                 let initial = input.filter(has_content).map(|input| input.to_string());
@@ -302,6 +368,7 @@ impl AnthropicDecoder {
                     position,
                     streamed: false,
                     initial,
+                    caller,
                 }
             }
             // server_tool_use, web_search_tool_result, mcp_tool_use, mcp_tool_result and
@@ -309,6 +376,7 @@ impl AnthropicDecoder {
             StartBlock::Other(value) => BlockState::Native {
                 value,
                 input: String::new(),
+                content: String::new(),
             },
         };
         self.blocks.push(Block { index, state });
@@ -331,6 +399,7 @@ impl AnthropicDecoder {
             DeltaField::PartialJson => delta.partial_json,
             DeltaField::Thinking => delta.thinking,
             DeltaField::Signature => delta.signature,
+            DeltaField::Compaction => delta.content,
         };
         self.on_delta(index, field, value, out);
     }
@@ -356,6 +425,14 @@ impl AnthropicDecoder {
             DeltaField::Signature => out.push_back(StreamEvent::ThinkingSignature {
                 signature: value.into_owned(),
             }),
+            DeltaField::Compaction => {
+                let index = index.or_else(|| self.blocks.last().map(|b| b.index));
+                if let Some(BlockState::Native { content, .. }) =
+                    index.and_then(|i| self.block(i)).map(|b| &mut b.state)
+                {
+                    content.push_str(&value);
+                }
+            }
             DeltaField::PartialJson => {
                 let index = index.or_else(|| self.blocks.last().map(|b| b.index));
                 match index.and_then(|i| self.block(i)).map(|b| &mut b.state) {
@@ -398,8 +475,11 @@ impl AnthropicDecoder {
         usage: Option<Box<WireUsage>>,
         out: &mut VecDeque<StreamEvent>,
     ) {
-        if let Some(reason) = delta.and_then(|d| d.stop_reason).filter(|r| !r.is_empty()) {
-            self.stop_reason = Some(StopReason::from_name(&reason));
+        if let Some(delta) = delta {
+            if let Some(reason) = delta.stop_reason.filter(|r| !r.is_empty()) {
+                self.stop_reason = Some(StopReason::from_name(&reason));
+            }
+            self.note_container(delta.container.map(|c| *c));
         }
         if let Some(usage) = usage {
             // Cumulative counts: a present value replaces the earlier one.
@@ -410,6 +490,12 @@ impl AnthropicDecoder {
 
     fn on_message_stop(&mut self, out: &mut VecDeque<StreamEvent>) {
         self.finish_open_blocks(out);
+        if let Some(container) = self.container.take() {
+            out.push_back(StreamEvent::NativeBlock {
+                provider: PROVIDER_NAME.to_owned(),
+                value: response::container_note(container),
+            });
+        }
         self.finished = true;
         let stop_reason = self.stop_reason.clone().unwrap_or(if self.tool_calls > 0 {
             StopReason::ToolUse
@@ -496,6 +582,7 @@ fn finish_block(state: BlockState, out: &mut VecDeque<StreamEvent>) {
             position,
             streamed,
             initial,
+            caller,
         } => {
             if let (false, Some(arguments)) = (streamed, initial) {
                 out.push_back(StreamEvent::ToolCallDelta {
@@ -504,8 +591,22 @@ fn finish_block(state: BlockState, out: &mut VecDeque<StreamEvent>) {
                 });
             }
             out.push_back(StreamEvent::ToolCallEnd { index: position });
+            if let Some(note) = caller {
+                out.push_back(StreamEvent::NativeBlock {
+                    provider: PROVIDER_NAME.to_owned(),
+                    value: *note,
+                });
+            }
         }
-        BlockState::Native { mut value, input } => {
+        BlockState::Native {
+            mut value,
+            input,
+            content,
+        } => {
+            // A compaction block starts with `content: null`; its summary streams in deltas.
+            if let (false, Value::Object(map)) = (content.is_empty(), &mut value) {
+                map.insert("content".to_owned(), Value::String(content));
+            }
             // Streamed input replaces the start's placeholder `{}`. Input that does not parse
             // (a cut stream) leaves the placeholder: the block must stay sendable.
             if let (false, Value::Object(map)) = (input.is_empty(), &mut value)

@@ -16,6 +16,13 @@
 //! last system block (the system prompt is then sent as text blocks), a message's block, or the
 //! top level (automatic caching). More than four placed breakpoints is
 //! [`Error::LimitExceeded`], before anything is sent; usage reports the cache reads and writes.
+//!
+//! Blocks Anthropic makes that have no canonical kind (server tool calls and results, MCP
+//! blocks, `compaction`) are kept as [`ContentBlock::Native`](crate::ContentBlock::Native) and
+//! sent back unchanged, so server-side compaction ("Compaction") keeps working across turns.
+//! Programmatic tool calling: a client call's `caller` and the code execution `container`
+//! follow the call as native annotations (objects without a `type`), never sent as blocks: the
+//! request puts `caller` back on its `tool_use` and names the last assistant turn's container.
 
 mod decode;
 mod request;
@@ -235,7 +242,7 @@ impl Provider for Anthropic {
                 self.messages_path,
                 wire.body,
                 wire.headers,
-                AnthropicDecoder::new(),
+                AnthropicDecoder::new,
             ),
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
         }

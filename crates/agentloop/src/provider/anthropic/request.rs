@@ -10,6 +10,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::response::is_note;
 use super::{AnthropicOptions, ForeignThinking, PROVIDER_NAME};
 use crate::error::{Error, Result};
 use crate::message::{
@@ -65,12 +66,30 @@ pub(super) fn build(
         stream,
         cache_control: marks.automatic.map(WireCacheControl::new),
         output_config: request.output.as_deref().map(OutputConfig::new),
+        container: container(request),
         extensions: request.extensions.as_ref(),
     };
     let body = body_size
         .serialize(&body)
         .map_err(|e| Error::parse("Anthropic request body while serializing it", e))?;
     Ok(Built { body, betas })
+}
+
+/// The code execution container the last assistant turn ran in: a programmatic tool call's
+/// results must reach the code waiting for them there ("Programmatic tool calling"). An
+/// expired container is Anthropic's to refuse; `extensions` can name another.
+fn container(request: &Request) -> Option<&str> {
+    let last = request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)?;
+    last.content.iter().rev().find_map(|block| match block {
+        ContentBlock::Native { provider, value } if provider == PROVIDER_NAME && is_note(value) => {
+            value.get("container")?.get("id")?.as_str()
+        }
+        _ => None,
+    })
 }
 
 /// The betas a `context_management` field (see [`crate::context::anthropic_context_management`])
@@ -117,6 +136,7 @@ struct Body<'a> {
     /// Automatic caching: Anthropic marks the last cacheable block itself.
     cache_control: Option<WireCacheControl<'a>>,
     output_config: Option<OutputConfig<'a>>,
+    container: Option<&'a str>,
     extensions: Option<&'a Map<String, Value>>,
 }
 
@@ -199,6 +219,9 @@ impl Serialize for Body<'_> {
         if let Some(output_config) = &self.output_config {
             entry(&mut map, ext, "output_config", output_config)?;
         }
+        if let Some(container) = self.container {
+            entry(&mut map, ext, "container", container)?;
+        }
         // Extensions come last and win: every key they name was skipped above.
         for (key, value) in ext.into_iter().flatten() {
             map.serialize_entry(key, value)?;
@@ -260,6 +283,9 @@ enum TypedBlock<'a> {
         name: &'a str,
         #[serde(serialize_with = "object_or_empty")]
         input: &'a Value,
+        /// Programmatic tool calling: the code execution call that made this one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        caller: Option<&'a Value>,
     },
     ToolResult {
         tool_use_id: &'a str,
@@ -327,11 +353,12 @@ fn messages<'a>(
             Role::User => "user",
             Role::Assistant => "assistant",
         };
+        let callers = callers(message);
         let mut blocks: Vec<(usize, WireBlock<'a>)> = message
             .content
             .iter()
             .enumerate()
-            .filter_map(|(i, block)| wire_block(block, options).map(|wire| (i, wire)))
+            .filter_map(|(i, block)| wire_block(block, options, &callers).map(|wire| (i, wire)))
             .collect();
         placed += mark_blocks(&mut blocks, marks.on(index, message))?;
         let blocks = blocks.into_iter().map(|(_, block)| block);
@@ -387,13 +414,41 @@ fn messages<'a>(
     Ok((system, out, placed))
 }
 
-fn wire_block<'a>(block: &'a ContentBlock, options: &AnthropicOptions) -> Option<WireBlock<'a>> {
+/// The `caller` annotations of a message's client calls, by call id.
+fn callers(message: &crate::message::Message) -> Vec<(&str, &Value)> {
+    message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Native { provider, value }
+                if provider == PROVIDER_NAME && is_note(value) =>
+            {
+                Some((value.get("tool_use_id")?.as_str()?, value.get("caller")?))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn wire_block<'a>(
+    block: &'a ContentBlock,
+    options: &AnthropicOptions,
+    callers: &[(&str, &'a Value)],
+) -> Option<WireBlock<'a>> {
     let typed = match block {
         // The API rejects empty text blocks (a refusal leaves one in the history).
         ContentBlock::Text { text } if text.is_empty() => return None,
         ContentBlock::Text { text } => TypedBlock::Text { text },
         ContentBlock::Image { source } => TypedBlock::Image { source },
-        ContentBlock::ToolUse { id, name, input } => TypedBlock::ToolUse { id, name, input },
+        ContentBlock::ToolUse { id, name, input } => TypedBlock::ToolUse {
+            id,
+            name,
+            input,
+            caller: callers
+                .iter()
+                .find(|(call, _)| call == id)
+                .map(|(_, caller)| *caller),
+        },
         ContentBlock::ToolResult(result) => tool_result(result),
         ContentBlock::Thinking {
             thinking,
@@ -416,6 +471,10 @@ fn wire_block<'a>(block: &'a ContentBlock, options: &AnthropicOptions) -> Option
             TypedBlock::RedactedThinking { data }
         }
         ContentBlock::RedactedThinking { .. } => return None,
+        // The decoder's annotations are read where they belong (above, and the container).
+        ContentBlock::Native { provider, value } if provider == PROVIDER_NAME && is_note(value) => {
+            return None;
+        }
         ContentBlock::Native { provider, value } if provider == PROVIDER_NAME => {
             return Some(WireBlock::Native(value));
         }

@@ -19,6 +19,8 @@ struct WireResponse {
     stop_reason: Option<String>,
     #[serde(default)]
     usage: WireUsage,
+    #[serde(default)]
+    container: Option<Value>,
 }
 
 /// Token counts as Anthropic reports them. Every field is optional: `message_delta` carries
@@ -77,7 +79,22 @@ pub(super) fn parse(value: Value) -> Result<Response> {
     }
     let wire: WireResponse =
         serde_json::from_value(value).map_err(|e| Error::parse("Anthropic response", e))?;
-    let content: Vec<ContentBlock> = wire.content.into_iter().map(block).collect();
+    let mut content: Vec<ContentBlock> = Vec::with_capacity(wire.content.len());
+    for value in wire.content {
+        let caller = match &value {
+            Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("tool_use") => {
+                let id = map.get("id").and_then(Value::as_str).unwrap_or_default();
+                map.get("caller")
+                    .and_then(|caller| caller_note(id, caller.clone()))
+            }
+            _ => None,
+        };
+        content.push(block(value));
+        content.extend(caller.map(native));
+    }
+    if let Some(container) = wire.container.filter(|c| !c.is_null()) {
+        content.push(native(container_note(container)));
+    }
     let mut usage = Usage::default();
     wire.usage.apply_to(&mut usage);
     let stop_reason = match wire.stop_reason {
@@ -134,6 +151,34 @@ pub(super) fn block(value: Value) -> ContentBlock {
         },
         _ => native(Value::Object(map)),
     }
+}
+
+/// The annotation that keeps a client call's `caller` (programmatic tool calling: the code
+/// execution call that made it), or `None` for a call Claude made directly, the default.
+/// Annotations have no `type`: they are not blocks, and the request never sends them as such.
+pub(super) fn caller_note(tool_use_id: &str, caller: Value) -> Option<Value> {
+    if caller.is_null() || caller.get("type").and_then(Value::as_str) == Some("direct") {
+        return None;
+    }
+    let mut note = Map::new();
+    note.insert("caller".to_owned(), caller);
+    note.insert("tool_use_id".to_owned(), tool_use_id.into());
+    Some(Value::Object(note))
+}
+
+/// The annotation that keeps the code execution container a message ran in (`{id,
+/// expires_at}`); the next request names it so a programmatic call's results reach it.
+pub(super) fn container_note(container: Value) -> Value {
+    let mut note = Map::new();
+    note.insert("container".to_owned(), container);
+    Value::Object(note)
+}
+
+/// A decoder annotation ([`caller_note`], [`container_note`]) rather than a block.
+pub(super) fn is_note(value: &Value) -> bool {
+    value
+        .as_object()
+        .is_some_and(|map| !map.contains_key("type"))
 }
 
 fn native(value: Value) -> ContentBlock {
@@ -226,6 +271,44 @@ mod tests {
                     name: "save".into(),
                     input: json!({"note": "rust"}),
                 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_programmatic_call_keeps_its_caller_and_the_container() {
+        // "Programmatic tool calling": the client call names the code execution call that
+        // made it; the message names the container the code runs in.
+        let response = parse(json!({
+            "id": "msg_02",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "rollDie", "input": {"player": "p1"},
+                 "caller": {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "rollDie", "input": {"player": "p2"},
+                 "caller": {"type": "direct"}}
+            ],
+            "container": {"id": "container_1", "expires_at": "2025-12-20T05:33:37Z"},
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 0, "output_tokens": 0}
+        }))
+        .expect("parses");
+        let call = |id: &str, player: &str| ContentBlock::ToolUse {
+            id: id.into(),
+            name: "rollDie".into(),
+            input: json!({ "player": player }),
+        };
+        assert_eq!(
+            response.content,
+            vec![
+                call("toolu_1", "p1"),
+                native(json!({
+                    "caller": {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"},
+                    "tool_use_id": "toolu_1"
+                })),
+                call("toolu_2", "p2"),
+                native(
+                    json!({"container": {"id": "container_1", "expires_at": "2025-12-20T05:33:37Z"}})
+                ),
             ]
         );
     }

@@ -468,6 +468,20 @@ pub(crate) fn exception(kind: &str, payload: &[u8]) -> Error {
             message,
         },
         "serviceunavailable" => Error::Overloaded { provider, message },
+        // "A streaming error occurred. Retry your request." (HTTP 424): retryable, see
+        // `Error::is_retryable`.
+        "modelstreamerror" => Error::Api {
+            provider,
+            status: 424,
+            error_type,
+            message,
+        },
+        "modeltimeout" => Error::Api {
+            provider,
+            status: 408,
+            error_type,
+            message,
+        },
         "internalserver" => Error::Api {
             provider,
             status: 500,

@@ -30,7 +30,9 @@
 //! - **Errors**: HTTP errors by status and `x-amzn-ErrorType`; exceptions sent as frames
 //!   mid-stream (`throttlingException`, `serviceUnavailableException`,
 //!   `modelStreamErrorException`, ...) typed the same way, so rate limits and overload are
-//!   retryable like every provider's.
+//!   retryable like every provider's; `modelStreamErrorException` ("Retry your request") is
+//!   a retryable 424, and any of them before content sends the call again (see
+//!   [`crate::provider::http::Transport::post_stream`]).
 //!
 //! ```no_run
 //! # fn main() -> agentloop::Result<()> {
@@ -449,7 +451,7 @@ impl Provider for Bedrock {
         match self.prepared(request, true) {
             Ok((path, body, headers)) => {
                 self.transport
-                    .post_body_stream(&path, body, headers, BedrockDecoder::new())
+                    .post_body_stream(&path, body, headers, BedrockDecoder::new)
             }
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
         }

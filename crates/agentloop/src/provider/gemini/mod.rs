@@ -277,7 +277,7 @@ impl Provider for Gemini {
                 &self.path(&request.model, true),
                 body,
                 HeaderMap::new(),
-                GeminiDecoder::new(),
+                GeminiDecoder::new,
             ),
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
         }

@@ -493,12 +493,10 @@ impl Provider for OpenAi {
 
     fn stream(&self, request: &Request) -> EventStream {
         match self.request_body(request, true) {
-            Ok(body) => self.transport.post_stream(
-                PATH,
-                body,
-                HeaderMap::new(),
-                ChunkDecoder::new(self.options.name.clone()),
-            ),
+            Ok(body) => self.transport.post_stream(PATH, body, HeaderMap::new(), {
+                let name = self.options.name.clone();
+                move || ChunkDecoder::new(name.clone())
+            }),
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
         }
     }

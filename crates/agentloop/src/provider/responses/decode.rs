@@ -18,10 +18,13 @@
 //!   servers): whichever comes first is used, never both.
 //! - Built-in tool items (web and file search, code interpreter, MCP listings and approval
 //!   requests, tool search, compaction, ...) are kept whole as native blocks when done.
+//! - A message's citations (`annotations` on its `output_text`) follow its text as a native
+//!   note `{annotations, content_index, item_id}` (no `type`: never sent back as an item).
 //! - `response.refusal.delta` is answer text with a [`StopReason::Refusal`] at the end.
 //! - `response.incomplete` maps `max_output_tokens` to [`StopReason::MaxTokens`] (a call cut
 //!   off mid-arguments keeps its raw text); an `error` event or `response.failed` is an
-//!   error, typed by its code.
+//!   error, typed by its code (`rate_limit_exceeded` a rate limit, `server_error` an HTTP
+//!   500: both retried when no content came yet).
 //! - A resumed background stream has no `response.created`; any event carrying the response
 //!   object starts the message.
 
@@ -363,8 +366,8 @@ impl ResponsesDecoder {
                 call.closed = true;
                 out.push_back(StreamEvent::ToolCallEnd { index });
             }
-            // Its text streamed already.
-            Some("message") => {}
+            // Its text streamed already; its citations are kept after it.
+            Some("message") => citations(item, out),
             Some("reasoning") => {
                 self.summary_part = None;
                 out.push_back(StreamEvent::ThinkingSignature {
@@ -474,9 +477,37 @@ fn usage(usage: &Value) -> Option<Usage> {
     })
 }
 
+/// A message item's `annotations` (url, file and container file citations on its
+/// `output_text` parts), one note per annotated part: `{annotations, content_index, item_id}`.
+/// Notes have no `type`: they are not items, and the request never sends them.
+fn citations(item: &Value, out: &mut VecDeque<StreamEvent>) {
+    let Some(parts) = item.get("content").and_then(Value::as_array) else {
+        return;
+    };
+    for (index, part) in parts.iter().enumerate() {
+        let Some(annotations) = part
+            .get("annotations")
+            .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
+        else {
+            continue;
+        };
+        let mut note = serde_json::Map::new();
+        note.insert("annotations".into(), annotations.clone());
+        note.insert("content_index".into(), index.into());
+        if let Some(id) = item.get("id") {
+            note.insert("item_id".into(), id.clone());
+        }
+        out.push_back(StreamEvent::NativeBlock {
+            provider: PROVIDER_NAME.to_owned(),
+            value: Value::Object(note),
+        });
+    }
+}
+
 /// An `error` event's or a failed response's `{code, message}` (or `{type, ...}`) as a typed
 /// error: a rate limit (`rate_limit_exceeded`, one of the reference's `ResponseError` codes)
-/// keeps its retryable kind.
+/// keeps its retryable kind, and `server_error` (the server failed, not the request) is the
+/// HTTP 500 it stands for, retried before any content like one.
 pub(super) fn stream_error(error: &Value) -> Error {
     let text = |key: &str| error.get(key).and_then(Value::as_str);
     let message = text("message")
@@ -487,6 +518,12 @@ pub(super) fn stream_error(error: &Value) -> Error {
         Some("rate_limit_exceeded") => Error::RateLimited {
             provider: PROVIDER_NAME.to_owned(),
             retry_after: None,
+            message,
+        },
+        Some("server_error") => Error::Api {
+            provider: PROVIDER_NAME.to_owned(),
+            status: 500,
+            error_type,
             message,
         },
         _ => Error::Stream {
@@ -559,6 +596,11 @@ mod tests {
 
     #[test]
     fn error_codes_keep_their_retryable_kinds() {
+        let server = stream_error(&json!({"code": "server_error", "message": "try again"}));
+        assert!(
+            matches!(&server, Error::Api { status: 500, error_type: Some(t), .. } if t == "server_error")
+        );
+        assert!(server.is_retryable());
         let limited = stream_error(&json!({"code": "rate_limit_exceeded", "message": "slow"}));
         assert!(matches!(limited, Error::RateLimited { .. }), "{limited:?}");
         let quota = stream_error(&json!({"type": "insufficient_quota", "message": "pay"}));
@@ -566,5 +608,23 @@ mod tests {
             matches!(&quota, Error::Stream { error_type: Some(t), .. } if t == "insufficient_quota")
         );
         assert!(!quota.is_retryable());
+    }
+
+    #[test]
+    fn a_failed_response_with_a_server_error_is_retryable() {
+        // `response.failed` carries the `ResponseError` in `response.error`.
+        let mut decoder = ResponsesDecoder::new();
+        let mut out = VecDeque::new();
+        let created =
+            json!({"type": "response.created", "response": {"id": "r", "status": "in_progress"}});
+        decoder.event_value(&created, &mut out).unwrap();
+        let failed = json!({"type": "response.failed", "response": {"id": "r", "status": "failed",
+            "error": {"code": "server_error", "message": "The server had an error."}}});
+        let error = decoder.event_value(&failed, &mut out).unwrap_err();
+        assert!(
+            matches!(&error, Error::Api { status: 500, message, .. } if message == "The server had an error."),
+            "{error:?}"
+        );
+        assert!(error.is_retryable());
     }
 }

@@ -176,7 +176,7 @@ impl Provider for OpenAiResponses {
         match self.prepare(request, true) {
             Ok(body) => {
                 self.transport
-                    .post_stream(PATH, body, HeaderMap::new(), ResponsesDecoder::new())
+                    .post_stream(PATH, body, HeaderMap::new(), ResponsesDecoder::new)
             }
             Err(error) => futures::stream::once(async move { Err(error) }).boxed(),
         }

@@ -243,7 +243,11 @@ fn push_message(input: &mut Vec<Value>, message: &Message, options: &ResponsesOp
                             input.push(item);
                         }
                     }
-                    ContentBlock::Native { provider, value } if provider == PROVIDER_NAME => {
+                    // Items go back as they came; the decoder's notes (citations, no `type`)
+                    // are not items.
+                    ContentBlock::Native { provider, value }
+                        if provider == PROVIDER_NAME && value.get("type").is_some() =>
+                    {
                         flush_assistant(input, &mut text);
                         input.push(value.clone());
                     }
