@@ -353,3 +353,43 @@ async fn cache_tokens_are_reported_and_priced() {
         assert_eq!(cost.total.to_string(), "0.0000915");
     }
 }
+
+/// A stream sent again after an error before any content starts over unseen: its consumer
+/// gets the events of the attempt that answered, one message start included, exactly as if
+/// the first attempt had not happened.
+#[tokio::test]
+async fn a_retried_stream_shows_only_the_attempt_that_answered() {
+    use futures::StreamExt;
+    async fn events(server: &MockServer) -> Vec<agentloop::StreamEvent> {
+        let request = Request::new(MODEL, vec![agentloop::Message::user("hi")]);
+        let provider = signed(server);
+        let stream = provider.stream(&request);
+        stream.map(|event| event.unwrap()).collect().await
+    }
+    let overloaded = Error::Overloaded {
+        provider: "bedrock".into(),
+        message: "Bedrock is unable to process your request.".into(),
+    };
+    let retried = MockServer::start(
+        Wire::Bedrock,
+        [
+            Turn::text("never seen")
+                .with_usage(7, 1)
+                .fail_after(1, overloaded),
+            Turn::text("after the retry"),
+        ],
+    )
+    .await
+    .unwrap();
+    let clean = MockServer::start(Wire::Bedrock, [Turn::text("after the retry")])
+        .await
+        .unwrap();
+    let seen = events(&retried).await;
+    assert_eq!(retried.calls(), 2);
+    assert_eq!(seen, events(&clean).await);
+    let starts = seen
+        .iter()
+        .filter(|e| matches!(e, agentloop::StreamEvent::MessageStart { .. }))
+        .count();
+    assert_eq!(starts, 1, "{seen:?}");
+}

@@ -2,7 +2,9 @@
 //! errors from status and body, retries with backoff and jitter that honour `retry-after`, and
 //! SSE streams decoded into normalized events with an idle timeout that costs nothing per chunk.
 //! A stream whose provider reports a retryable error (overload, rate limit, server error)
-//! before any content is sent again, like an error status; after content it is not.
+//! before any content is sent again, like an error status; after content it is not. Until
+//! content comes, the events before it (message start, usage) are held back, so a consumer
+//! sees only the attempt that answered.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -549,6 +551,7 @@ impl Transport {
             extra,
             new_decoder: Box::new(new_decoder),
             retries: 0,
+            held: Vec::new(),
         };
         Box::pin(SseStream {
             state: SseState::Connecting {
@@ -573,6 +576,9 @@ struct Again<D> {
     new_decoder: Box<dyn Fn() -> D + Send>,
     /// Times the call was sent again after an error in its stream.
     retries: u32,
+    /// The events before the first content (message start, usage), held back while the call
+    /// may still be sent again, so that a retry starts the answer over unseen.
+    held: Vec<StreamEvent>,
 }
 
 type Connect = Pin<Box<dyn Future<Output = Result<reqwest::Response>> + Send>>;
@@ -597,6 +603,18 @@ fn is_content(event: &StreamEvent) -> bool {
         event,
         StreamEvent::MessageStart { .. } | StreamEvent::Usage { .. }
     )
+}
+
+/// At the end of a stream that can no longer be sent again: queue what was held back, if
+/// anything, and say whether something was.
+fn release_held<D>(again: &mut Option<Box<Again<D>>>, pending: &mut VecDeque<StreamEvent>) -> bool {
+    match again.take() {
+        Some(again) if !again.held.is_empty() => {
+            pending.extend(again.held);
+            true
+        }
+        _ => false,
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -706,10 +724,24 @@ where
                 }
                 SseState::Reading(reading) => {
                     if let Some(event) = reading.pending.pop_front() {
-                        if this.again.is_some() && is_content(&event) {
-                            this.again = None;
+                        match this.again.as_deref_mut() {
+                            None => return Poll::Ready(Some(Ok(event))),
+                            Some(again) if !is_content(&event) => {
+                                again.held.push(event);
+                                continue;
+                            }
+                            Some(again) => {
+                                // The first content: no retry from here, and what was held
+                                // goes out before it.
+                                let held = std::mem::take(&mut again.held);
+                                this.again = None;
+                                reading.pending.push_front(event);
+                                for event in held.into_iter().rev() {
+                                    reading.pending.push_front(event);
+                                }
+                                continue;
+                            }
                         }
-                        return Poll::Ready(Some(Ok(event)));
                     }
                     if let Some(error) = reading.failed.take() {
                         if let Some(again) = this.again.as_deref_mut()
@@ -721,6 +753,7 @@ where
                                 .delay(again.retries + 1, &error)
                         {
                             again.retries += 1;
+                            again.held.clear();
                             tracing::debug!(provider = %again.transport.inner.provider, retry = again.retries, ?wait, %error, "sending again after an error before any content");
                             this.state = SseState::Connecting {
                                 connect: again.connect(Some(wait)),
@@ -729,10 +762,17 @@ where
                             };
                             continue;
                         }
+                        if release_held(&mut this.again, &mut reading.pending) {
+                            reading.failed = Some(error);
+                            continue;
+                        }
                         this.state = SseState::Done;
                         return Poll::Ready(Some(Err(error)));
                     }
                     if reading.ended {
+                        if release_held(&mut this.again, &mut reading.pending) {
+                            continue;
+                        }
                         this.state = SseState::Done;
                         return Poll::Ready(None);
                     }
