@@ -8,8 +8,8 @@
 //!
 //! | strategy | what the request carries | where the answer is |
 //! | --- | --- | --- |
-//! | [`OutputStrategy::Native`] (OpenAI's default) | OpenAI `response_format` (`json_schema`), Anthropic `output_config.format`, Gemini `generationConfig.responseJsonSchema` ([`crate::message::Request::output`]), each in its provider's [schema dialect](crate::tool::schema::Dialect) | the answer's text |
-//! | [`OutputStrategy::Tool`] (the default elsewhere, Anthropic's and Gemini's included) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
+//! | [`OutputStrategy::Native`] (the default of OpenAI and Responses) | OpenAI `response_format` (`json_schema`), Responses `text.format`, Anthropic `output_config.format`, Gemini `generationConfig.responseJsonSchema`, Bedrock `outputConfig.textFormat` ([`crate::message::Request::output`]), each in its provider's [schema dialect](crate::tool::schema::Dialect) | the answer's text |
+//! | [`OutputStrategy::Tool`] (the default elsewhere: Anthropic, Gemini, Bedrock, whose structured output only some models take) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
 //! | [`OutputStrategy::Prompted`] | the schema in the system prompt | JSON found in the answer's text (a code fence, or the outermost `{...}` / `[...]`) |
 //!
 //! An answer that fails the checks goes back to the model with each problem at its JSON

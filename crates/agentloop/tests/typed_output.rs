@@ -1,5 +1,5 @@
-//! Typed answers over real HTTP against the testkit's wire servers, for OpenAI, Anthropic and
-//! Gemini:
+//! Typed answers over real HTTP against the testkit's wire servers, for OpenAI, Anthropic,
+//! Gemini, OpenAI Responses and Bedrock Converse:
 //! a tool call and then a typed answer (native and tool strategies), an invalid answer
 //! corrected on the second try, the retry budget, and repeated identical invalid answers.
 //!
@@ -11,7 +11,13 @@
 //! `tool_choice: {"type": "any"}`, with `strict: true` tools in Anthropic's strict dialect;
 //! Gemini `generationConfig: {"responseMimeType": "application/json", "responseJsonSchema"}`
 //! (ai.google.dev/api/generate-content, `GenerationConfig`) and
-//! `toolConfig: {"functionCallingConfig": {"mode": "ANY"}}`.
+//! `toolConfig: {"functionCallingConfig": {"mode": "ANY"}}`; Responses `text: {"format":
+//! {"type": "json_schema", "name", "schema", "strict"}}` (platform.openai.com/docs/api-reference/
+//! responses/create, `text.format`) and `tool_choice: "required"`; Bedrock Converse
+//! `outputConfig: {"textFormat": {"type": "json_schema", "structure": {"jsonSchema": {"schema":
+//! "<the schema as a JSON string>", "name"}}}}` (Bedrock API reference: `OutputConfig`,
+//! `OutputFormat`, `OutputFormatStructure`, `JsonSchemaDefinition`, whose `schema` is a string)
+//! and `toolConfig.toolChoice: {"any": {}}`.
 
 use std::sync::Arc;
 
@@ -56,9 +62,14 @@ fn provider(server: &MockServer) -> Arc<dyn Provider> {
             config.api_key = Some(ApiKey::new("gemini-test"));
             Arc::new(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
-        Wire::Bedrock => {
-            unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
-        }
+        Wire::Bedrock => Arc::new(
+            agentloop::provider::bedrock::Bedrock::new(
+                config,
+                "eu-west-1",
+                agentloop::provider::bedrock::BedrockAuth::Bearer(ApiKey::new("bedrock-test")),
+            )
+            .unwrap(),
+        ),
         Wire::Responses => {
             config.api_key = Some(ApiKey::new("sk-test"));
             Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
@@ -100,6 +111,14 @@ fn strict_report_schema() -> Value {
 }
 
 fn last_message(request: &RecordedRequest) -> Value {
+    if request.body.get("input").is_some() {
+        return request.body["input"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+    }
     if request.body.get("contents").is_some() {
         return request.body["contents"]
             .as_array()
@@ -116,7 +135,34 @@ fn last_message(request: &RecordedRequest) -> Value {
         .clone()
 }
 
-const WIRES: [Wire; 3] = [Wire::OpenAi, Wire::Anthropic, Wire::Gemini];
+const WIRES: [Wire; 5] = [
+    Wire::OpenAi,
+    Wire::Anthropic,
+    Wire::Gemini,
+    Wire::Responses,
+    Wire::Bedrock,
+];
+
+/// Bedrock's `outputConfig` for the report: the schema in the strict (closed) form, as a
+/// string.
+fn bedrock_output_config() -> Value {
+    json!({"textFormat": {"type": "json_schema", "structure": {"jsonSchema": {
+        "schema": strict_report_schema().to_string(),
+        "name": "final_answer"
+    }}}})
+}
+
+/// The tools of a request, in the wire's own list.
+fn wire_tools(wire: Wire, body: &Value) -> Vec<Value> {
+    match wire {
+        Wire::Gemini => &body["tools"][0]["functionDeclarations"],
+        Wire::Bedrock => &body["toolConfig"]["tools"],
+        _ => &body["tools"],
+    }
+    .as_array()
+    .cloned()
+    .unwrap_or_default()
+}
 
 fn native() -> Output<Report> {
     Output::new().with_strategy(OutputStrategy::Native)
@@ -128,6 +174,10 @@ async fn openai_answers_natively_and_anthropic_and_gemini_by_the_final_answer_to
         (Wire::OpenAi, OutputStrategy::Native),
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Tool),
+        (Wire::Responses, OutputStrategy::Native),
+        // Converse's structured output is for some models only; every model with tools
+        // takes the final-answer tool.
+        (Wire::Bedrock, OutputStrategy::Tool),
     ] {
         let server = MockServer::start(wire, []).await.unwrap();
         assert_eq!(provider(&server).output_strategy(), strategy, "{wire:?}");
@@ -171,8 +221,17 @@ async fn a_tool_call_then_a_native_typed_answer() {
                         "responseJsonSchema": report_schema()
                     }),
                 ),
-                Wire::Bedrock | Wire::Responses => {
-                    unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+                Wire::Responses => assert_eq!(
+                    request.body["text"],
+                    json!({"format": {
+                        "type": "json_schema",
+                        "name": "final_answer",
+                        "schema": strict_report_schema(),
+                        "strict": true
+                    }}),
+                ),
+                Wire::Bedrock => {
+                    assert_eq!(request.body["outputConfig"], bedrock_output_config());
                 }
                 // Strict: every property required (both are), objects closed, numbers
                 // without `format`.
@@ -203,13 +262,16 @@ async fn a_tool_call_then_a_native_typed_answer() {
                 ),
             }
             // The native strategy adds no tool and leaves the tool choice alone.
-            let tools = match wire {
-                Wire::Gemini => &request.body["tools"][0]["functionDeclarations"],
-                _ => &request.body["tools"],
-            };
-            assert_eq!(tools.as_array().unwrap().len(), 1, "{wire:?}");
+            assert_eq!(wire_tools(wire, &request.body).len(), 1, "{wire:?}");
             assert_eq!(request.body.get("tool_choice"), None, "{wire:?}");
-            assert_eq!(request.body.get("toolConfig"), None, "{wire:?}");
+            match wire {
+                Wire::Bedrock => assert_eq!(
+                    request.body["toolConfig"].get("toolChoice"),
+                    None,
+                    "{wire:?}"
+                ),
+                _ => assert_eq!(request.body.get("toolConfig"), None, "{wire:?}"),
+            }
         }
         server.assert_complete();
     }
@@ -242,17 +304,15 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
         assert_eq!(request.body.get("response_format"), None);
         assert_eq!(request.body.get("output_config"), None);
         assert_eq!(request.body.get("generationConfig"), None);
-        let tools = match wire {
-            Wire::Gemini => request.body["tools"][0]["functionDeclarations"]
-                .as_array()
-                .unwrap(),
-            _ => request.body["tools"].as_array().unwrap(),
-        };
+        assert_eq!(request.body.get("text"), None);
+        assert_eq!(request.body.get("outputConfig"), None);
+        let tools = wire_tools(wire, &request.body);
         let names: Vec<&str> = tools
             .iter()
             .map(|t| {
                 t.get("name")
                     .or_else(|| t["function"].get("name"))
+                    .or_else(|| t["toolSpec"].get("name"))
                     .and_then(Value::as_str)
                     .unwrap()
             })
@@ -268,8 +328,30 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
                 );
                 assert_eq!(tools[1]["parametersJsonSchema"], report_schema());
             }
-            Wire::Bedrock | Wire::Responses => {
-                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+            Wire::Responses => {
+                assert_eq!(request.body["tool_choice"], json!("required"));
+                assert_eq!(
+                    tools[1],
+                    json!({
+                        "type": "function",
+                        "name": "final_answer",
+                        "description": description,
+                        "parameters": strict_report_schema(),
+                        "strict": true
+                    })
+                );
+            }
+            // Bedrock's dialect: refs inlined, the schema otherwise as written.
+            Wire::Bedrock => {
+                assert_eq!(request.body["toolConfig"]["toolChoice"], json!({"any": {}}));
+                assert_eq!(
+                    tools[1],
+                    json!({"toolSpec": {
+                        "name": "final_answer",
+                        "description": description,
+                        "inputSchema": {"json": report_schema()}
+                    }})
+                );
             }
             Wire::OpenAi => {
                 assert_eq!(request.body["tool_choice"], json!("required"));
@@ -345,9 +427,42 @@ async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected
                     "responseJsonSchema": report_schema()
                 }
             }),
-            Wire::Bedrock | Wire::Responses => {
-                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
-            }
+            Wire::Responses => json!({
+                "model": "m",
+                "input": [
+                    {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+                    {"role": "assistant", "content": [{"type": "output_text", "text": answer}]},
+                    {"role": "user", "content": [{"type": "input_text", "text": feedback}]}
+                ],
+                "tools": [{
+                    "type": "function",
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "parameters": weather,
+                    "strict": false
+                }],
+                "text": {"format": {
+                    "type": "json_schema",
+                    "name": "final_answer",
+                    "schema": strict_report_schema(),
+                    "strict": true
+                }},
+                "store": false,
+                "include": ["reasoning.encrypted_content"]
+            }),
+            Wire::Bedrock => json!({
+                "messages": [
+                    {"role": "user", "content": [{"text": "Weather in Paris?"}]},
+                    {"role": "assistant", "content": [{"text": answer}]},
+                    {"role": "user", "content": [{"text": feedback}]}
+                ],
+                "toolConfig": {"tools": [{"toolSpec": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "inputSchema": {"json": weather}
+                }}]},
+                "outputConfig": bedrock_output_config()
+            }),
             Wire::OpenAi => json!({
                 "model": "m",
                 "messages": [
@@ -419,9 +534,12 @@ async fn an_invalid_final_answer_call_goes_back_as_a_tool_error_and_is_corrected
             Wire::Gemini => json!({"role": "user", "parts": [{"functionResponse": {
                 "id": "call_a", "name": "final_answer", "response": {"error": text}
             }}]}),
-            Wire::Bedrock | Wire::Responses => {
-                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
-            }
+            Wire::Responses => json!({
+                "type": "function_call_output", "call_id": "call_a", "output": text
+            }),
+            Wire::Bedrock => json!({"role": "user", "content": [{"toolResult": {
+                "toolUseId": "call_a", "content": [{"text": text}], "status": "error"
+            }}]}),
             Wire::OpenAi => json!({
                 "role": "tool", "tool_call_id": "call_a", "content": text
             }),
@@ -474,6 +592,10 @@ async fn the_retry_budget_ends_the_run_with_a_typed_error() {
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Native),
         (Wire::Gemini, OutputStrategy::Tool),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Responses, OutputStrategy::Tool),
+        (Wire::Bedrock, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
     ] {
         let answers = match strategy {
             OutputStrategy::Tool => [
@@ -522,6 +644,10 @@ async fn repeated_identical_invalid_answers_stop_early() {
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Native),
         (Wire::Gemini, OutputStrategy::Tool),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Responses, OutputStrategy::Tool),
+        (Wire::Bedrock, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
     ] {
         let answer = |_| match strategy {
             OutputStrategy::Tool => Turn::tool_call("final_answer", json!({"city": "Paris"})),
@@ -577,6 +703,9 @@ async fn a_streamed_typed_run_shows_the_partial_answer_then_the_checked_value() 
         (Wire::OpenAi, OutputStrategy::Native),
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Native),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
+        (Wire::Bedrock, OutputStrategy::Native),
     ] {
         let answer = json!({"city": "Paris", "temp_c": 18});
         let turn = match strategy {
