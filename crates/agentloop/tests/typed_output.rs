@@ -872,3 +872,219 @@ async fn a_schema_given_at_run_time_is_asked_for_and_checked() {
             .contains("- /temp_c: \"warm\" is not of type \"integer\""),
     );
 }
+
+/// An agent whose `send_email` tool waits for approval, for the paused typed runs.
+fn approving_agent(server: &MockServer) -> Agent {
+    Agent::builder_shared(provider(server))
+        .model("m")
+        .tool(
+            Tool::function(
+                "send_email",
+                "Send an email",
+                |_: serde_json::Map<String, Value>| async move { Ok::<_, String>("sent") },
+            )
+            .with_approval_required(true),
+        )
+        .build()
+}
+
+#[tokio::test]
+async fn a_typed_run_paused_for_approval_resumes_as_a_typed_run_in_a_fresh_agent() {
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Tool),
+        (Wire::Gemini, OutputStrategy::Prompted),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
+    ] {
+        let answer = |report: Value| match strategy {
+            OutputStrategy::Tool => Turn::tool_call("final_answer", report),
+            _ => Turn::text(report.to_string()),
+        };
+        let server = MockServer::start(
+            wire,
+            [
+                Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+                // Invalid first: the resumed run still checks against the schema.
+                answer(json!({"city": "Paris"})),
+                answer(json!({"city": "Paris", "temp_c": 18})),
+            ],
+        )
+        .await
+        .unwrap();
+        let output = Output::<Report>::new().with_strategy(strategy);
+        let mut stream =
+            approving_agent(&server).run_output_stream_with("Weather in Paris?", output);
+        let mut finish = None;
+        while let Some(event) = stream.next().await {
+            if let RunEvent::RunFinish { result } = event {
+                finish = Some(result);
+            }
+        }
+        let paused = finish.unwrap().paused.expect("paused for approval");
+        assert!(paused.is_typed(), "{wire:?}");
+        // Kept as JSON, resumed by a fresh agent of the same definition.
+        let saved = serde_json::to_string(&paused).unwrap();
+        let paused: agentloop::run::PausedRun = serde_json::from_str(&saved).unwrap();
+        let typed = approving_agent(&server)
+            .resume_output::<Report>(&paused, [("e", agentloop::run::Decision::Approve)])
+            .await
+            .unwrap();
+        assert_eq!(
+            typed.value,
+            Report {
+                city: "Paris".into(),
+                temp_c: 18
+            },
+            "{wire:?}"
+        );
+        assert_eq!(typed.result.stop_reason, RunStopReason::EndTurn, "{wire:?}");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3, "{wire:?}");
+        // The resumed run asks in the same way (tools, native format, prompt) and sends the
+        // pointer errors back.
+        let without_history = |body: &Value| {
+            let mut body = body.clone();
+            // The first request streamed; the resumed run calls without streaming.
+            for key in [
+                "messages",
+                "input",
+                "contents",
+                "stream",
+                "stream_options",
+                "include",
+            ] {
+                body.as_object_mut().unwrap().remove(key);
+            }
+            body
+        };
+        assert_eq!(
+            without_history(&requests[1].body),
+            without_history(&requests[0].body),
+            "{wire:?}"
+        );
+        let feedback = match strategy {
+            OutputStrategy::Tool => {
+                "Error: invalid arguments for tool `final_answer`:\n\
+                                     - /: \"temp_c\" is a required property\n\
+                                     Fix the arguments and call the tool again (retry 1 of 2)."
+            }
+            _ => {
+                "Error: your answer is not a valid `final_answer`:\n\
+                  - /: \"temp_c\" is a required property\n\
+                  Fix it and answer again (retry 1 of 2)."
+            }
+        };
+        let last = last_message(&requests[2]).to_string();
+        let escaped = Value::String(feedback.into()).to_string();
+        assert!(
+            last.contains(&escaped[1..escaped.len() - 1]),
+            "{wire:?}: {last}"
+        );
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_typed_run_streams_its_output_event_and_keeps_the_validator() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+            Turn::text(r#"{"city": "Paris", "temp_c": 99}"#),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = approving_agent(&server);
+    let mut stream = agent.run_output_stream::<Report>("Weather in Paris?");
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    let paused = finish.unwrap().paused.expect("paused for approval");
+    let output = Output::<Report>::new().with_validator(|r| {
+        if r.temp_c > 60 {
+            Err(format!("{} °C is not a weather temperature", r.temp_c))
+        } else {
+            Ok(())
+        }
+    });
+    let mut stream = agent
+        .resume_output_stream_with(&paused, [("e", agentloop::run::Decision::Approve)], output)
+        .unwrap();
+    let mut kinds = Vec::new();
+    let mut value = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::Output { value: v } = &event {
+            value = Some((**v).clone());
+        }
+        kinds.push(event.kind());
+    }
+    assert_eq!(value, Some(json!({"city": "Paris", "temp_c": 18})));
+    let n = kinds.len();
+    assert_eq!(kinds[n - 2..], ["output", "run_finish"]);
+    assert_eq!(
+        last_message(&server.requests()[2])["content"],
+        "Error: your answer is not a valid `final_answer`:\n\
+         - /: 99 °C is not a weather temperature\n\
+         Fix it and answer again (retry 1 of 2)."
+    );
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn resume_keeps_the_schema_of_a_paused_typed_run() {
+    // Plain `resume` (no type at hand) still checks the answer and sets `output`.
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+            Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": "warm"})),
+            Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": 18})),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = approving_agent(&server);
+    let mut stream = agent.run_output_stream::<Report>("Weather in Paris?");
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    let paused = finish.unwrap().paused.expect("paused for approval");
+    let result = agent
+        .resume(&paused, [("e", agentloop::run::Decision::Approve)])
+        .await
+        .unwrap();
+    assert_eq!(result.output, Some(json!({"city": "Paris", "temp_c": 18})));
+    assert_eq!(result.tool_calls, 3);
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn an_untyped_paused_run_is_refused_by_a_typed_resume() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"])],
+    )
+    .await
+    .unwrap();
+    let agent = approving_agent(&server);
+    let result = agent.run("Mail a").await.unwrap();
+    let paused = result.paused.expect("paused for approval");
+    assert!(!paused.is_typed());
+    let error = agent
+        .resume_output::<Report>(&paused, [("e", agentloop::run::Decision::Approve)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "configuration error: this paused run is not a typed run; resume it with Agent::resume"
+    );
+}
