@@ -1088,3 +1088,63 @@ async fn an_untyped_paused_run_is_refused_by_a_typed_resume() {
         "configuration error: this paused run is not a typed run; resume it with Agent::resume"
     );
 }
+
+/// Gemini 3 models combine structured output with function calling ("Structured outputs with
+/// tools", ai.google.dev/gemini-api/docs/structured-output, and the Gemini 3 developer guide);
+/// earlier ones refuse `responseMimeType: application/json` beside function declarations, so
+/// they answer by the final-answer tool.
+#[tokio::test]
+async fn gemini_3_answers_natively_beside_its_tools_and_earlier_geminis_by_the_tool() {
+    for (model, strategy) in [
+        ("gemini-3-pro-preview", OutputStrategy::Native),
+        ("gemini-3.1-flash", OutputStrategy::Native),
+        ("models/gemini-3-flash-preview", OutputStrategy::Native),
+        ("gemini-2.5-flash", OutputStrategy::Tool),
+        ("gemini-flash-latest", OutputStrategy::Tool),
+    ] {
+        let server = MockServer::start(Wire::Gemini, []).await.unwrap();
+        let request = agentloop::Request {
+            model: model.into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            provider(&server).output_strategy_for(&request),
+            strategy,
+            "{model}"
+        );
+    }
+    let server = MockServer::start(
+        Wire::Gemini,
+        [
+            Turn::tool_call("get_weather", json!({"city": "Paris"})),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = Agent::builder_shared(provider(&server))
+        .model("gemini-3-pro-preview")
+        .tool(Tool::function(
+            "get_weather",
+            "Current weather for a city",
+            |w: GetWeather| async move { Ok::<_, String>(format!("{}: 18 °C", w.city)) },
+        ))
+        .build();
+    let typed = agent
+        .run_output::<Report>("Weather in Paris?")
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    for request in server.requests() {
+        assert_eq!(
+            request.body["generationConfig"],
+            json!({
+                "responseMimeType": "application/json",
+                "responseJsonSchema": report_schema()
+            })
+        );
+        assert_eq!(wire_tools(Wire::Gemini, &request.body).len(), 1);
+        assert_eq!(request.body.get("toolConfig"), None);
+    }
+    server.assert_complete();
+}

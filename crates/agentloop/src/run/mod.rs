@@ -382,7 +382,7 @@ fn typed_run(
     mut output: OutputSpec,
     events: Option<Outbox>,
 ) -> (Driver, Machine, Option<String>) {
-    let strategy = output.resolve(provider.output_strategy());
+    let strategy = output.resolve(provider.output_strategy_for(&request));
     let tools = match output.prepare(&mut request) {
         Some(answer) => ToolSet::new(tools.as_slice().iter().cloned().chain([answer])),
         None => tools,
