@@ -148,8 +148,8 @@ impl Agent {
     /// Run to the end and return the answer as a `T` (see [`crate::output`]): the run may
     /// call tools first; its answer is checked against `T`'s schema and sent back with the
     /// problems until it passes or the retries run out ([`Error::InvalidOutput`]). The
-    /// strategy is the provider's ([`Provider::output_strategy_for`] the request); to choose one, or add a
-    /// validator, use [`Self::run_output_with`].
+    /// strategy is the provider's for the request ([`Provider::output_strategy_for`]); to
+    /// choose one, or add a validator, use [`Self::run_output_with`].
     ///
     /// [`Error::InvalidOutput`]: crate::Error::InvalidOutput
     pub fn run_output<T>(

@@ -1148,3 +1148,48 @@ async fn gemini_3_answers_natively_beside_its_tools_and_earlier_geminis_by_the_t
     }
     server.assert_complete();
 }
+
+/// A count of days.
+#[derive(Debug, PartialEq, Deserialize, JsonSchema)]
+struct Days {
+    days: u32,
+}
+
+/// An unsigned field (`minimum: 0`) keeps Anthropic's strict mode: the bound, which Anthropic
+/// refuses, is left out of what is sent, and our validation still sends a negative back.
+#[tokio::test]
+async fn an_unsigned_field_keeps_anthropic_strict_and_its_bound_is_checked_on_our_side() {
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("final_answer", json!({"days": -1})).with_ids(["call_a"]),
+            Turn::tool_call("final_answer", json!({"days": 3})),
+        ],
+    )
+    .await
+    .unwrap();
+    let typed = agent(&server)
+        .run_output_with("How long?", Output::<Days>::new())
+        .await
+        .unwrap();
+    assert_eq!(typed.value, Days { days: 3 });
+    let requests = server.requests();
+    let tool = &requests[0].body["tools"][1];
+    assert_eq!(tool["strict"], json!(true));
+    assert_eq!(
+        tool["input_schema"],
+        json!({
+            "type": "object",
+            "properties": {"days": {"type": "integer"}},
+            "required": ["days"],
+            "additionalProperties": false
+        })
+    );
+    assert_eq!(
+        last_message(&requests[1])["content"][0]["content"],
+        "Error: invalid arguments for tool `final_answer`:\n\
+         - /days: -1 is less than the minimum of 0\n\
+         Fix the arguments and call the tool again (retry 1 of 2)."
+    );
+    server.assert_complete();
+}
