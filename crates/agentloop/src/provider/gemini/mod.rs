@@ -26,6 +26,9 @@
 //!   kept in a native block.
 //! - **Usage**: thought tokens count as output and tool-use prompt tokens as input; the
 //!   cached part of the prompt is `cache_read_tokens` (and, as with OpenAI, included in input).
+//! - **Typed answers** ([`crate::output`]) are native (`responseJsonSchema`) on Gemini 3 and
+//!   later, which take it beside function declarations; earlier models refuse that pair, so
+//!   they answer by the final-answer tool ([`Provider::output_strategy_for`]).
 //!
 //! ```no_run
 //! # fn main() -> agentloop::Result<()> {
