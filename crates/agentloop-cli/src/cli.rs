@@ -133,7 +133,8 @@ pub struct RunArgs {
     pub run_id: Option<String>,
     /// Answer with JSON following this JSON Schema file (a typed answer): the answer is
     /// checked, sent back to the model with what is wrong until it passes or the retry budget
-    /// runs out (exit code 3), and printed alone on stdout (with --json, as `output`).
+    /// runs out (exit code 3), and printed alone on stdout (with --json, as `output`). A run
+    /// that pauses for approval (--approve) goes on checking against the schema.
     #[arg(long, value_name = "FILE.json", conflicts_with = "db")]
     pub output_schema: Option<PathBuf>,
 }

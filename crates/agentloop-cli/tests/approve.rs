@@ -268,3 +268,64 @@ fn chat_asks_on_its_input_and_goes_on_with_the_answer() {
         "{stdout}"
     );
 }
+
+/// `--output-schema` with `--approve`: the typed run pauses for the deploy call, and after the
+/// "y" it goes on as a typed run (an invalid answer goes back with its pointer errors) and
+/// prints the checked JSON as the document's `output`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_typed_run_pauses_for_approval_and_ends_with_the_checked_json() {
+    use agentloop_testkit::Turn;
+    use agentloop_testkit::server::{MockServer, Wire};
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("deploy", json!({"env": "prod"})),
+            Turn::text(r#"{"deployed": "yes"}"#),
+            Turn::text(r#"{"deployed": true}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let schema = dir.path().join("deployed.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"deployed": {"type": "boolean"}},
+            "required": ["deployed"]}"#,
+    )
+    .unwrap();
+    let url = server.base_url();
+    let schema = schema.to_str().unwrap().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        let flags = [
+            "--model",
+            "openai-compatible/m",
+            "--base-url",
+            &url,
+            "--output-schema",
+            &schema,
+            "--approve",
+        ];
+        run(&flags, "y\n")
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let doc = doc(&output);
+    assert_eq!(doc["output"], json!({"deployed": true}), "{doc}");
+    assert_eq!(doc["stop_reason"], "end_turn");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    // The resumed run still asks for the schema and sends the pointer errors back.
+    assert_eq!(
+        requests[2].body["response_format"]["json_schema"]["schema"]["required"],
+        json!(["deployed"])
+    );
+    let retry = requests[2].body["messages"].as_array().unwrap();
+    assert_eq!(
+        retry.last().unwrap()["content"],
+        "Error: your answer is not a valid `final_answer`:\n\
+         - /deployed: \"yes\" is not of type \"boolean\"\n\
+         Fix it and answer again (retry 1 of 2)."
+    );
+}

@@ -467,7 +467,17 @@ pub(crate) async fn resume(
     };
     let agent = answer_agent(state, &run, &saver);
     let decided = decisions.iter().map(|(id, _)| id.clone()).collect();
-    let events = match agent.resume_stream(&paused.run, decisions) {
+    // A typed answer keeps its schema while paused, and ends in its `output` event.
+    let resumed: agentloop::Result<Events> = if paused.run.is_typed() {
+        agent
+            .resume_output_stream_with(&paused.run, decisions, Output::<serde_json::Value>::new())
+            .map(|events| Box::pin(events) as Events)
+    } else {
+        agent
+            .resume_stream(&paused.run, decisions)
+            .map(|events| Box::pin(events) as Events)
+    };
+    let events = match resumed {
         Ok(events) => events,
         Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
     };
@@ -492,10 +502,7 @@ pub(crate) async fn resume(
         earlier_usage: paused.usage,
         created: false,
     };
-    state
-        .inner
-        .tasks
-        .spawn(follow(finisher, answer, Box::pin(events)));
+    state.inner.tasks.spawn(follow(finisher, answer, events));
     Ok(())
 }
 

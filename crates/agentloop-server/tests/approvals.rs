@@ -665,3 +665,71 @@ async fn the_ai_sdk_chat_approves_and_denies_with_the_real_client() {
     assert!(agentloop::history::is_valid(&stored.messages));
     assert_eq!(stored.messages.len(), 8);
 }
+
+/// A chat with an `output_schema` that pauses for approval stays typed after the decision:
+/// the scripted model answers by the final-answer tool, a first invalid answer goes back with
+/// its pointer error, and the answer ends in its `output` event.
+#[tokio::test]
+async fn a_typed_chat_paused_for_approval_ends_in_its_output_event() {
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::tool_call("final_answer", json!({"deployed": "yes"})).with_ids(["call_2"]),
+        Turn::tool_call("final_answer", json!({"deployed": true})).with_ids(["call_3"]),
+    ]);
+    let server = TestServer::start(config(&model, &ran)).await;
+    let schema = json!({
+        "type": "object",
+        "properties": {"deployed": {"type": "boolean"}},
+        "required": ["deployed"]
+    });
+    let response = post_chat(
+        &server,
+        json!({"message": "Deploy it", "output_schema": schema}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let mut reader = EventReader::new(response);
+    let message_id = header(&reader, "x-agentloop-message-id");
+    let events = reader.read_until(|e| e.event == "approval_requested").await;
+    assert_eq!(named(&events).last().unwrap().0, "approval_requested");
+
+    let response = decide(
+        &server,
+        &message_id,
+        json!({"decisions": [{"id": "call_1", "decision": "approve"}]}),
+    )
+    .await;
+    assert_eq!(response.status(), 202);
+    let rest = named(&reader.rest().await);
+    let names: Vec<&str> = rest.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "tool_call_result",
+            "tool_call_start",
+            "tool_call_result",
+            "tool_call_start",
+            "tool_call_result",
+            "output",
+            "message_end"
+        ]
+    );
+    assert_eq!(
+        rest[2].1,
+        json!({
+            "id": "call_2",
+            "content": "Error: invalid arguments for tool `final_answer`:\n\
+                        - /deployed: \"yes\" is not of type \"boolean\"\n\
+                        Fix the arguments and call the tool again (retry 1 of 2).",
+            "is_error": true
+        })
+    );
+    assert_eq!(
+        rest[5],
+        event("output", json!({"value": {"deployed": true}}))
+    );
+    assert_eq!(rest[6].1["stop_reason"], "end_turn");
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+    model.assert_complete();
+}

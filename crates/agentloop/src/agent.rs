@@ -148,8 +148,8 @@ impl Agent {
     /// Run to the end and return the answer as a `T` (see [`crate::output`]): the run may
     /// call tools first; its answer is checked against `T`'s schema and sent back with the
     /// problems until it passes or the retries run out ([`Error::InvalidOutput`]). The
-    /// strategy is the provider's ([`Provider::output_strategy`]); to choose one, or add a
-    /// validator, use [`Self::run_output_with`].
+    /// strategy is the provider's for the request ([`Provider::output_strategy_for`]); to
+    /// choose one, or add a validator, use [`Self::run_output_with`].
     ///
     /// [`Error::InvalidOutput`]: crate::Error::InvalidOutput
     pub fn run_output<T>(
@@ -252,6 +252,7 @@ impl Agent {
                     machine,
                     self.tools.clone(),
                     Arc::clone(&self.options),
+                    None,
                 )
                 .map(Ok),
             ),
@@ -381,7 +382,95 @@ impl Agent {
             machine,
             self.tools.clone(),
             Arc::clone(&self.options),
+            None,
         ))
+    }
+
+    /// Resume a typed run paused for approval ([`Self::run_output`]) like [`Self::resume`],
+    /// and return its answer as a `T`. The run asks for and checks the answer as it was
+    /// started (its schema, strategy and strictness are part of the paused value). Fails with
+    /// [`crate::Error::Config`] when the paused run is not a typed run
+    /// ([`PausedRun::is_typed`]).
+    pub fn resume_output<T>(
+        &self,
+        paused: &PausedRun,
+        decisions: impl IntoIterator<Item = (impl Into<String>, Decision)>,
+    ) -> impl Future<Output = Result<Typed<T>>> + Send + 'static
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        self.resume_output_with(paused, decisions, Output::<T>::new())
+    }
+
+    /// [`Self::resume_output`] with an [`Output`] for its validator, which a paused run
+    /// cannot keep (it is code); the paused run's schema and strategy win over the output's.
+    pub fn resume_output_with<T>(
+        &self,
+        paused: &PausedRun,
+        decisions: impl IntoIterator<Item = (impl Into<String>, Decision)>,
+        output: Output<T>,
+    ) -> impl Future<Output = Result<Typed<T>>> + Send + 'static
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let run = self
+            .typed_resume(paused, decisions, output)
+            .map(|(machine, spec)| {
+                run::resume_set(
+                    self.provider.clone(),
+                    machine,
+                    self.tools.clone(),
+                    Arc::clone(&self.options),
+                    Some(spec),
+                )
+            });
+        async move { crate::output::typed(run?.await) }
+    }
+
+    /// [`Self::resume_output_with`], streamed like [`Self::run_output_stream`]: the resumed
+    /// run's events with `partial_output` while the answer streams and `output` before
+    /// `run_finish`.
+    pub fn resume_output_stream_with<T>(
+        &self,
+        paused: &PausedRun,
+        decisions: impl IntoIterator<Item = (impl Into<String>, Decision)>,
+        output: Output<T>,
+    ) -> Result<OutputStream<T>>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let (machine, spec) = self.typed_resume(paused, decisions, output)?;
+        let tool = machine
+            .expected_output()
+            .and_then(|(name, by_tool, _)| by_tool.then(|| name.to_owned()));
+        let stream = run::resume_stream_set(
+            self.provider.clone(),
+            machine,
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Some(spec),
+        );
+        Ok(OutputStream::new(stream, tool))
+    }
+
+    /// The decided machine of a paused typed run and its output: the kept schema and
+    /// strategy with `output`'s type and validator.
+    fn typed_resume<T>(
+        &self,
+        paused: &PausedRun,
+        decisions: impl IntoIterator<Item = (impl Into<String>, Decision)>,
+        output: Output<T>,
+    ) -> Result<(Machine, crate::output::OutputSpec)>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let Some((name, _, Some(saved))) = paused.machine().expected_output() else {
+            return Err(Error::config(
+                "this paused run is not a typed run; resume it with Agent::resume",
+            ));
+        };
+        let spec = output.restored(name, saved)?;
+        Ok((self.decided(paused, decisions)?, spec))
     }
 
     /// The paused machine with the decisions applied, edited inputs checked first.

@@ -335,7 +335,8 @@ pub struct Request {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache: Vec<CacheBreakpoint>,
     /// The JSON Schema the answer must follow, for providers that constrain their output
-    /// themselves (OpenAI `response_format`, Anthropic `output_config.format`). Typed runs
+    /// themselves (OpenAI `response_format`, Responses `text.format`, Anthropic
+    /// `output_config.format`, Gemini `responseJsonSchema`, Bedrock `outputConfig`). Typed runs
     /// ([`crate::output`]) set it when they use the native strategy. Boxed: every run holds
     /// its request, and most have no output format.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,13 +3,13 @@
 //! [`crate::Agent::run_output`] runs the loop as usual and returns the answer parsed into `T`
 //! ([`Typed`]), checked against `T`'s JSON Schema, by deserializing it, and by an optional
 //! validator of your own ([`Output::with_validator`]). How the model is made to answer in that
-//! shape is the [`OutputStrategy`], chosen per provider ([`crate::Provider::output_strategy`])
-//! unless set with [`Output::with_strategy`]:
+//! shape is the [`OutputStrategy`], chosen per provider and model
+//! ([`crate::Provider::output_strategy_for`]) unless set with [`Output::with_strategy`]:
 //!
 //! | strategy | what the request carries | where the answer is |
 //! | --- | --- | --- |
-//! | [`OutputStrategy::Native`] (OpenAI's default) | OpenAI `response_format` (`json_schema`), Anthropic `output_config.format`, Gemini `generationConfig.responseJsonSchema` ([`crate::message::Request::output`]), each in its provider's [schema dialect](crate::tool::schema::Dialect) | the answer's text |
-//! | [`OutputStrategy::Tool`] (the default elsewhere, Anthropic's and Gemini's included) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
+//! | [`OutputStrategy::Native`] (the default of OpenAI, Responses and Gemini 3) | OpenAI `response_format` (`json_schema`), Responses `text.format`, Anthropic `output_config.format`, Gemini `generationConfig.responseJsonSchema`, Bedrock `outputConfig.textFormat` ([`crate::message::Request::output`]), each in its provider's [schema dialect](crate::tool::schema::Dialect) | the answer's text |
+//! | [`OutputStrategy::Tool`] (the default elsewhere: Anthropic, Bedrock, whose structured output only some models take, and Geminis before 3, which refuse it beside tools) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
 //! | [`OutputStrategy::Prompted`] | the schema in the system prompt | JSON found in the answer's text (a code fence, or the outermost `{...}` / `[...]`) |
 //!
 //! An answer that fails the checks goes back to the model with each problem at its JSON
@@ -154,6 +154,18 @@ impl<T: JsonSchema + DeserializeOwned + 'static> Output<T> {
         self
     }
 
+    /// The type-erased form of a resumed run's output: the schema, strategy and strictness
+    /// the run was started with (`saved`), with this output's type and validator.
+    pub(crate) fn restored(mut self, name: &str, saved: &SavedOutput) -> Result<OutputSpec> {
+        self.name = name.to_owned();
+        self.schema = Some(saved.schema.clone());
+        self.strategy = Some(saved.strategy);
+        self.strict = saved.strict;
+        let mut spec = self.spec()?;
+        spec.description.clone_from(&saved.description);
+        Ok(spec)
+    }
+
     /// The type-erased form a run carries.
     pub(crate) fn spec(self) -> Result<OutputSpec> {
         let (schema, description) = match self.schema {
@@ -216,6 +228,18 @@ pub(crate) struct OutputSpec {
     check: Check,
 }
 
+/// What a paused run or a checkpoint keeps of a typed run's output, so that it resumes as a
+/// typed run: everything but the validator, which is code (a resumed run gets it again from
+/// the [`Output`] it is resumed with).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SavedOutput {
+    schema: Value,
+    strategy: OutputStrategy,
+    strict: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    description: String,
+}
+
 /// A rejected answer: what the model gave (the parsed value, or its text as a JSON string)
 /// and what is wrong with it.
 pub(crate) type Rejected = (Value, Vec<Violation>);
@@ -224,6 +248,27 @@ impl OutputSpec {
     /// Settle the strategy for a provider that prefers `preferred`, unless one was chosen.
     pub(crate) fn resolve(&mut self, preferred: OutputStrategy) -> OutputStrategy {
         *self.strategy.get_or_insert(preferred)
+    }
+
+    /// What a paused run keeps of this output (the strategy settled by [`Self::resolve`]).
+    pub(crate) fn saved(&self) -> SavedOutput {
+        SavedOutput {
+            schema: self.schema.clone(),
+            strategy: self.strategy.unwrap_or(OutputStrategy::Tool),
+            strict: self.strict,
+            description: self.description.clone(),
+        }
+    }
+
+    /// The output a paused run kept, checked against its schema only.
+    pub(crate) fn restore(name: &str, saved: &SavedOutput) -> Result<OutputSpec> {
+        Output::<Value>::new().restored(name, saved)
+    }
+
+    /// The final-answer tool when the strategy is [`OutputStrategy::Tool`], for a resumed run
+    /// whose request has the tool's definition already.
+    pub(crate) fn answer_tool(&self) -> Option<Tool> {
+        self.prepare(&mut Request::default())
     }
 
     /// Set `request` up for the strategy; the final-answer tool to add, if it is one.

@@ -613,10 +613,10 @@ fn a_breakpoint_past_the_history_is_an_error() {
     );
 }
 
-/// A strict tool goes in Anthropic's strict dialect (`strict: true`, objects closed); one whose
-/// schema strict mode would change (a numeric bound: "JSON Schema limitations" in
-/// platform.claude.com/docs/en/build-with-claude/structured-outputs) goes without `strict`,
-/// as written.
+/// A strict tool goes in Anthropic's strict dialect (`strict: true`, objects closed, the value
+/// bounds it refuses left to our validation: "JSON Schema limitations" in
+/// platform.claude.com/docs/en/build-with-claude/structured-outputs); one whose shape strict
+/// mode would change (a map) goes without `strict`, as written.
 #[test]
 fn strict_tools_are_sent_in_the_strict_dialect_where_it_keeps_the_schema() {
     let tool = |name: &str, schema: Value| {
@@ -630,13 +630,17 @@ fn strict_tools_are_sent_in_the_strict_dialect_where_it_keeps_the_schema() {
     let bounded = json!({"type": "object", "properties": {
         "days": {"type": "integer", "minimum": 1}
     }});
+    let map = json!({"type": "object", "properties": {
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}}
+    }});
     let mut request = Request::new("claude-sonnet-4-5", vec![Message::user("Hi")]);
     request.tools = vec![
         tool(
             "weather",
             json!({"type": "object", "properties": {"city": {"type": "string"}}}),
         ),
-        tool("forecast", bounded.clone()),
+        tool("forecast", bounded),
+        tool("label", map.clone()),
     ];
     let body = body(&provider(AnthropicOptions::default()), &request, false);
     assert_eq!(
@@ -651,7 +655,16 @@ fn strict_tools_are_sent_in_the_strict_dialect_where_it_keeps_the_schema() {
                 },
                 "strict": true
             },
-            {"name": "forecast", "input_schema": bounded}
+            {
+                "name": "forecast",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"days": {"type": "integer"}},
+                    "additionalProperties": false
+                },
+                "strict": true
+            },
+            {"name": "label", "input_schema": map}
         ])
     );
 }

@@ -7,7 +7,9 @@
 //!   limitations": `additionalProperties: false` on objects, local `$ref`/`$defs` but no
 //!   recursive schemas, no numerical constraints (`minimum`, `maximum`, `multipleOf`), no
 //!   string length constraints, array `minItems` of 0 or 1 only, string formats date-time,
-//!   time, date, duration, email, hostname, uri, ipv4, ipv6, uuid.
+//!   time, date, duration, email, hostname, uri, ipv4, ipv6, uuid; the same page's SDK
+//!   section: the SDKs remove those constraints and validate the response against the
+//!   original schema, as our own validation does.
 //! - Gemini: ai.google.dev/api/generate-content, `GenerationConfig.responseJsonSchema` (and
 //!   `FunctionDeclaration.parametersJsonSchema`): only `$id`, `$defs`, `$ref`, `$anchor`,
 //!   `type`, `format`, `title`, `description`, `enum`, `items`, `prefixItems`, `minItems`,
@@ -91,14 +93,49 @@ fn recursion_is_refused_by_anthropic_and_gemini_with_its_path() {
 }
 
 #[test]
-fn anthropic_keeps_optional_properties_optional_and_refuses_numeric_bounds() {
+fn anthropic_stays_strict_for_unsigned_and_bounded_fields_by_leaving_bounds_to_our_checks() {
     let optional = schema_table::schema_of::<schema_table::types::Optional>();
-    let strict = Dialect::AnthropicStrict.compile(&optional);
-    // `days: Option<u32>` carries `minimum: 0`, which Anthropic's strict mode does not take.
+    // `days: Option<u32>` carries `minimum: 0`, which Anthropic's strict mode refuses; our
+    // validation (the original schema) still enforces it, so only the bound is left out.
+    let strict = Dialect::AnthropicStrict.compile(&optional).unwrap();
     assert_eq!(
-        strict.unwrap_err().path,
-        "/properties/days/minimum",
-        "a u32's lower bound has no equivalent"
+        strict["properties"]["days"],
+        json!({"type": ["integer", "null"]})
+    );
+    assert_eq!(strict["additionalProperties"], json!(false));
+    let bounded = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 80},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 5},
+            "one": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "score": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "multipleOf": 0.5},
+            "minimum": {"type": "integer", "minimum": 3}
+        },
+        "required": ["name"]
+    });
+    assert_eq!(
+        Dialect::AnthropicStrict.compile(&bounded).unwrap(),
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "one": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                "score": {"type": "number"},
+                "minimum": {"type": "integer"}
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        })
+    );
+    // What changes the shape, not a value's range, still sends the schema non-strict.
+    let unique = json!({"type": "object", "properties": {
+        "ids": {"type": "array", "items": {"type": "integer"}, "uniqueItems": true}
+    }});
+    assert_eq!(
+        Dialect::AnthropicStrict.compile(&unique).unwrap_err().path,
+        "/properties/ids/uniqueItems"
     );
     let place = schema_table::schema_of::<schema_table::types::Place>();
     let strict = Dialect::AnthropicStrict.compile(&place).unwrap();

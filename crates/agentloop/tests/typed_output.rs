@@ -1,5 +1,5 @@
-//! Typed answers over real HTTP against the testkit's wire servers, for OpenAI, Anthropic and
-//! Gemini:
+//! Typed answers over real HTTP against the testkit's wire servers, for OpenAI, Anthropic,
+//! Gemini, OpenAI Responses and Bedrock Converse:
 //! a tool call and then a typed answer (native and tool strategies), an invalid answer
 //! corrected on the second try, the retry budget, and repeated identical invalid answers.
 //!
@@ -11,7 +11,13 @@
 //! `tool_choice: {"type": "any"}`, with `strict: true` tools in Anthropic's strict dialect;
 //! Gemini `generationConfig: {"responseMimeType": "application/json", "responseJsonSchema"}`
 //! (ai.google.dev/api/generate-content, `GenerationConfig`) and
-//! `toolConfig: {"functionCallingConfig": {"mode": "ANY"}}`.
+//! `toolConfig: {"functionCallingConfig": {"mode": "ANY"}}`; Responses `text: {"format":
+//! {"type": "json_schema", "name", "schema", "strict"}}` (platform.openai.com/docs/api-reference/
+//! responses/create, `text.format`) and `tool_choice: "required"`; Bedrock Converse
+//! `outputConfig: {"textFormat": {"type": "json_schema", "structure": {"jsonSchema": {"schema":
+//! "<the schema as a JSON string>", "name"}}}}` (Bedrock API reference: `OutputConfig`,
+//! `OutputFormat`, `OutputFormatStructure`, `JsonSchemaDefinition`, whose `schema` is a string)
+//! and `toolConfig.toolChoice: {"any": {}}`.
 
 use std::sync::Arc;
 
@@ -56,9 +62,14 @@ fn provider(server: &MockServer) -> Arc<dyn Provider> {
             config.api_key = Some(ApiKey::new("gemini-test"));
             Arc::new(agentloop::provider::gemini::Gemini::new(config).unwrap())
         }
-        Wire::Bedrock => {
-            unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
-        }
+        Wire::Bedrock => Arc::new(
+            agentloop::provider::bedrock::Bedrock::new(
+                config,
+                "eu-west-1",
+                agentloop::provider::bedrock::BedrockAuth::Bearer(ApiKey::new("bedrock-test")),
+            )
+            .unwrap(),
+        ),
         Wire::Responses => {
             config.api_key = Some(ApiKey::new("sk-test"));
             Arc::new(agentloop::provider::responses::OpenAiResponses::new(config).unwrap())
@@ -100,6 +111,14 @@ fn strict_report_schema() -> Value {
 }
 
 fn last_message(request: &RecordedRequest) -> Value {
+    if request.body.get("input").is_some() {
+        return request.body["input"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+    }
     if request.body.get("contents").is_some() {
         return request.body["contents"]
             .as_array()
@@ -116,7 +135,34 @@ fn last_message(request: &RecordedRequest) -> Value {
         .clone()
 }
 
-const WIRES: [Wire; 3] = [Wire::OpenAi, Wire::Anthropic, Wire::Gemini];
+const WIRES: [Wire; 5] = [
+    Wire::OpenAi,
+    Wire::Anthropic,
+    Wire::Gemini,
+    Wire::Responses,
+    Wire::Bedrock,
+];
+
+/// Bedrock's `outputConfig` for the report: the schema in the strict (closed) form, as a
+/// string.
+fn bedrock_output_config() -> Value {
+    json!({"textFormat": {"type": "json_schema", "structure": {"jsonSchema": {
+        "schema": strict_report_schema().to_string(),
+        "name": "final_answer"
+    }}}})
+}
+
+/// The tools of a request, in the wire's own list.
+fn wire_tools(wire: Wire, body: &Value) -> Vec<Value> {
+    match wire {
+        Wire::Gemini => &body["tools"][0]["functionDeclarations"],
+        Wire::Bedrock => &body["toolConfig"]["tools"],
+        _ => &body["tools"],
+    }
+    .as_array()
+    .cloned()
+    .unwrap_or_default()
+}
 
 fn native() -> Output<Report> {
     Output::new().with_strategy(OutputStrategy::Native)
@@ -128,6 +174,10 @@ async fn openai_answers_natively_and_anthropic_and_gemini_by_the_final_answer_to
         (Wire::OpenAi, OutputStrategy::Native),
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Tool),
+        (Wire::Responses, OutputStrategy::Native),
+        // Converse's structured output is for some models only; every model with tools
+        // takes the final-answer tool.
+        (Wire::Bedrock, OutputStrategy::Tool),
     ] {
         let server = MockServer::start(wire, []).await.unwrap();
         assert_eq!(provider(&server).output_strategy(), strategy, "{wire:?}");
@@ -171,8 +221,17 @@ async fn a_tool_call_then_a_native_typed_answer() {
                         "responseJsonSchema": report_schema()
                     }),
                 ),
-                Wire::Bedrock | Wire::Responses => {
-                    unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+                Wire::Responses => assert_eq!(
+                    request.body["text"],
+                    json!({"format": {
+                        "type": "json_schema",
+                        "name": "final_answer",
+                        "schema": strict_report_schema(),
+                        "strict": true
+                    }}),
+                ),
+                Wire::Bedrock => {
+                    assert_eq!(request.body["outputConfig"], bedrock_output_config());
                 }
                 // Strict: every property required (both are), objects closed, numbers
                 // without `format`.
@@ -203,13 +262,16 @@ async fn a_tool_call_then_a_native_typed_answer() {
                 ),
             }
             // The native strategy adds no tool and leaves the tool choice alone.
-            let tools = match wire {
-                Wire::Gemini => &request.body["tools"][0]["functionDeclarations"],
-                _ => &request.body["tools"],
-            };
-            assert_eq!(tools.as_array().unwrap().len(), 1, "{wire:?}");
+            assert_eq!(wire_tools(wire, &request.body).len(), 1, "{wire:?}");
             assert_eq!(request.body.get("tool_choice"), None, "{wire:?}");
-            assert_eq!(request.body.get("toolConfig"), None, "{wire:?}");
+            match wire {
+                Wire::Bedrock => assert_eq!(
+                    request.body["toolConfig"].get("toolChoice"),
+                    None,
+                    "{wire:?}"
+                ),
+                _ => assert_eq!(request.body.get("toolConfig"), None, "{wire:?}"),
+            }
         }
         server.assert_complete();
     }
@@ -242,17 +304,15 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
         assert_eq!(request.body.get("response_format"), None);
         assert_eq!(request.body.get("output_config"), None);
         assert_eq!(request.body.get("generationConfig"), None);
-        let tools = match wire {
-            Wire::Gemini => request.body["tools"][0]["functionDeclarations"]
-                .as_array()
-                .unwrap(),
-            _ => request.body["tools"].as_array().unwrap(),
-        };
+        assert_eq!(request.body.get("text"), None);
+        assert_eq!(request.body.get("outputConfig"), None);
+        let tools = wire_tools(wire, &request.body);
         let names: Vec<&str> = tools
             .iter()
             .map(|t| {
                 t.get("name")
                     .or_else(|| t["function"].get("name"))
+                    .or_else(|| t["toolSpec"].get("name"))
                     .and_then(Value::as_str)
                     .unwrap()
             })
@@ -268,8 +328,30 @@ async fn a_tool_call_then_a_typed_answer_by_the_final_answer_tool() {
                 );
                 assert_eq!(tools[1]["parametersJsonSchema"], report_schema());
             }
-            Wire::Bedrock | Wire::Responses => {
-                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
+            Wire::Responses => {
+                assert_eq!(request.body["tool_choice"], json!("required"));
+                assert_eq!(
+                    tools[1],
+                    json!({
+                        "type": "function",
+                        "name": "final_answer",
+                        "description": description,
+                        "parameters": strict_report_schema(),
+                        "strict": true
+                    })
+                );
+            }
+            // Bedrock's dialect: refs inlined, the schema otherwise as written.
+            Wire::Bedrock => {
+                assert_eq!(request.body["toolConfig"]["toolChoice"], json!({"any": {}}));
+                assert_eq!(
+                    tools[1],
+                    json!({"toolSpec": {
+                        "name": "final_answer",
+                        "description": description,
+                        "inputSchema": {"json": report_schema()}
+                    }})
+                );
             }
             Wire::OpenAi => {
                 assert_eq!(request.body["tool_choice"], json!("required"));
@@ -345,9 +427,42 @@ async fn an_invalid_native_answer_goes_back_with_pointer_errors_and_is_corrected
                     "responseJsonSchema": report_schema()
                 }
             }),
-            Wire::Bedrock | Wire::Responses => {
-                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
-            }
+            Wire::Responses => json!({
+                "model": "m",
+                "input": [
+                    {"role": "user", "content": [{"type": "input_text", "text": "Weather in Paris?"}]},
+                    {"role": "assistant", "content": [{"type": "output_text", "text": answer}]},
+                    {"role": "user", "content": [{"type": "input_text", "text": feedback}]}
+                ],
+                "tools": [{
+                    "type": "function",
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "parameters": weather,
+                    "strict": false
+                }],
+                "text": {"format": {
+                    "type": "json_schema",
+                    "name": "final_answer",
+                    "schema": strict_report_schema(),
+                    "strict": true
+                }},
+                "store": false,
+                "include": ["reasoning.encrypted_content"]
+            }),
+            Wire::Bedrock => json!({
+                "messages": [
+                    {"role": "user", "content": [{"text": "Weather in Paris?"}]},
+                    {"role": "assistant", "content": [{"text": answer}]},
+                    {"role": "user", "content": [{"text": feedback}]}
+                ],
+                "toolConfig": {"tools": [{"toolSpec": {
+                    "name": "get_weather",
+                    "description": "Current weather for a city",
+                    "inputSchema": {"json": weather}
+                }}]},
+                "outputConfig": bedrock_output_config()
+            }),
             Wire::OpenAi => json!({
                 "model": "m",
                 "messages": [
@@ -419,9 +534,12 @@ async fn an_invalid_final_answer_call_goes_back_as_a_tool_error_and_is_corrected
             Wire::Gemini => json!({"role": "user", "parts": [{"functionResponse": {
                 "id": "call_a", "name": "final_answer", "response": {"error": text}
             }}]}),
-            Wire::Bedrock | Wire::Responses => {
-                unreachable!("these typed-answer tests cover OpenAI, Anthropic and Gemini")
-            }
+            Wire::Responses => json!({
+                "type": "function_call_output", "call_id": "call_a", "output": text
+            }),
+            Wire::Bedrock => json!({"role": "user", "content": [{"toolResult": {
+                "toolUseId": "call_a", "content": [{"text": text}], "status": "error"
+            }}]}),
             Wire::OpenAi => json!({
                 "role": "tool", "tool_call_id": "call_a", "content": text
             }),
@@ -474,6 +592,10 @@ async fn the_retry_budget_ends_the_run_with_a_typed_error() {
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Native),
         (Wire::Gemini, OutputStrategy::Tool),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Responses, OutputStrategy::Tool),
+        (Wire::Bedrock, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
     ] {
         let answers = match strategy {
             OutputStrategy::Tool => [
@@ -522,6 +644,10 @@ async fn repeated_identical_invalid_answers_stop_early() {
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Native),
         (Wire::Gemini, OutputStrategy::Tool),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Responses, OutputStrategy::Tool),
+        (Wire::Bedrock, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
     ] {
         let answer = |_| match strategy {
             OutputStrategy::Tool => Turn::tool_call("final_answer", json!({"city": "Paris"})),
@@ -577,6 +703,9 @@ async fn a_streamed_typed_run_shows_the_partial_answer_then_the_checked_value() 
         (Wire::OpenAi, OutputStrategy::Native),
         (Wire::Anthropic, OutputStrategy::Tool),
         (Wire::Gemini, OutputStrategy::Native),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
+        (Wire::Bedrock, OutputStrategy::Native),
     ] {
         let answer = json!({"city": "Paris", "temp_c": 18});
         let turn = match strategy {
@@ -742,4 +871,325 @@ async fn a_schema_given_at_run_time_is_asked_for_and_checked() {
             .unwrap()
             .contains("- /temp_c: \"warm\" is not of type \"integer\""),
     );
+}
+
+/// An agent whose `send_email` tool waits for approval, for the paused typed runs.
+fn approving_agent(server: &MockServer) -> Agent {
+    Agent::builder_shared(provider(server))
+        .model("m")
+        .tool(
+            Tool::function(
+                "send_email",
+                "Send an email",
+                |_: serde_json::Map<String, Value>| async move { Ok::<_, String>("sent") },
+            )
+            .with_approval_required(true),
+        )
+        .build()
+}
+
+#[tokio::test]
+async fn a_typed_run_paused_for_approval_resumes_as_a_typed_run_in_a_fresh_agent() {
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Tool),
+        (Wire::Gemini, OutputStrategy::Prompted),
+        (Wire::Responses, OutputStrategy::Native),
+        (Wire::Bedrock, OutputStrategy::Tool),
+    ] {
+        let answer = |report: Value| match strategy {
+            OutputStrategy::Tool => Turn::tool_call("final_answer", report),
+            _ => Turn::text(report.to_string()),
+        };
+        let server = MockServer::start(
+            wire,
+            [
+                Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+                // Invalid first: the resumed run still checks against the schema.
+                answer(json!({"city": "Paris"})),
+                answer(json!({"city": "Paris", "temp_c": 18})),
+            ],
+        )
+        .await
+        .unwrap();
+        let output = Output::<Report>::new().with_strategy(strategy);
+        let mut stream =
+            approving_agent(&server).run_output_stream_with("Weather in Paris?", output);
+        let mut finish = None;
+        while let Some(event) = stream.next().await {
+            if let RunEvent::RunFinish { result } = event {
+                finish = Some(result);
+            }
+        }
+        let paused = finish.unwrap().paused.expect("paused for approval");
+        assert!(paused.is_typed(), "{wire:?}");
+        // Kept as JSON, resumed by a fresh agent of the same definition.
+        let saved = serde_json::to_string(&paused).unwrap();
+        let paused: agentloop::run::PausedRun = serde_json::from_str(&saved).unwrap();
+        let typed = approving_agent(&server)
+            .resume_output::<Report>(&paused, [("e", agentloop::run::Decision::Approve)])
+            .await
+            .unwrap();
+        assert_eq!(
+            typed.value,
+            Report {
+                city: "Paris".into(),
+                temp_c: 18
+            },
+            "{wire:?}"
+        );
+        assert_eq!(typed.result.stop_reason, RunStopReason::EndTurn, "{wire:?}");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3, "{wire:?}");
+        // The resumed run asks in the same way (tools, native format, prompt) and sends the
+        // pointer errors back.
+        let without_history = |body: &Value| {
+            let mut body = body.clone();
+            // The first request streamed; the resumed run calls without streaming.
+            for key in [
+                "messages",
+                "input",
+                "contents",
+                "stream",
+                "stream_options",
+                "include",
+            ] {
+                body.as_object_mut().unwrap().remove(key);
+            }
+            body
+        };
+        assert_eq!(
+            without_history(&requests[1].body),
+            without_history(&requests[0].body),
+            "{wire:?}"
+        );
+        let feedback = match strategy {
+            OutputStrategy::Tool => {
+                "Error: invalid arguments for tool `final_answer`:\n\
+                                     - /: \"temp_c\" is a required property\n\
+                                     Fix the arguments and call the tool again (retry 1 of 2)."
+            }
+            _ => {
+                "Error: your answer is not a valid `final_answer`:\n\
+                  - /: \"temp_c\" is a required property\n\
+                  Fix it and answer again (retry 1 of 2)."
+            }
+        };
+        let last = last_message(&requests[2]).to_string();
+        let escaped = Value::String(feedback.into()).to_string();
+        assert!(
+            last.contains(&escaped[1..escaped.len() - 1]),
+            "{wire:?}: {last}"
+        );
+        server.assert_complete();
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_typed_run_streams_its_output_event_and_keeps_the_validator() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+            Turn::text(r#"{"city": "Paris", "temp_c": 99}"#),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = approving_agent(&server);
+    let mut stream = agent.run_output_stream::<Report>("Weather in Paris?");
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    let paused = finish.unwrap().paused.expect("paused for approval");
+    let output = Output::<Report>::new().with_validator(|r| {
+        if r.temp_c > 60 {
+            Err(format!("{} °C is not a weather temperature", r.temp_c))
+        } else {
+            Ok(())
+        }
+    });
+    let mut stream = agent
+        .resume_output_stream_with(&paused, [("e", agentloop::run::Decision::Approve)], output)
+        .unwrap();
+    let mut kinds = Vec::new();
+    let mut value = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::Output { value: v } = &event {
+            value = Some((**v).clone());
+        }
+        kinds.push(event.kind());
+    }
+    assert_eq!(value, Some(json!({"city": "Paris", "temp_c": 18})));
+    let n = kinds.len();
+    assert_eq!(kinds[n - 2..], ["output", "run_finish"]);
+    assert_eq!(
+        last_message(&server.requests()[2])["content"],
+        "Error: your answer is not a valid `final_answer`:\n\
+         - /: 99 °C is not a weather temperature\n\
+         Fix it and answer again (retry 1 of 2)."
+    );
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn resume_keeps_the_schema_of_a_paused_typed_run() {
+    // Plain `resume` (no type at hand) still checks the answer and sets `output`.
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+            Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": "warm"})),
+            Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": 18})),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = approving_agent(&server);
+    let mut stream = agent.run_output_stream::<Report>("Weather in Paris?");
+    let mut finish = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::RunFinish { result } = event {
+            finish = Some(result);
+        }
+    }
+    let paused = finish.unwrap().paused.expect("paused for approval");
+    let result = agent
+        .resume(&paused, [("e", agentloop::run::Decision::Approve)])
+        .await
+        .unwrap();
+    assert_eq!(result.output, Some(json!({"city": "Paris", "temp_c": 18})));
+    assert_eq!(result.tool_calls, 3);
+    server.assert_complete();
+}
+
+#[tokio::test]
+async fn an_untyped_paused_run_is_refused_by_a_typed_resume() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"])],
+    )
+    .await
+    .unwrap();
+    let agent = approving_agent(&server);
+    let result = agent.run("Mail a").await.unwrap();
+    let paused = result.paused.expect("paused for approval");
+    assert!(!paused.is_typed());
+    let error = agent
+        .resume_output::<Report>(&paused, [("e", agentloop::run::Decision::Approve)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "configuration error: this paused run is not a typed run; resume it with Agent::resume"
+    );
+}
+
+/// Gemini 3 models combine structured output with function calling ("Structured outputs with
+/// tools", ai.google.dev/gemini-api/docs/structured-output, and the Gemini 3 developer guide);
+/// earlier ones refuse `responseMimeType: application/json` beside function declarations, so
+/// they answer by the final-answer tool.
+#[tokio::test]
+async fn gemini_3_answers_natively_beside_its_tools_and_earlier_geminis_by_the_tool() {
+    for (model, strategy) in [
+        ("gemini-3-pro-preview", OutputStrategy::Native),
+        ("gemini-3.1-flash", OutputStrategy::Native),
+        ("models/gemini-3-flash-preview", OutputStrategy::Native),
+        ("gemini-2.5-flash", OutputStrategy::Tool),
+        ("gemini-flash-latest", OutputStrategy::Tool),
+    ] {
+        let server = MockServer::start(Wire::Gemini, []).await.unwrap();
+        let request = agentloop::Request {
+            model: model.into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            provider(&server).output_strategy_for(&request),
+            strategy,
+            "{model}"
+        );
+    }
+    let server = MockServer::start(
+        Wire::Gemini,
+        [
+            Turn::tool_call("get_weather", json!({"city": "Paris"})),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = Agent::builder_shared(provider(&server))
+        .model("gemini-3-pro-preview")
+        .tool(Tool::function(
+            "get_weather",
+            "Current weather for a city",
+            |w: GetWeather| async move { Ok::<_, String>(format!("{}: 18 °C", w.city)) },
+        ))
+        .build();
+    let typed = agent
+        .run_output::<Report>("Weather in Paris?")
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    for request in server.requests() {
+        assert_eq!(
+            request.body["generationConfig"],
+            json!({
+                "responseMimeType": "application/json",
+                "responseJsonSchema": report_schema()
+            })
+        );
+        assert_eq!(wire_tools(Wire::Gemini, &request.body).len(), 1);
+        assert_eq!(request.body.get("toolConfig"), None);
+    }
+    server.assert_complete();
+}
+
+/// A count of days.
+#[derive(Debug, PartialEq, Deserialize, JsonSchema)]
+struct Days {
+    days: u32,
+}
+
+/// An unsigned field (`minimum: 0`) keeps Anthropic's strict mode: the bound, which Anthropic
+/// refuses, is left out of what is sent, and our validation still sends a negative back.
+#[tokio::test]
+async fn an_unsigned_field_keeps_anthropic_strict_and_its_bound_is_checked_on_our_side() {
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("final_answer", json!({"days": -1})).with_ids(["call_a"]),
+            Turn::tool_call("final_answer", json!({"days": 3})),
+        ],
+    )
+    .await
+    .unwrap();
+    let typed = agent(&server)
+        .run_output_with("How long?", Output::<Days>::new())
+        .await
+        .unwrap();
+    assert_eq!(typed.value, Days { days: 3 });
+    let requests = server.requests();
+    let tool = &requests[0].body["tools"][1];
+    assert_eq!(tool["strict"], json!(true));
+    assert_eq!(
+        tool["input_schema"],
+        json!({
+            "type": "object",
+            "properties": {"days": {"type": "integer"}},
+            "required": ["days"],
+            "additionalProperties": false
+        })
+    );
+    assert_eq!(
+        last_message(&requests[1])["content"][0]["content"],
+        "Error: invalid arguments for tool `final_answer`:\n\
+         - /days: -1 is less than the minimum of 0\n\
+         Fix the arguments and call the tool again (retry 1 of 2)."
+    );
+    server.assert_complete();
 }

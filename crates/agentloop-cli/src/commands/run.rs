@@ -101,19 +101,19 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, String> {
         let Some(paused) = result.paused.as_deref() else {
             break result;
         };
-        if typed {
-            // A resumed run would no longer be held to the schema.
-            eprintln!(
-                "error: a run with --output-schema cannot pause for approval yet: tool calls \
-                 that need approval stop it"
-            );
-            break result;
-        }
         // The spinner must not draw over the questions.
         if let Some(display) = display.as_mut() {
             display.pause();
         }
         match approve::decide(&agent, paused.pending(), approver, &mut approve::Stdin).await {
+            // A typed run keeps its schema while paused and goes on checking answers with it.
+            Ok(decisions) if typed => {
+                events = Box::pin(
+                    agent
+                        .resume_output_stream_with(paused, decisions, Output::<Value>::new())
+                        .map_err(|e| e.to_string())?,
+                );
+            }
             Ok(decisions) => {
                 events = Box::pin(
                     agent

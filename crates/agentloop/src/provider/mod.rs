@@ -61,6 +61,14 @@ pub trait Provider: Send + Sync + 'static {
     fn output_strategy(&self) -> OutputStrategy {
         OutputStrategy::Tool
     }
+
+    /// [`Self::output_strategy`] for one request, for providers whose models differ in what
+    /// they take (Gemini 3 combines structured output with function calling, earlier Geminis
+    /// do not). Typed runs use this one.
+    fn output_strategy_for(&self, request: &Request) -> OutputStrategy {
+        let _ = request;
+        self.output_strategy()
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Arc<P> {
@@ -69,6 +77,9 @@ impl<P: Provider + ?Sized> Provider for Arc<P> {
     }
     fn output_strategy(&self) -> OutputStrategy {
         (**self).output_strategy()
+    }
+    fn output_strategy_for(&self, request: &Request) -> OutputStrategy {
+        (**self).output_strategy_for(request)
     }
     fn stream(&self, request: &Request) -> EventStream {
         (**self).stream(request)
@@ -84,6 +95,9 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
     }
     fn output_strategy(&self) -> OutputStrategy {
         (**self).output_strategy()
+    }
+    fn output_strategy_for(&self, request: &Request) -> OutputStrategy {
+        (**self).output_strategy_for(request)
     }
     fn stream(&self, request: &Request) -> EventStream {
         (**self).stream(request)

@@ -332,6 +332,15 @@ impl PausedRun {
         }
     }
 
+    /// Whether the run is a typed run ([`crate::Agent::run_output`]): its output's schema and
+    /// strategy are kept, and [`crate::Agent::resume`] or [`crate::Agent::resume_output`]
+    /// continues it as one.
+    pub fn is_typed(&self) -> bool {
+        self.machine
+            .expected_output()
+            .is_some_and(|(_, _, saved)| saved.is_some())
+    }
+
     /// The calls waiting for a decision, in call order.
     pub fn pending(&self) -> &[PendingApproval] {
         self.machine.pending_approvals()

@@ -271,8 +271,34 @@ impl Driver {
 
     /// A driver resuming `machine` after a pause for approval: the results reported before
     /// the pause are not reported again.
-    pub(crate) fn resuming(mut self, machine: &Machine) -> Self {
+    ///
+    /// A typed run checks its answers again: with the output the driver was given, else with
+    /// the schema and strategy the machine kept (see [`Machine::expect_output`]); the
+    /// final-answer tool is added back. A kept schema that no longer compiles ends the run
+    /// with the error.
+    pub(crate) fn resuming(mut self, machine: &mut Machine) -> Self {
         self.extras.get_or_insert_default().reported = machine.reported_ids();
+        let has_output = self.extras.as_ref().is_some_and(|e| e.output.is_some());
+        if !has_output && let Some((name, _, Some(saved))) = machine.expected_output() {
+            match OutputSpec::restore(name, saved) {
+                Ok(output) => self = self.with_output(Arc::new(output)),
+                Err(error) => machine.on_error(error),
+            }
+        }
+        let answer_tool = self
+            .extras
+            .as_ref()
+            .and_then(|e| e.output.as_ref())
+            .and_then(|output| output.answer_tool());
+        if let Some(tool) = answer_tool
+            && !self
+                .tools
+                .as_slice()
+                .iter()
+                .any(|t| t.name() == tool.name())
+        {
+            self.tools = ToolSet::new(self.tools.as_slice().iter().cloned().chain([tool]));
+        }
         self
     }
 

@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::message::{
     ContentBlock, Message, Request, Response, Role, StopReason, ToolResult, Usage,
 };
+use crate::output::SavedOutput;
 use crate::tool::{ToolCall, Violation};
 
 /// What the driver must do next.
@@ -205,6 +206,10 @@ struct Expected {
     tool: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     value: Option<Value>,
+    /// The output's schema and strategy, for a resumed run to check answers again. Runs saved
+    /// before it was kept have none and resume untyped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spec: Option<SavedOutput>,
 }
 
 impl Machine {
@@ -233,12 +238,21 @@ impl Machine {
 
     /// Make the run end with a typed answer named `name`: the text of the answer (checked
     /// with [`Self::on_answer`]) or, when `tool`, a call to the tool `name` that completed.
-    pub(crate) fn expect_output(&mut self, name: &str, tool: bool) {
+    pub(crate) fn expect_output(&mut self, name: &str, tool: bool, spec: SavedOutput) {
         self.output = Some(Box::new(Expected {
             name: name.to_owned(),
             tool,
             value: None,
+            spec: Some(spec),
         }));
+    }
+
+    /// A typed run's output: its name, whether it comes as a tool call, and what the run kept
+    /// of it to resume with (see [`Self::expect_output`]).
+    pub(crate) fn expected_output(&self) -> Option<(&str, bool, Option<&SavedOutput>)> {
+        self.output
+            .as_deref()
+            .map(|e| (e.name.as_str(), e.tool, e.spec.as_ref()))
     }
 
     /// The text of a typed run's answer, waiting for [`Self::on_answer`].

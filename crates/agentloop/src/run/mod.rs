@@ -331,7 +331,7 @@ async fn resume_durable(
         durable.save(&mut machine).await;
     }
     Ok(driver
-        .resuming(&machine)
+        .resuming(&mut machine)
         .durable(durable)
         .drive(machine)
         .await)
@@ -382,14 +382,14 @@ fn typed_run(
     mut output: OutputSpec,
     events: Option<Outbox>,
 ) -> (Driver, Machine, Option<String>) {
-    let strategy = output.resolve(provider.output_strategy());
+    let strategy = output.resolve(provider.output_strategy_for(&request));
     let tools = match output.prepare(&mut request) {
         Some(answer) => ToolSet::new(tools.as_slice().iter().cloned().chain([answer])),
         None => tools,
     };
     let mut machine = new_machine(request, &tools, &options);
     let by_tool = strategy == OutputStrategy::Tool;
-    machine.expect_output(&output.name, by_tool);
+    machine.expect_output(&output.name, by_tool, output.saved());
     let tool = by_tool.then(|| output.name.clone());
     let driver = Driver::new(provider, tools, options, events).with_output(Arc::new(output));
     (driver, machine, tool)
@@ -459,27 +459,36 @@ fn streaming(
     }
 }
 
-/// Drive a machine whose pending approvals were decided (see [`Machine::decide`]) on.
+/// Drive a machine whose pending approvals were decided (see [`Machine::decide`]) on; a typed
+/// run checks its answers with `output`, else with what the machine kept of its output.
 pub(crate) fn resume_set(
     provider: Arc<dyn Provider>,
-    machine: Machine,
+    mut machine: Machine,
     tools: ToolSet,
     options: Arc<RunOptions>,
+    output: Option<OutputSpec>,
 ) -> impl Future<Output = RunResult> + Send + 'static {
-    Driver::new(provider, tools, options, None)
-        .resuming(&machine)
-        .drive(machine)
+    let mut driver = Driver::new(provider, tools, options, None);
+    if let Some(output) = output {
+        driver = driver.with_output(Arc::new(output));
+    }
+    driver.resuming(&mut machine).drive(machine)
 }
 
 /// [`resume_set`], streamed.
 pub(crate) fn resume_stream_set(
     provider: Arc<dyn Provider>,
-    machine: Machine,
+    mut machine: Machine,
     tools: ToolSet,
     options: Arc<RunOptions>,
+    output: Option<OutputSpec>,
 ) -> RunStream {
     let events = Outbox::default();
-    let driver = Driver::new(provider, tools, options, Some(events.clone())).resuming(&machine);
+    let mut driver = Driver::new(provider, tools, options, Some(events.clone()));
+    if let Some(output) = output {
+        driver = driver.with_output(Arc::new(output));
+    }
+    let driver = driver.resuming(&mut machine);
     let cancel = driver.cancel_token().clone();
     streaming(driver.drive(machine).map(Ok), events, cancel)
 }

@@ -8,7 +8,13 @@
 //! `reasoningContent`); `system` is a list of text blocks; tools are `toolConfig.tools[]
 //! .toolSpec` with `inputSchema.json`; tool choice is `toolConfig.toolChoice` (`auto`, `any`,
 //! `tool`); model-specific fields (top-k, Claude's thinking) go in
-//! `additionalModelRequestFields`.
+//! `additionalModelRequestFields`. A structured answer ([`Request::output`]) is
+//! `outputConfig.textFormat` ("OutputConfig", "OutputFormat", "OutputFormatStructure",
+//! "JsonSchemaDefinition"): `{"type": "json_schema", "structure": {"jsonSchema": {"schema",
+//! "name"}}}`, the schema as a JSON string. Bedrock takes it for some models only (the user
+//! guide's "Get validated JSON results from models" lists them) and refuses schemas outside
+//! its JSON Schema subset with a 400, so the strict form (Anthropic's closed objects) is sent
+//! when the schema has one.
 
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -16,7 +22,7 @@ use serde_json::{Map, Value, json};
 use super::{BedrockOptions, PROVIDER_NAME};
 use crate::error::{Error, Result};
 use crate::message::{
-    ContentBlock, ImageSource, Message, Request, Role, ToolResult, ToolResultContent,
+    ContentBlock, ImageSource, Message, OutputFormat, Request, Role, ToolResult, ToolResultContent,
 };
 use crate::provider::http::BodySize;
 use crate::tool::{ToolChoice, ToolDefinition};
@@ -111,6 +117,9 @@ pub(super) fn body(request: &Request, options: &BedrockOptions) -> Result<Value>
         }
         body.insert("toolConfig".into(), Value::Object(config));
     }
+    if let Some(format) = request.output.as_deref() {
+        body.insert("outputConfig".into(), output_config(format)?);
+    }
     let mut additional = Map::new();
     if let Some(k) = request.top_k {
         additional.insert("top_k".into(), k.into());
@@ -133,6 +142,43 @@ pub(super) fn body(request: &Request, options: &BedrockOptions) -> Result<Value>
         body.insert(key.clone(), value.clone());
     }
     Ok(Value::Object(body))
+}
+
+/// `outputConfig` for a structured answer: the schema in Anthropic's strict form when asked
+/// and possible (closed objects, which Bedrock's subset wants), else in Bedrock's tool dialect.
+fn output_config(format: &OutputFormat) -> Result<Value> {
+    let strict = format.strict.then(|| {
+        crate::tool::schema::anthropic_strict(&format.schema)
+            .inspect_err(|why| {
+                tracing::warn!(
+                    output = %format.name,
+                    keyword = why.keyword.as_str(),
+                    path = why.path.as_str(),
+                    "{why}: `{}` is sent in Bedrock's plain dialect",
+                    format.name
+                );
+            })
+            .ok()
+    });
+    let schema = match strict.flatten() {
+        Some(schema) => schema,
+        None => crate::tool::schema::bedrock(&format.schema).unwrap_or_else(|why| {
+            tracing::warn!(output = %format.name, "{why}; sending the schema as written");
+            format.schema.clone()
+        }),
+    };
+    let schema = serde_json::to_string(&schema).map_err(|e| {
+        Error::config(format!(
+            "could not serialize the output schema `{}`: {e}",
+            format.name
+        ))
+    })?;
+    Ok(
+        json!({"textFormat": {"type": "json_schema", "structure": {"jsonSchema": {
+            "schema": schema,
+            "name": format.name,
+        }}}}),
+    )
 }
 
 /// Converse wants roles to alternate; consecutive messages of one role become one message.

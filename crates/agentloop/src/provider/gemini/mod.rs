@@ -26,6 +26,9 @@
 //!   kept in a native block.
 //! - **Usage**: thought tokens count as output and tool-use prompt tokens as input; the
 //!   cached part of the prompt is `cache_read_tokens` (and, as with OpenAI, included in input).
+//! - **Typed answers** ([`crate::output`]) are native (`responseJsonSchema`) on Gemini 3 and
+//!   later, which take it beside function declarations; earlier models refuse that pair, so
+//!   they answer by the final-answer tool ([`Provider::output_strategy_for`]).
 //!
 //! ```no_run
 //! # fn main() -> agentloop::Result<()> {
@@ -47,6 +50,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::message::{Request, Response};
+use crate::output::OutputStrategy;
 use crate::provider::http::{self, ApiKey, HttpConfig, Transport};
 use crate::provider::{EventStream, Provider};
 use crate::stream::Accumulator;
@@ -271,6 +275,18 @@ impl Provider for Gemini {
         }
     }
 
+    /// Native (`responseJsonSchema`) on Gemini 3 and later, which combine structured output
+    /// with function calling ("Structured outputs with tools" in the structured-output guide);
+    /// the final-answer tool on earlier models, which refuse a JSON response type beside
+    /// function declarations, and on model names without a version (`gemini-flash-latest`).
+    fn output_strategy_for(&self, request: &Request) -> OutputStrategy {
+        if major_version(&request.model).is_some_and(|major| major >= 3) {
+            OutputStrategy::Native
+        } else {
+            OutputStrategy::Tool
+        }
+    }
+
     fn stream(&self, request: &Request) -> EventStream {
         match self.prepare(request) {
             Ok(body) => self.transport.post_stream(
@@ -367,6 +383,15 @@ fn retry_delay(error: &Value) -> Option<std::time::Duration> {
         .ok()
         .filter(|secs| secs.is_finite() && *secs >= 0.0)
         .and_then(|secs| std::time::Duration::try_from_secs_f64(secs).ok())
+}
+
+/// The major version in a Gemini model name (`gemini-3.1-pro-preview`, `models/gemini-3-flash`
+/// → 3); `None` for names without one (`gemini-flash-latest`) or other models.
+fn major_version(model: &str) -> Option<u32> {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    let rest = name.strip_prefix("gemini-")?;
+    let digits = rest.split(['.', '-']).next()?;
+    digits.parse().ok()
 }
 
 #[cfg(test)]

@@ -4,13 +4,14 @@
 //! | dialect | where it goes | what it does |
 //! | --- | --- | --- |
 //! | [`openai_strict`] | OpenAI `strict: true` tools, `response_format` | every property required (optional ones nullable), objects closed, refs inlined (recursive ones kept) |
-//! | [`anthropic_strict`] | Anthropic `strict: true` tools, `output_config.format` | objects closed, refs inlined, no recursion, no numeric, length or count bounds |
+//! | [`anthropic_strict`] | Anthropic `strict: true` tools, `output_config.format` | objects closed, refs inlined, no recursion; numeric, length and count bounds left to our validation |
 //! | [`gemini`] | Gemini `parametersJsonSchema`, `responseJsonSchema` | refs inlined (recursion refused), keywords outside Gemini's subset dropped, `oneOf` as `anyOf` |
 //! | [`bedrock`] | Bedrock Converse `toolSpec.inputSchema.json` | refs inlined, `$schema` dropped; the root must be an object |
 //!
-//! The strict dialects either keep exactly what the schema accepts or fail with [`NotStrict`]
-//! (the keyword and its path), and the provider then sends the tool non-strict with a
-//! `tracing` warning. [`gemini`] and [`bedrock`] have no strict mode: what they drop, our own
+//! The strict dialects either keep exactly what the schema accepts (Anthropic's: up to the
+//! value bounds it refuses, which our validation checks) or fail with [`NotStrict`] (the
+//! keyword and its path), and the provider then sends the tool non-strict with a `tracing`
+//! warning. [`gemini`] and [`bedrock`] have no strict mode: what they drop, our own
 //! validation (always against the original schema) still checks.
 
 use serde_json::{Map, Value, json};
@@ -114,10 +115,8 @@ const OPENAI_REFUSED: &[&str] = &[
     "prefixItems",
 ];
 
-/// Keywords Anthropic's strict mode refuses: OpenAI's list and the numeric and count bounds
-/// (platform.claude.com/docs/en/build-with-claude/structured-outputs, "JSON Schema
-/// limitations": no numerical constraints, no string length constraints, array `minItems`
-/// of 0 or 1 only). `minItems` is checked apart, by value.
+/// Keywords Anthropic's strict mode refuses that change which shapes a schema takes: OpenAI's
+/// list. Its value bounds are [`ANTHROPIC_RELAXED`].
 const ANTHROPIC_REFUSED: &[&str] = &[
     "allOf",
     "not",
@@ -132,19 +131,29 @@ const ANTHROPIC_REFUSED: &[&str] = &[
     "propertyNames",
     "minProperties",
     "maxProperties",
-    "minLength",
-    "maxLength",
     "contains",
     "minContains",
     "maxContains",
     "uniqueItems",
     "unevaluatedItems",
     "prefixItems",
+];
+
+/// Value bounds Anthropic's strict mode refuses
+/// (platform.claude.com/docs/en/build-with-claude/structured-outputs, "JSON Schema
+/// limitations": no numerical constraints, no string length constraints, array `minItems`
+/// of 0 or 1 only): left out of the strict form, as Anthropic's SDKs do, because our own
+/// validation checks answers and arguments against the original schema and sends a value out
+/// of bounds back to the model. Without this every `u32` (`minimum: 0`) would cost the tool
+/// its strictness. `minItems` is checked apart, by value.
+const ANTHROPIC_RELAXED: &[&str] = &[
     "minimum",
     "maximum",
     "exclusiveMinimum",
     "exclusiveMaximum",
     "multipleOf",
+    "minLength",
+    "maxLength",
     "maxItems",
 ];
 
@@ -180,6 +189,8 @@ const ANTHROPIC_FORMATS: &[&str] = &[
 struct Rules {
     dialect: Dialect,
     refused: &'static [&'static str],
+    /// Value bounds left out rather than refused (our validation checks them).
+    relaxed: &'static [&'static str],
     formats: &'static [&'static str],
     /// Every property required, optional ones made nullable (OpenAI); else `required` stays.
     all_required: bool,
@@ -188,6 +199,7 @@ struct Rules {
 const OPENAI: Rules = Rules {
     dialect: Dialect::OpenAiStrict,
     refused: OPENAI_REFUSED,
+    relaxed: &[],
     formats: OPENAI_FORMATS,
     all_required: true,
 };
@@ -195,6 +207,7 @@ const OPENAI: Rules = Rules {
 const ANTHROPIC: Rules = Rules {
     dialect: Dialect::AnthropicStrict,
     refused: ANTHROPIC_REFUSED,
+    relaxed: ANTHROPIC_RELAXED,
     formats: ANTHROPIC_FORMATS,
     all_required: false,
 };
@@ -216,13 +229,15 @@ pub fn openai_strict(schema: &Value) -> Result<Value, NotStrict> {
 /// Compile a schema to Anthropic's strict dialect (strict tools, `output_config.format`):
 /// `$ref`s inlined, every object closed (`additionalProperties: false`) with `required` as it
 /// was, a `oneOf` whose branches a constant property tells apart turned into `anyOf`, number
-/// formats and unknown string formats dropped.
+/// formats and unknown string formats dropped, and the value bounds Anthropic refuses left
+/// out (`minimum`, `multipleOf`, `minLength`, `maxItems`, `minItems` above 1, ...): the strict
+/// form then takes values out of those bounds, which our validation, always against the
+/// original schema, sends back to the model.
 ///
 /// Fails, naming the keyword and its path, where Anthropic would refuse the schema or accept
-/// other values: a recursive `$ref`, a numeric bound (`minimum`, `multipleOf`, ...), a length
-/// or count bound (`minLength`, `maxItems`, `minItems` above 1), a map or an object without
-/// `properties`, a root that is not an object, `allOf` and the other keywords OpenAI's strict
-/// mode refuses too. Send such a schema non-strict.
+/// other shapes: a recursive `$ref`, a map or an object without `properties`, a root that is
+/// not an object, `allOf`, `uniqueItems` and the other keywords OpenAI's strict mode refuses
+/// too. Send such a schema non-strict.
 pub fn anthropic_strict(schema: &Value) -> Result<Value, NotStrict> {
     let out = strict(schema, &ANTHROPIC)?;
     if let Some(path) = find_ref(&out, "") {
@@ -289,12 +304,15 @@ fn make_strict(value: &mut Value, path: &str, rules: &Rules) -> Result<(), NotSt
     if let Some(keyword) = rules.refused.iter().find(|k| map.contains_key(**k)) {
         return Err(refuse(keyword));
     }
+    for keyword in rules.relaxed {
+        map.shift_remove(*keyword);
+    }
     if rules.dialect == Dialect::AnthropicStrict
         && map
             .get("minItems")
             .is_some_and(|n| n.as_u64().is_none_or(|n| n > 1))
     {
-        return Err(refuse("minItems"));
+        map.shift_remove("minItems");
     }
     if let Some(Value::Array(branches)) = map.get("oneOf") {
         if !told_apart(branches) {
