@@ -285,7 +285,9 @@ fn open_connection(database: &Database) -> Result<Connection, ServerError> {
         Database::File(path) => open_file(path)?,
         Database::InMemory => Connection::open_in_memory()?,
         Database::Postgres(_) => {
-            return Err(ServerError::database("a Postgres URL is not an SQLite database"));
+            return Err(ServerError::database(
+                "a Postgres URL is not an SQLite database",
+            ));
         }
     };
     conn.pragma_update(None, "foreign_keys", true)?;
@@ -347,6 +349,17 @@ fn summary_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationSum
         created_at: row.get(2)?,
         updated_at: row.get(3)?,
         message_count: row.get(4)?,
+    })
+}
+
+fn paused_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PausedRow> {
+    Ok(PausedRow {
+        message_id: row.get(0)?,
+        conversation_id: row.get(1)?,
+        prompt_index: usize::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
+        usage: row.get(3)?,
+        paused_run: row.get(4)?,
+        events: row.get(5)?,
     })
 }
 
@@ -709,33 +722,49 @@ impl Store {
                 "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
                  FROM paused_answers ORDER BY created_at, message_id",
             )?;
-            let rows = stmt.query_map([], |row| {
-                Ok(PausedRow {
-                    message_id: row.get(0)?,
-                    conversation_id: row.get(1)?,
-                    prompt_index: usize::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
-                    usage: row.get(3)?,
-                    paused_run: row.get(4)?,
-                    events: row.get(5)?,
-                })
-            })?;
+            let rows = stmt.query_map([], paused_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
     }
 
-    /// The answer no longer waits (decided or cancelled).
-    pub(crate) async fn delete_paused(&self, message_id: String) -> Result<(), ServerError> {
+    /// The answer waiting for approval `message_id`, when it waits (another server sharing
+    /// the database may have paused it).
+    pub(crate) async fn paused_answer(
+        &self,
+        message_id: String,
+    ) -> Result<Option<PausedRow>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.paused_answer(message_id)).await;
+        }
+        self.call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
+                     FROM paused_answers WHERE message_id = ?1",
+                    params![message_id],
+                    paused_from_row,
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    /// The answer no longer waits (decided or cancelled); `false` when it did not wait (any
+    /// more): whoever deletes the row decides the answer, so servers sharing the database
+    /// never run its calls twice.
+    pub(crate) async fn delete_paused(&self, message_id: String) -> Result<bool, ServerError> {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.pg() {
             return self.named(pg.delete_paused(message_id)).await;
         }
         self.call(move |conn| {
-            conn.execute(
+            let n = conn.execute(
                 "DELETE FROM paused_answers WHERE message_id = ?1",
                 params![message_id],
             )?;
-            Ok(())
+            Ok(n > 0)
         })
         .await
     }
@@ -950,7 +979,14 @@ mod tests {
             let mut paused = store.paused().await.unwrap();
             paused.sort_by(|a, b| a.message_id.cmp(&b.message_id));
             assert_eq!(paused, vec![row("m1", "[1,2]"), row("m2", "[]")]);
-            store.delete_paused("m1".into()).await.unwrap();
+            assert_eq!(
+                store.paused_answer("m1".into()).await.unwrap(),
+                Some(row("m1", "[1,2]"))
+            );
+            assert!(store.delete_paused("m1".into()).await.unwrap());
+            // Taken once: a second server deciding the same answer finds it gone.
+            assert!(!store.delete_paused("m1".into()).await.unwrap());
+            assert_eq!(store.paused_answer("m1".into()).await.unwrap(), None);
             assert_eq!(store.paused().await.unwrap(), vec![row("m2", "[]")]);
             // Deleting the conversation deletes what waited in it.
             assert!(store.delete("c1".into()).await.unwrap());
@@ -987,7 +1023,10 @@ mod tests {
                 .await
                 .unwrap()
                 .unwrap();
-            assert_eq!((renamed.id.as_str(), renamed.title.as_str()), ("c2", "Deux"));
+            assert_eq!(
+                (renamed.id.as_str(), renamed.title.as_str()),
+                ("c2", "Deux")
+            );
             assert_eq!(
                 store.get("c2".into()).await.unwrap().unwrap().summary.title,
                 "Deux"

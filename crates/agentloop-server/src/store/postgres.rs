@@ -88,15 +88,13 @@ pub(crate) struct PgStore {
 }
 
 async fn connect(url: &str) -> Result<Client, ServerError> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
-        .await
-        .map_err(|e| {
-            ServerError::database(format!(
-                "cannot connect ({}); check that Postgres is running there and that the URL's \
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.map_err(|e| {
+        ServerError::database(format!(
+            "cannot connect ({}); check that Postgres is running there and that the URL's \
                  user, password and database name are right",
-                message(&e)
-            ))
-        })?;
+            message(&e)
+        ))
+    })?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::warn!("the conversation store's Postgres connection ended: {error}");
@@ -170,6 +168,17 @@ fn summary(row: &Row) -> Result<ConversationSummary, ServerError> {
     })
 }
 
+fn paused_row(row: &Row) -> Result<PausedRow, ServerError> {
+    Ok(PausedRow {
+        message_id: row.try_get(0)?,
+        conversation_id: row.try_get(1)?,
+        prompt_index: position(row.try_get(2)?),
+        usage: row.try_get(3)?,
+        paused_run: row.try_get(4)?,
+        events: row.try_get(5)?,
+    })
+}
+
 fn index(i: usize) -> i64 {
     i64::try_from(i).unwrap_or(i64::MAX)
 }
@@ -197,9 +206,7 @@ impl PgStore {
     fn call<R, F>(&self, f: F) -> impl Future<Output = Result<R, ServerError>> + Send + 'static
     where
         R: Send + 'static,
-        F: for<'a> FnOnce(&'a mut Client) -> BoxFuture<'a, Result<R, ServerError>>
-            + Send
-            + 'static,
+        F: for<'a> FnOnce(&'a mut Client) -> BoxFuture<'a, Result<R, ServerError>> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let job: Job = Box::new(move |client| {
@@ -459,18 +466,27 @@ impl PgStore {
                         &[],
                     )
                     .await?;
-                rows.iter()
-                    .map(|row| {
-                        Ok(PausedRow {
-                            message_id: row.try_get(0)?,
-                            conversation_id: row.try_get(1)?,
-                            prompt_index: position(row.try_get(2)?),
-                            usage: row.try_get(3)?,
-                            paused_run: row.try_get(4)?,
-                            events: row.try_get(5)?,
-                        })
-                    })
-                    .collect()
+                rows.iter().map(paused_row).collect()
+            })
+        })
+    }
+
+    pub(crate) fn paused_answer(
+        &self,
+        message_id: String,
+    ) -> impl Future<Output = Result<Option<PausedRow>, ServerError>> + Send + 'static {
+        self.call(move |client| {
+            Box::pin(async move {
+                client
+                    .query_opt(
+                        "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
+                         FROM agentloop_paused_answers WHERE message_id = $1",
+                        &[&message_id],
+                    )
+                    .await?
+                    .as_ref()
+                    .map(paused_row)
+                    .transpose()
             })
         })
     }
@@ -478,16 +494,16 @@ impl PgStore {
     pub(crate) fn delete_paused(
         &self,
         message_id: String,
-    ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
+    ) -> impl Future<Output = Result<bool, ServerError>> + Send + 'static {
         self.call(move |client| {
             Box::pin(async move {
-                client
+                let n = client
                     .execute(
                         "DELETE FROM agentloop_paused_answers WHERE message_id = $1",
                         &[&message_id],
                     )
                     .await?;
-                Ok(())
+                Ok(n > 0)
             })
         })
     }
@@ -549,7 +565,9 @@ pub(crate) async fn test_database(test: &str) -> Option<String> {
         ));
         return None;
     };
-    let client = connect(&server).await.expect("connect to AGENTLOOP_TEST_POSTGRES");
+    let client = connect(&server)
+        .await
+        .expect("connect to AGENTLOOP_TEST_POSTGRES");
     let db = format!("agentloop_server_{:016x}", rand::random::<u64>());
     client
         .batch_execute(&format!("CREATE DATABASE {db}"))

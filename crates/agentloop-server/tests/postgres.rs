@@ -1,0 +1,204 @@
+//! Two servers on one Postgres database, as behind a load balancer: what one writes the other
+//! lists and reads, renames and deletes are seen by both, and an answer paused for approval
+//! through one is approved through the other (and only once).
+//!
+//! Needs `AGENTLOOP_TEST_POSTGRES` (CI starts a server; without it, a skip notice).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use agentloop::{Agent, ContentBlock, Message, Role, Tool, ToolResult};
+use agentloop_server::ServerConfig;
+use agentloop_testkit::{ScriptedModel, Turn, split_pieces};
+use common::{EventReader, TestServer, client, event, named, post_chat};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize, JsonSchema)]
+struct Deploy {
+    env: String,
+}
+
+/// Where each run of the tool is written down, to count runs.
+type Ran = Arc<Mutex<Vec<String>>>;
+
+fn deploy_tool(ran: &Ran) -> Tool {
+    let ran = ran.clone();
+    Tool::function("deploy", "Deploy the app", move |d: Deploy| {
+        let ran = ran.clone();
+        async move {
+            ran.lock().unwrap().push(d.env.clone());
+            Ok::<_, String>(format!("deployed to {}", d.env))
+        }
+    })
+    .with_approval_required(true)
+}
+
+/// A fresh database on the server `AGENTLOOP_TEST_POSTGRES` names, its URL.
+async fn database(test: &str) -> Option<String> {
+    let Ok(server) = std::env::var("AGENTLOOP_TEST_POSTGRES") else {
+        agentloop_testkit::skip(&format!(
+            "{test}: AGENTLOOP_TEST_POSTGRES is not set (CI starts a server)"
+        ));
+        return None;
+    };
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let db = format!("agentloop_two_{:016x}", rand::random::<u64>());
+    client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let (base, _) = server.rsplit_once('/').unwrap();
+    Some(format!("{base}/{db}"))
+}
+
+async fn get_json(server: &TestServer, path: &str) -> (u16, Value) {
+    let response = client().get(server.url(path)).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn decide(server: &TestServer, message_id: &str) -> reqwest::Response {
+    client()
+        .post(server.url(&format!("/v1/chat/{message_id}/approvals")))
+        .json(&json!({"decisions": [{"id": "call_1", "decision": "approve"}]}))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_share_conversations_and_paused_answers() {
+    let Some(url) =
+        database("two_servers_on_one_database_share_conversations_and_paused_answers").await
+    else {
+        return;
+    };
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Done."),
+    ]);
+    let config = || {
+        ServerConfig::new(
+            Agent::builder(model.clone())
+                .tool(deploy_tool(&ran))
+                .build(),
+        )
+        .postgres(url.clone())
+    };
+    // Both up before anything is written: B learns of A's work from the database only.
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+
+    let response = post_chat(&a, json!({"message": "Deploy it"})).await;
+    assert_eq!(response.status(), 200);
+    let mut through_a = EventReader::new(response);
+    let conversation_id = through_a.headers()["x-agentloop-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let message_id = through_a.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let paused = through_a
+        .read_until(|e| e.event == "approval_requested")
+        .await;
+    drop(through_a);
+
+    // Written through A, listed and read through B.
+    let (status, list) = get_json(&b, "/v1/conversations").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["conversations"][0]["id"], conversation_id);
+    assert_eq!(list["conversations"][0]["title"], "Deploy it");
+    let (status, stored) = get_json(&b, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(stored["messages"][0]["content"][0]["text"], "Deploy it");
+
+    // B follows the paused answer: the same events under the same ids, then the rest once
+    // it approved the call.
+    let response = client()
+        .get(b.url(&format!("/v1/chat/{message_id}/events")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut through_b = EventReader::new(response);
+    let again = through_b
+        .read_until(|e| e.event == "approval_requested")
+        .await;
+    assert_eq!(again, paused);
+    assert_eq!(decide(&b, &message_id).await.status(), 202);
+    let mut rest = vec![event(
+        "tool_call_result",
+        json!({"id": "call_1", "content": "deployed to prod", "is_error": false}),
+    )];
+    rest.extend(
+        split_pieces("Done.", 3)
+            .into_iter()
+            .map(|t| event("text_delta", json!({ "text": t }))),
+    );
+    rest.push(event(
+        "message_end",
+        json!({"stop_reason": "end_turn", "usage": {"input_tokens": 20, "output_tokens": 10,
+            "cache_read_tokens": 0, "cache_write_tokens": 0}}),
+    ));
+    assert_eq!(named(&through_b.rest().await), rest);
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+
+    // A still holds its copy of the pause, but the decision was taken: no second run.
+    let response = decide(&a, &message_id).await;
+    assert_eq!(response.status(), 409);
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+
+    // The whole answer, saved by B, read through A.
+    let full = vec![
+        Message::user("Deploy it"),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: "call_1".into(),
+                name: "deploy".into(),
+                input: json!({"env": "prod"}),
+            }],
+        ),
+        Message::tool_results([ToolResult::text("call_1", "deployed to prod")]),
+        Message::assistant("Done."),
+    ];
+    let stored = a
+        .state
+        .conversation(&conversation_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.messages, full);
+    assert_eq!(stored.answers.len(), 1);
+    assert_eq!(stored.answers[0].stop_reason, "end_turn");
+
+    // Renamed and deleted through B, seen through A.
+    let response = client()
+        .patch(b.url(&format!("/v1/conversations/{conversation_id}")))
+        .json(&json!({"title": "Friday deploy"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (_, list) = get_json(&a, "/v1/conversations").await;
+    assert_eq!(list["conversations"][0]["title"], "Friday deploy");
+    let response = client()
+        .delete(b.url(&format!("/v1/conversations/{conversation_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let (status, _) = get_json(&a, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(status, 404);
+    let (_, list) = get_json(&a, "/v1/conversations").await;
+    assert_eq!(list["conversations"], json!([]));
+}
