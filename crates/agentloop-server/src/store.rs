@@ -847,14 +847,15 @@ mod tests {
     /// The stores the suite runs on: SQLite in memory, and a fresh Postgres database when the
     /// build has Postgres and `AGENTLOOP_TEST_POSTGRES` names a server (a skip notice when not).
     async fn backends(test: &str) -> Vec<Store> {
-        let mut stores = vec![Store::open(Database::InMemory).await.unwrap()];
+        let sqlite = Store::open(Database::InMemory).await.unwrap();
         #[cfg(feature = "postgres")]
         if let Some(url) = postgres::test_database(test).await {
-            stores.push(Store::open(Database::Postgres(url)).await.unwrap());
+            let postgres = Store::open(Database::Postgres(url)).await.unwrap();
+            return vec![sqlite, postgres];
         }
         #[cfg(not(feature = "postgres"))]
         let _ = test;
-        stores
+        vec![sqlite]
     }
 
     #[tokio::test]
@@ -919,13 +920,7 @@ mod tests {
                 .unwrap();
             // Regenerated: the second answer to the same prompt replaces the first.
             store
-                .save_answer(
-                    "c1".into(),
-                    0,
-                    "interrupted".into(),
-                    usage(5),
-                    Some(cost.clone()),
-                )
+                .save_answer("c1".into(), 0, "interrupted".into(), usage(5), Some(cost))
                 .await
                 .unwrap();
             store
@@ -940,7 +935,7 @@ mod tests {
                         prompt_index: 0,
                         stop_reason: "interrupted".into(),
                         usage: usage(5),
-                        cost: Some(cost.clone()),
+                        cost: Some(cost),
                     },
                     AnswerRecord {
                         prompt_index: 2,
@@ -1033,6 +1028,21 @@ mod tests {
             );
             assert_eq!(store.rename("c3".into(), "x".into()).await.unwrap(), None);
         }
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn a_postgres_url_is_refused_by_a_build_without_postgres() {
+        let url = "postgres://agent:hunter2@127.0.0.1:1/chats";
+        let Err(error) = Store::open(Database::Postgres(url.into())).await else {
+            panic!("opened Postgres without the feature");
+        };
+        assert_eq!(
+            error.to_string(),
+            "database error: Postgres at `postgres://agent:<redacted>@127.0.0.1:1/chats`: this \
+             server was built without Postgres support; build agentloop-server (or agentloop-cli) \
+             with the `postgres` feature, or store conversations in an SQLite file"
+        );
     }
 
     #[cfg(feature = "postgres")]

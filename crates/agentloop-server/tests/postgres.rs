@@ -40,7 +40,7 @@ fn deploy_tool(ran: &Ran) -> Tool {
 async fn database(test: &str) -> Option<String> {
     let Ok(server) = std::env::var("AGENTLOOP_TEST_POSTGRES") else {
         agentloop_testkit::skip(&format!(
-            "{test}: AGENTLOOP_TEST_POSTGRES is not set (CI starts a server)"
+            "{test} on Postgres: AGENTLOOP_TEST_POSTGRES is not set (CI starts a server)"
         ));
         return None;
     };
