@@ -49,6 +49,12 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
     history::validate(&start.history).map_err(|e| StartError::InvalidHistory(e.to_string()))?;
     let inner = &state.inner;
     inner.store.check_open().map_err(StartError::Store)?;
+    if start.create.is_none() {
+        // An answer waiting in the conversation on another server keeps it busy here too.
+        active_in(state, &start.conversation_id)
+            .await
+            .map_err(StartError::Store)?;
+    }
     let message_id = new_id("msg");
     let run = inner
         .runs
@@ -576,6 +582,25 @@ pub(crate) async fn find(
         .paused_answer(message_id.to_owned())
         .await?
     else {
+        return Ok(None);
+    };
+    Ok(restore(state, row))
+}
+
+/// The answer running or waiting in conversation `conversation_id`: here, or, when other
+/// servers share the database, one waiting for approval there (then made to wait here too).
+pub(crate) async fn active_in(
+    state: &AppState,
+    conversation_id: &str,
+) -> Result<Option<Arc<RunLog>>, ServerError> {
+    let inner = &state.inner;
+    if let Some(run) = inner.runs.active_in(conversation_id) {
+        return Ok(Some(run));
+    }
+    if !inner.store.is_shared() {
+        return Ok(None);
+    }
+    let Some(row) = inner.store.paused_in(conversation_id.to_owned()).await? else {
         return Ok(None);
     };
     Ok(restore(state, row))

@@ -133,8 +133,10 @@
 //!   any server. An answer waiting for approval can be followed (`GET
 //!   /v1/chat/{message_id}/events`), decided or cancelled through any server, even one started
 //!   before the pause or after the pausing server died: a server that does not hold it loads
-//!   it from the database. Deleting its row is what decides it, so two servers never run its
-//!   calls twice; the other server's copy answers 409 and is dropped.
+//!   it from the database, for `useChat`'s approval response on the UI stream too. Deleting its
+//!   row is what decides it, so two servers never run its calls twice; the other server's copy
+//!   answers 409 and is dropped. While it waits, its conversation is busy (409, and its
+//!   `active_message_id`) through every server.
 //! - **Load balancer.** An answer that is running lives in the server that runs it: its stream
 //!   and its reconnects and cancels (`/v1/chat/{message_id}/…`, and the UI stream of its chat)
 //!   must reach that server, so route by client (sticky sessions, e.g. a cookie or the client
@@ -143,8 +145,9 @@
 //!   timeouts above the keep-alive interval (15 s).
 //! - **Not yet.** An answer in flight when its server dies is not taken over by another (its
 //!   history is saved up to the last finished step; send the message again), there is no lease
-//!   on an answer and no live following of another server's answer (Postgres `LISTEN/NOTIFY`),
-//!   and the one-answer-at-a-time rule of a conversation holds per server, not across them.
+//!   on an answer and no live following of another server's running answer (Postgres
+//!   `LISTEN/NOTIFY`), and for a running answer the one-answer-at-a-time rule of a conversation
+//!   holds per server, not across them.
 //!
 //! ## The chat event protocol, version 1
 //!

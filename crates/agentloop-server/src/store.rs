@@ -431,6 +431,15 @@ impl Store {
         self.pg.as_ref()
     }
 
+    /// Whether other servers may share the database (Postgres): what they pause is found
+    /// there, not in this server's memory.
+    pub(crate) fn is_shared(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        return self.pg.is_some();
+        #[cfg(not(feature = "postgres"))]
+        false
+    }
+
     /// An error when the worker has stopped (a call can no longer be queued).
     pub(crate) fn check_open(&self) -> Result<(), ServerError> {
         #[cfg(feature = "postgres")]
@@ -751,6 +760,29 @@ impl Store {
         .await
     }
 
+    /// The answer waiting for approval in conversation `conversation_id`, if one does.
+    pub(crate) async fn paused_in(
+        &self,
+        conversation_id: String,
+    ) -> Result<Option<PausedRow>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.paused_in(conversation_id)).await;
+        }
+        self.call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
+                     FROM paused_answers WHERE conversation_id = ?1
+                     ORDER BY created_at, message_id LIMIT 1",
+                    params![conversation_id],
+                    paused_from_row,
+                )
+                .optional()?)
+        })
+        .await
+    }
+
     /// The answer no longer waits (decided or cancelled); `false` when it did not wait (any
     /// more): whoever deletes the row decides the answer, so servers sharing the database
     /// never run its calls twice.
@@ -960,9 +992,10 @@ mod tests {
     async fn paused_answers_are_kept_replaced_and_forgotten() {
         for store in backends("paused_answers_are_kept_replaced_and_forgotten").await {
             store.create("c1".into(), "Hi".into()).await.unwrap();
+            store.create("c2".into(), "Hey".into()).await.unwrap();
             let row = |id: &str, events: &str| PausedRow {
                 message_id: id.into(),
-                conversation_id: "c1".into(),
+                conversation_id: if id == "m1" { "c1" } else { "c2" }.into(),
                 prompt_index: 2,
                 usage: "{}".into(),
                 paused_run: "{\"paused\":true}".into(),
@@ -978,13 +1011,18 @@ mod tests {
                 store.paused_answer("m1".into()).await.unwrap(),
                 Some(row("m1", "[1,2]"))
             );
+            assert_eq!(
+                store.paused_in("c1".into()).await.unwrap(),
+                Some(row("m1", "[1,2]"))
+            );
+            assert_eq!(store.paused_in("c3".into()).await.unwrap(), None);
             assert!(store.delete_paused("m1".into()).await.unwrap());
             // Taken once: a second server deciding the same answer finds it gone.
             assert!(!store.delete_paused("m1".into()).await.unwrap());
             assert_eq!(store.paused_answer("m1".into()).await.unwrap(), None);
             assert_eq!(store.paused().await.unwrap(), vec![row("m2", "[]")]);
             // Deleting the conversation deletes what waited in it.
-            assert!(store.delete("c1".into()).await.unwrap());
+            assert!(store.delete("c2".into()).await.unwrap());
             assert_eq!(store.paused().await.unwrap(), vec![]);
         }
     }

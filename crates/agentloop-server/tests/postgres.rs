@@ -7,6 +7,7 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use agentloop::{Agent, ContentBlock, Message, Role, Tool, ToolResult};
 use agentloop_server::ServerConfig;
@@ -121,6 +122,30 @@ async fn two_servers_on_one_database_share_conversations_and_paused_answers() {
     assert_eq!(status, 200);
     assert_eq!(stored["messages"][0]["content"][0]["text"], "Deploy it");
 
+    // The answer waiting on A keeps the conversation busy through B too.
+    let (_, stored) = get_json(&b, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(stored["active_message_id"], message_id);
+    let response = post_chat(
+        &b,
+        json!({"conversation_id": conversation_id, "message": "And staging?"}),
+    )
+    .await;
+    assert_eq!(response.status(), 409);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("(message `{message_id}`)")),
+        "{error}"
+    );
+    let response = client()
+        .delete(b.url(&format!("/v1/conversations/{conversation_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 409);
+
     // B follows the paused answer: the same events under the same ids, then the rest once
     // it approved the call.
     let response = client()
@@ -201,4 +226,77 @@ async fn two_servers_on_one_database_share_conversations_and_paused_answers() {
     assert_eq!(status, 404);
     let (_, list) = get_json(&a, "/v1/conversations").await;
     assert_eq!(list["conversations"], json!([]));
+}
+
+async fn post_ui(server: &TestServer, body: Value) -> Vec<Value> {
+    let response = client()
+        .post(server.url("/v1/chat/ui-stream"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // A guard against a stream left open, not a timing assumption.
+    tokio::time::timeout(Duration::from_secs(30), EventReader::new(response).rest())
+        .await
+        .expect("the UI stream ends")
+        .into_iter()
+        .map(|e| e.data)
+        .collect()
+}
+
+/// `useChat` behind a load balancer: the request that pauses reaches A, the one carrying the
+/// approval response (the AI SDK's `approval-responded` tool part, as in tests/approvals.rs)
+/// reaches B, which continues the same assistant message.
+#[tokio::test]
+async fn the_ui_stream_decides_through_another_server() {
+    let Some(url) = database("the_ui_stream_decides_through_another_server").await else {
+        return;
+    };
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Done."),
+    ]);
+    let config = || {
+        ServerConfig::new(
+            Agent::builder(model.clone())
+                .tool(deploy_tool(&ran))
+                .build(),
+        )
+        .postgres(url.clone())
+    };
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+    let question =
+        json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Deploy it"}]});
+    let first = post_ui(&a, json!({"id": "chat-a", "messages": [question]})).await;
+    let message_id = first[0]["messageId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        first[first.len() - 4],
+        json!({"type": "tool-approval-request", "approvalId": "call_1", "toolCallId": "call_1"})
+    );
+    let answered = json!({"id": message_id, "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-deploy", "toolCallId": "call_1", "state": "approval-responded",
+         "input": {"env": "prod"}, "approval": {"id": "call_1", "approved": true}}
+    ]});
+    let second = post_ui(
+        &b,
+        json!({"id": "chat-a", "messages": [question, answered], "trigger": "submit-message", "messageId": message_id}),
+    )
+    .await;
+    assert_eq!(second[0], json!({"type": "start", "messageId": message_id}));
+    assert_eq!(
+        second[1],
+        json!({"type": "tool-output-available", "toolCallId": "call_1", "output": "deployed to prod"})
+    );
+    assert_eq!(
+        second[second.len() - 2],
+        json!({"type": "finish", "finishReason": "stop"})
+    );
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+    let stored = a.state.conversation("chat-a").await.unwrap().unwrap();
+    assert_eq!(stored.messages.len(), 4);
+    assert_eq!(stored.messages[3], Message::assistant("Done."));
 }

@@ -491,6 +491,27 @@ impl PgStore {
         })
     }
 
+    pub(crate) fn paused_in(
+        &self,
+        conversation_id: String,
+    ) -> impl Future<Output = Result<Option<PausedRow>, ServerError>> + Send + 'static {
+        self.call(move |client| {
+            Box::pin(async move {
+                client
+                    .query_opt(
+                        "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
+                         FROM agentloop_paused_answers WHERE conversation_id = $1
+                         ORDER BY created_at, message_id LIMIT 1",
+                        &[&conversation_id],
+                    )
+                    .await?
+                    .as_ref()
+                    .map(paused_row)
+                    .transpose()
+            })
+        })
+    }
+
     pub(crate) fn delete_paused(
         &self,
         message_id: String,
