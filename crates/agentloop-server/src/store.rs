@@ -1106,6 +1106,45 @@ mod tests {
         );
     }
 
+    /// Postgres restarted (here: the server's connection terminated): the call that finds the
+    /// connection gone may fail, the next one connects again.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_connects_again_after_losing_its_connection() {
+        let Some(url) =
+            postgres::test_database("postgres_connects_again_after_losing_its_connection").await
+        else {
+            return;
+        };
+        let store = Store::open(Database::Postgres(url.clone())).await.unwrap();
+        store.create("c1".into(), "x".into()).await.unwrap();
+        let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let ended = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(ended.len(), 1, "the store's one connection");
+        // Postgres's notice of the termination, or the closed connection, whichever the call
+        // meets first.
+        if let Err(error) = store.list().await {
+            let message = error.to_string();
+            assert!(
+                message.contains("terminating connection")
+                    || message.contains("the connection to Postgres was lost"),
+                "{message}"
+            );
+        }
+        let listed = store.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+    }
+
     /// Servers starting at once on a fresh database: one migrates, the others wait for it and
     /// find the schema done; a schema newer than the server knows is refused.
     #[cfg(feature = "postgres")]

@@ -10,6 +10,9 @@ use std::future::Future;
 
 use agentloop::cost::Cost;
 use agentloop::{Message, Usage};
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{Client, NoTls, Row};
@@ -63,6 +66,11 @@ type Job = Box<dyn for<'a> FnOnce(Result<&'a mut Client, ServerError>) -> BoxFut
 
 /// What Postgres said, with the server's detail when it gave one.
 fn message(e: &tokio_postgres::Error) -> String {
+    if e.is_closed() {
+        return "the connection to Postgres was lost (Postgres restarted, or the network \
+                failed); the next call connects again"
+            .to_owned();
+    }
     match e.as_db_error() {
         Some(db) => match db.detail() {
             Some(detail) => format!("{} ({detail})", db.message()),
@@ -154,7 +162,8 @@ async fn worker(url: String, mut client: Client, mut jobs: mpsc::UnboundedReceiv
                 }
             }
         }
-        job(Ok(&mut client)).await;
+        // A call that panics drops its reply (its caller gets an error); the others go on.
+        let _ = AssertUnwindSafe(job(Ok(&mut client))).catch_unwind().await;
     }
 }
 
