@@ -550,12 +550,16 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
     });
 }
 
-/// Forget this server's copy of a paused answer that another server sharing the database
-/// decided or cancelled: its listeners end, and its conversation is free here again.
-fn drop_stale(state: &AppState, run: &RunLog) {
+/// End this server's copy of a paused answer that another server sharing the database
+/// decided or cancelled: its listeners' streams end, its conversation is free here again, and
+/// it is forgotten like a finished answer.
+fn drop_stale(state: &AppState, run: &Arc<RunLog>) {
     run.finish();
-    state.inner.runs.release(run);
-    state.inner.runs.forget(&run.message_id);
+    drop(Finisher {
+        state: state.clone(),
+        run: run.clone(),
+        paused: false,
+    });
 }
 
 /// At start-up: every answer that was waiting for approval waits again, its log holding its
@@ -574,6 +578,8 @@ pub(crate) async fn find(
     message_id: &str,
 ) -> Result<Option<Arc<RunLog>>, ServerError> {
     if let Some(run) = state.inner.runs.get(message_id) {
+        // A stale copy is still answered for: finished, it is no longer paused (409).
+        fresh(state, run.clone()).await?;
         return Ok(Some(run));
     }
     let Some(row) = state
@@ -594,7 +600,9 @@ pub(crate) async fn active_in(
     conversation_id: &str,
 ) -> Result<Option<Arc<RunLog>>, ServerError> {
     let inner = &state.inner;
-    if let Some(run) = inner.runs.active_in(conversation_id) {
+    if let Some(run) = inner.runs.active_in(conversation_id)
+        && let Some(run) = fresh(state, run).await?
+    {
         return Ok(Some(run));
     }
     if !inner.store.is_shared() {
@@ -604,6 +612,25 @@ pub(crate) async fn active_in(
         return Ok(None);
     };
     Ok(restore(state, row))
+}
+
+/// This server's copy of a paused answer, unless another server sharing the database decided
+/// or cancelled it meanwhile: then the copy is dropped here (its listeners end) and `None`.
+async fn fresh(state: &AppState, run: Arc<RunLog>) -> Result<Option<Arc<RunLog>>, ServerError> {
+    if !run.is_paused() || !state.inner.store.is_shared() {
+        return Ok(Some(run));
+    }
+    let stored = state
+        .inner
+        .store
+        .paused_answer(run.message_id.clone())
+        .await?;
+    if stored.is_some() {
+        return Ok(Some(run));
+    }
+    drop(run.take_paused());
+    drop_stale(state, &run);
+    Ok(None)
 }
 
 /// Make a stored paused answer wait here; `None` when it cannot (logged).

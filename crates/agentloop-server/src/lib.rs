@@ -134,9 +134,10 @@
 //!   /v1/chat/{message_id}/events`), decided or cancelled through any server, even one started
 //!   before the pause or after the pausing server died: a server that does not hold it loads
 //!   it from the database, for `useChat`'s approval response on the UI stream too. Deleting its
-//!   row is what decides it, so two servers never run its calls twice; the other server's copy
-//!   answers 409 and is dropped. While it waits, its conversation is busy (409, and its
-//!   `active_message_id`) through every server.
+//!   row is what decides it, so two servers never run its calls twice. Another server's copy
+//!   of it is checked against the database when asked about, and ends once the answer was
+//!   decided elsewhere (its streams close; a decision sent there gets 409). While it waits,
+//!   its conversation is busy (409, and its `active_message_id`) through every server.
 //! - **Load balancer.** An answer that is running lives in the server that runs it: its stream
 //!   and its reconnects and cancels (`/v1/chat/{message_id}/…`, and the UI stream of its chat)
 //!   must reach that server, so route by client (sticky sessions, e.g. a cookie or the client

@@ -84,6 +84,7 @@ async fn two_servers_on_one_database_share_conversations_and_paused_answers() {
     let model = ScriptedModel::new([
         Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
         Turn::text("Done."),
+        Turn::text("You're welcome."),
     ]);
     let config = || {
         ServerConfig::new(
@@ -177,7 +178,10 @@ async fn two_servers_on_one_database_share_conversations_and_paused_answers() {
     assert_eq!(named(&through_b.rest().await), rest);
     assert_eq!(*ran.lock().unwrap(), ["prod"]);
 
-    // A still holds its copy of the pause, but the decision was taken: no second run.
+    // A still holds its copy of the pause, but the decision was taken: the conversation is
+    // not busy there any more, and there is no second run.
+    let (_, stored) = get_json(&a, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(stored["active_message_id"], Value::Null);
     let response = decide(&a, &message_id).await;
     assert_eq!(response.status(), 409);
     assert_eq!(*ran.lock().unwrap(), ["prod"]);
@@ -205,6 +209,16 @@ async fn two_servers_on_one_database_share_conversations_and_paused_answers() {
     assert_eq!(stored.messages, full);
     assert_eq!(stored.answers.len(), 1);
     assert_eq!(stored.answers[0].stop_reason, "end_turn");
+
+    // The conversation goes on through A.
+    let response = post_chat(
+        &a,
+        json!({"conversation_id": conversation_id, "message": "Thanks"}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(events.last().unwrap().data["stop_reason"], "end_turn");
 
     // Renamed and deleted through B, seen through A.
     let response = client()
