@@ -565,6 +565,7 @@ fn drop_stale(state: &AppState, run: &Arc<RunLog>) {
 /// At start-up: every answer that was waiting for approval waits again, its log holding its
 /// `/v1/chat` events up to the pause at their old positions.
 pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> {
+    watch_decisions(state);
     for row in state.inner.store.paused().await? {
         restore(state, row);
     }
@@ -612,6 +613,34 @@ pub(crate) async fn active_in(
         return Ok(None);
     };
     Ok(restore(state, row))
+}
+
+/// With a shared database: end this server's copy of every paused answer another server
+/// decides or cancels, as the database announces them, so its streams do not wait on.
+fn watch_decisions(state: &AppState) {
+    let Some(mut decided) = state.inner.store.decided_elsewhere() else {
+        return;
+    };
+    // Weak: the watch must not keep the server's state alive.
+    let inner = Arc::downgrade(&state.inner);
+    tokio::spawn(async move {
+        loop {
+            let message_id = match decided.recv().await {
+                Ok(message_id) => message_id,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let state = AppState { inner };
+            if let Some(run) = state.inner.runs.get(&message_id)
+                && let Err(e) = fresh(&state, run).await
+            {
+                tracing::warn!(%message_id, "could not check a paused answer decided elsewhere: {e}");
+            }
+        }
+    });
 }
 
 /// This server's copy of a paused answer, unless another server sharing the database decided

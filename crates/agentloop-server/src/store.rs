@@ -440,6 +440,15 @@ impl Store {
         false
     }
 
+    /// With a shared database, the message ids of paused answers decided or cancelled by any
+    /// server sharing it.
+    pub(crate) fn decided_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        #[cfg(feature = "postgres")]
+        return self.pg.as_ref().map(postgres::PgStore::decided);
+        #[cfg(not(feature = "postgres"))]
+        None
+    }
+
     /// An error when the worker has stopped (a call can no longer be queued).
     pub(crate) fn check_open(&self) -> Result<(), ServerError> {
         #[cfg(feature = "postgres")]
@@ -1130,7 +1139,7 @@ mod tests {
             )
             .await
             .unwrap();
-        assert_eq!(ended.len(), 1, "the store's one connection");
+        assert_eq!(ended.len(), 2, "the store's connection and its listener's");
         // Postgres's notice of the termination, or the closed connection, whichever the call
         // meets first.
         if let Err(error) = store.list().await {

@@ -314,3 +314,46 @@ async fn the_ui_stream_decides_through_another_server() {
     assert_eq!(stored.messages.len(), 4);
     assert_eq!(stored.messages[3], Message::assistant("Done."));
 }
+
+/// A client following a paused answer through A when B decides it: A hears of the decision
+/// (Postgres `LISTEN/NOTIFY`) and ends the stream instead of leaving it waiting.
+#[tokio::test]
+async fn a_stream_waiting_on_one_server_ends_when_another_decides_the_answer() {
+    let Some(url) =
+        database("a_stream_waiting_on_one_server_ends_when_another_decides_the_answer").await
+    else {
+        return;
+    };
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Done."),
+    ]);
+    let config = || {
+        ServerConfig::new(
+            Agent::builder(model.clone())
+                .tool(deploy_tool(&ran))
+                .build(),
+        )
+        .postgres(url.clone())
+    };
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+    let response = post_chat(&a, json!({"message": "Deploy it"})).await;
+    let mut through_a = EventReader::new(response);
+    let message_id = through_a.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    through_a
+        .read_until(|e| e.event == "approval_requested")
+        .await;
+    assert_eq!(decide(&b, &message_id).await.status(), 202);
+    // A guard against a stream left waiting, not a timing assumption.
+    let rest = tokio::time::timeout(Duration::from_secs(10), through_a.rest())
+        .await
+        .expect("A ends the stream of the answer decided through B");
+    assert_eq!(rest, vec![]);
+    assert!(b.state.wait_for_message(&message_id).await);
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+}

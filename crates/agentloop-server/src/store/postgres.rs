@@ -4,7 +4,9 @@
 //! Calls are queued, in the order they are made, to one task that owns the connection and runs
 //! them one after another, as the SQLite store does: a conversation created by a chat exists for
 //! every request made after the chat started, and a transaction has the connection to itself.
-//! A connection that dropped (Postgres restarted) is opened again at the next call.
+//! A connection that dropped (Postgres restarted) is opened again at the next call. A second
+//! connection `LISTEN`s for the paused answers any server decides (deleting a paused row
+//! notifies its message id), so every server can end its copy.
 
 use std::future::Future;
 
@@ -12,10 +14,12 @@ use agentloop::cost::Cost;
 use agentloop::{Message, Usage};
 use std::panic::AssertUnwindSafe;
 
-use futures::FutureExt;
+use std::time::Duration;
+
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{Client, NoTls, Row};
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Row};
 
 use super::{AnswerRecord, ConversationSummary, PausedRow, StoredConversation, now_millis};
 use crate::error::ServerError;
@@ -89,10 +93,16 @@ impl From<tokio_postgres::Error> for ServerError {
     }
 }
 
-/// The conversation store on one Postgres connection. Cheap to clone.
+/// The channel on which deleting a paused answer's row (deciding or cancelling it) names its
+/// message id, so the other servers end their copies of it.
+const DECIDED: &str = "agentloop_answer_decided";
+
+/// The conversation store on one Postgres connection, plus one that listens for answers
+/// decided by any server. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct PgStore {
     jobs: mpsc::UnboundedSender<Job>,
+    decided: broadcast::Sender<String>,
 }
 
 async fn connect(url: &str) -> Result<Client, ServerError> {
@@ -167,6 +177,66 @@ async fn worker(url: String, mut client: Client, mut jobs: mpsc::UnboundedReceiv
     }
 }
 
+/// Forwards the [`DECIDED`] notifications to `decided` while a [`PgStore`] lives, on a
+/// connection of its own, connecting again a second after losing it (what is decided
+/// meanwhile is found when the copy is next asked about).
+async fn listen(
+    url: String,
+    decided: broadcast::Sender<String>,
+    alive: mpsc::WeakUnboundedSender<Job>,
+    ready: oneshot::Sender<()>,
+) {
+    let mut ready = Some(ready);
+    const RETRY: Duration = Duration::from_secs(1);
+    // How often a listener with nothing to forward checks that its store still lives.
+    const CHECK: Duration = Duration::from_secs(5);
+    while alive.upgrade().is_some() {
+        let (client, mut connection) = match tokio_postgres::connect(&url, NoTls).await {
+            Ok(connected) => connected,
+            Err(error) => {
+                tracing::warn!("cannot listen for decided answers: {}", message(&error));
+                ready.take().map(|ready| ready.send(()));
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        let (heard, mut notifications) = mpsc::unbounded_channel();
+        let forward = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(Ok(message)) = messages.next().await {
+                if let AsyncMessage::Notification(n) = message
+                    && heard.send(n.payload().to_owned()).is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let listening = client.batch_execute(&format!("LISTEN {DECIDED}")).await;
+        ready.take().map(|ready| ready.send(()));
+        match listening {
+            Ok(()) => loop {
+                tokio::select! {
+                    heard = notifications.recv() => match heard {
+                        Some(message_id) => {
+                            let _ = decided.send(message_id);
+                        }
+                        None => break,
+                    },
+                    () = tokio::time::sleep(CHECK) => {
+                        if alive.upgrade().is_none() {
+                            forward.abort();
+                            return;
+                        }
+                    }
+                }
+            },
+            Err(error) => tracing::warn!("cannot listen for decided answers: {}", message(&error)),
+        }
+        forward.abort();
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
 fn summary(row: &Row) -> Result<ConversationSummary, ServerError> {
     Ok(ConversationSummary {
         id: row.try_get(0)?,
@@ -203,7 +273,23 @@ impl PgStore {
         migrate(&mut client).await?;
         let (jobs, queue) = mpsc::unbounded_channel();
         tokio::spawn(worker(url.to_owned(), client, queue));
-        Ok(Self { jobs })
+        let (decided, _) = broadcast::channel(256);
+        let (ready, listening) = oneshot::channel();
+        tokio::spawn(listen(
+            url.to_owned(),
+            decided.clone(),
+            jobs.downgrade(),
+            ready,
+        ));
+        // Started listening (or failed to, logged): decisions made from now on are heard.
+        let _ = listening.await;
+        Ok(Self { jobs, decided })
+    }
+
+    /// The message ids of paused answers decided or cancelled by any server sharing the
+    /// database (this one included), as Postgres notifies them.
+    pub(crate) fn decided(&self) -> broadcast::Receiver<String> {
+        self.decided.subscribe()
     }
 
     /// Whether calls can still be queued.
@@ -527,9 +613,16 @@ impl PgStore {
     ) -> impl Future<Output = Result<bool, ServerError>> + Send + 'static {
         self.call(move |client| {
             Box::pin(async move {
+                // One statement: the notification goes out when the delete commits.
                 let n = client
                     .execute(
-                        "DELETE FROM agentloop_paused_answers WHERE message_id = $1",
+                        &format!(
+                            "WITH gone AS (
+                                 DELETE FROM agentloop_paused_answers WHERE message_id = $1
+                                 RETURNING message_id
+                             )
+                             SELECT pg_notify('{DECIDED}', message_id) FROM gone"
+                        ),
                         &[&message_id],
                     )
                     .await?;
