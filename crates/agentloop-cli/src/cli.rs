@@ -268,9 +268,11 @@ pub struct ServeArgs {
     /// Give the model file skills (read, list, write, search) confined to this directory.
     #[arg(long, value_name = "DIR")]
     pub sandbox: Option<PathBuf>,
-    /// SQLite database for conversations.
-    #[arg(long, value_name = "PATH", default_value = "agentloop.db")]
-    pub db: PathBuf,
+    /// Where conversations are stored: an SQLite file, or a Postgres URL
+    /// (`postgres://user[:password]@host[:port]/dbname`, no TLS) that several servers can share
+    /// behind a load balancer. The schema is created or migrated at start.
+    #[arg(long, value_name = "PATH|URL", default_value = "agentloop.db")]
+    pub db: String,
     /// Require this bearer token on /v1 (default: the AGENTLOOP_TOKEN environment variable).
     /// Other local users can read it in `ps`: prefer --token-file or the variable. An empty
     /// token is an error.

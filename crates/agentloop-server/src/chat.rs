@@ -49,6 +49,12 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
     history::validate(&start.history).map_err(|e| StartError::InvalidHistory(e.to_string()))?;
     let inner = &state.inner;
     inner.store.check_open().map_err(StartError::Store)?;
+    if start.create.is_none() {
+        // An answer waiting in the conversation on another server keeps it busy here too.
+        active_in(state, &start.conversation_id)
+            .await
+            .map_err(StartError::Store)?;
+    }
     let message_id = new_id("msg");
     let run = inner
         .runs
@@ -482,13 +488,19 @@ pub(crate) async fn resume(
         Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
     };
     // Forgotten before anything runs: a crash from here on must not offer the calls again.
-    if let Err(e) = state
+    match state
         .inner
         .store
         .delete_paused(run.message_id.clone())
         .await
     {
-        return give_back(paused, ResumeError::Store(e));
+        Ok(true) => {}
+        // Another server sharing the database decided it: this copy of the pause is stale.
+        Ok(false) => {
+            drop_stale(state, &run);
+            return Err(ResumeError::NotPaused);
+        }
+        Err(e) => return give_back(paused, ResumeError::Store(e)),
     }
     run.begin_segment(decided);
     let finisher = Finisher {
@@ -510,8 +522,16 @@ pub(crate) async fn resume(
 /// as saved before the calls, and the answer is recorded as interrupted.
 pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<PausedChat>) {
     let store = &state.inner.store;
-    if let Err(e) = store.delete_paused(run.message_id.clone()).await {
-        tracing::warn!(message_id = %run.message_id, "could not forget the paused answer: {e}");
+    match store.delete_paused(run.message_id.clone()).await {
+        Ok(true) => {}
+        Ok(false) => {
+            // Decided through another server: its record of the answer stands.
+            drop_stale(state, &run);
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(message_id = %run.message_id, "could not forget the paused answer: {e}")
+        }
     }
     if let Err(e) = store
         .save_answer(
@@ -537,64 +557,175 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
     });
 }
 
+/// End this server's copy of a paused answer that another server sharing the database
+/// decided or cancelled: its listeners' streams end, its conversation is free here again, and
+/// it is forgotten like a finished answer.
+fn drop_stale(state: &AppState, run: &Arc<RunLog>) {
+    run.finish();
+    drop(Finisher {
+        state: state.clone(),
+        run: run.clone(),
+        paused: false,
+    });
+}
+
 /// At start-up: every answer that was waiting for approval waits again, its log holding its
 /// `/v1/chat` events up to the pause at their old positions.
 pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> {
+    watch_decisions(state);
+    for row in state.inner.store.paused().await? {
+        restore(state, row);
+    }
+    Ok(())
+}
+
+/// The answer `message_id`: running or recently finished here, or else waiting for approval in
+/// the database (paused by another server sharing it, or before this one started).
+pub(crate) async fn find(
+    state: &AppState,
+    message_id: &str,
+) -> Result<Option<Arc<RunLog>>, ServerError> {
+    if let Some(run) = state.inner.runs.get(message_id) {
+        // A stale copy is still answered for: finished, it is no longer paused (409).
+        fresh(state, run.clone()).await?;
+        return Ok(Some(run));
+    }
+    let Some(row) = state
+        .inner
+        .store
+        .paused_answer(message_id.to_owned())
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(restore(state, row))
+}
+
+/// The answer running or waiting in conversation `conversation_id`: here, or, when other
+/// servers share the database, one waiting for approval there (then made to wait here too).
+pub(crate) async fn active_in(
+    state: &AppState,
+    conversation_id: &str,
+) -> Result<Option<Arc<RunLog>>, ServerError> {
     let inner = &state.inner;
-    for row in inner.store.paused().await? {
-        let paused = match PausedRun::from_json(&row.paused_run) {
-            Ok(paused) => paused,
-            Err(e) => {
-                tracing::error!(message_id = %row.message_id, "a paused answer cannot be read, and is left waiting in the database: {e}");
-                continue;
+    if let Some(run) = inner.runs.active_in(conversation_id)
+        && let Some(run) = fresh(state, run).await?
+    {
+        return Ok(Some(run));
+    }
+    if !inner.store.is_shared() {
+        return Ok(None);
+    }
+    let Some(row) = inner.store.paused_in(conversation_id.to_owned()).await? else {
+        return Ok(None);
+    };
+    Ok(restore(state, row))
+}
+
+/// With a shared database: end this server's copy of every paused answer another server
+/// decides or cancels, as the database announces them, so its streams do not wait on.
+fn watch_decisions(state: &AppState) {
+    let Some(mut decided) = state.inner.store.decided_elsewhere() else {
+        return;
+    };
+    // Weak: the watch must not keep the server's state alive.
+    let inner = Arc::downgrade(&state.inner);
+    tokio::spawn(async move {
+        loop {
+            let message_id = match decided.recv().await {
+                Ok(message_id) => message_id,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let state = AppState { inner };
+            if let Some(run) = state.inner.runs.get(&message_id)
+                && let Err(e) = fresh(&state, run).await
+            {
+                tracing::warn!(%message_id, "could not check a paused answer decided elsewhere: {e}");
             }
-        };
-        let usage = serde_json::from_str(&row.usage).unwrap_or_default();
-        let run = match inner.runs.start(
-            row.message_id.clone(),
-            row.conversation_id.clone(),
-            inner.config.disconnect_grace,
-            inner.shutdown.child_token(),
-        ) {
-            Ok(run) => run,
-            Err(busy) => {
-                tracing::error!(message_id = %row.message_id, "another answer ({}) holds the conversation; this paused one is left in the database", busy.message_id);
-                continue;
-            }
-        };
-        match serde_json::from_str::<RecordedEvents>(&row.events) {
-            // The events at their old positions, so reconnects keep their `Last-Event-ID`.
-            Ok(recorded) => {
-                let mut events = recorded.events.into_iter().peekable();
-                for position in 0..recorded.len.saturating_sub(1) {
-                    match events.next_if(|(at, _)| *at == position) {
-                        Some((_, event)) => run.push(Frame::Replayed(event)),
-                        None => run.push(Frame::Hidden),
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(message_id = %row.message_id, "the events of a paused answer cannot be read; it is shown from its waiting calls: {e}");
-                run.push(Frame::Start {
-                    conversation_id: row.conversation_id.clone(),
-                    message_id: row.message_id.clone(),
-                });
-                for pending in paused.pending() {
-                    run.push(Frame::Run(RunEvent::ToolCallReady {
-                        call: pending.call(),
-                    }));
-                    run.push(Frame::Run(RunEvent::ApprovalRequested(Box::new(
-                        pending.clone(),
-                    ))));
+        }
+    });
+}
+
+/// This server's copy of a paused answer, unless another server sharing the database decided
+/// or cancelled it meanwhile: then the copy is dropped here (its listeners end) and `None`.
+async fn fresh(state: &AppState, run: Arc<RunLog>) -> Result<Option<Arc<RunLog>>, ServerError> {
+    if !run.is_paused() || !state.inner.store.is_shared() {
+        return Ok(Some(run));
+    }
+    let stored = state
+        .inner
+        .store
+        .paused_answer(run.message_id.clone())
+        .await?;
+    if stored.is_some() {
+        return Ok(Some(run));
+    }
+    drop(run.take_paused());
+    drop_stale(state, &run);
+    Ok(None)
+}
+
+/// Make a stored paused answer wait here; `None` when it cannot (logged).
+fn restore(state: &AppState, row: crate::store::PausedRow) -> Option<Arc<RunLog>> {
+    let inner = &state.inner;
+    let paused = match PausedRun::from_json(&row.paused_run) {
+        Ok(paused) => paused,
+        Err(e) => {
+            tracing::error!(message_id = %row.message_id, "a paused answer cannot be read, and is left waiting in the database: {e}");
+            return None;
+        }
+    };
+    let usage = serde_json::from_str(&row.usage).unwrap_or_default();
+    let run = match inner.runs.start(
+        row.message_id.clone(),
+        row.conversation_id.clone(),
+        inner.config.disconnect_grace,
+        inner.shutdown.child_token(),
+    ) {
+        Ok(run) => run,
+        // Restored meanwhile by a request that looked it up at the same time.
+        Err(busy) if busy.message_id == row.message_id => return inner.runs.get(&row.message_id),
+        Err(busy) => {
+            tracing::error!(message_id = %row.message_id, "another answer ({}) holds the conversation; this paused one is left in the database", busy.message_id);
+            return None;
+        }
+    };
+    match serde_json::from_str::<RecordedEvents>(&row.events) {
+        // The events at their old positions, so reconnects keep their `Last-Event-ID`.
+        Ok(recorded) => {
+            let mut events = recorded.events.into_iter().peekable();
+            for position in 0..recorded.len.saturating_sub(1) {
+                match events.next_if(|(at, _)| *at == position) {
+                    Some((_, event)) => run.push(Frame::Replayed(event)),
+                    None => run.push(Frame::Hidden),
                 }
             }
         }
-        run.pause(Box::new(PausedChat {
-            run: paused,
-            prompt_index: row.prompt_index,
-            usage,
-        }));
-        run.push(Frame::Paused);
+        Err(e) => {
+            tracing::warn!(message_id = %row.message_id, "the events of a paused answer cannot be read; it is shown from its waiting calls: {e}");
+            run.push(Frame::Start {
+                conversation_id: row.conversation_id.clone(),
+                message_id: row.message_id.clone(),
+            });
+            for pending in paused.pending() {
+                run.push(Frame::Run(RunEvent::ToolCallReady {
+                    call: pending.call(),
+                }));
+                run.push(Frame::Run(RunEvent::ApprovalRequested(Box::new(
+                    pending.clone(),
+                ))));
+            }
+        }
     }
-    Ok(())
+    run.pause(Box::new(PausedChat {
+        run: paused,
+        prompt_index: row.prompt_index,
+        usage,
+    }));
+    run.push(Frame::Paused);
+    Some(run)
 }

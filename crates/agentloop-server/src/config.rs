@@ -17,12 +17,62 @@ pub const TOKEN_ENV: &str = "AGENTLOOP_TOKEN";
 pub const DEFAULT_DATABASE: &str = "agentloop.db";
 
 /// Where conversations are stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Database {
     /// An SQLite file (created, and migrated, at start).
     File(PathBuf),
     /// An SQLite database in memory, gone when the server stops (tests, demos).
     InMemory,
+    /// A Postgres database, `postgres://user[:password]@host[:port]/dbname` (no TLS), shared by
+    /// any number of servers; migrated at start. Needs the crate feature `postgres`.
+    Postgres(String),
+}
+
+impl Database {
+    /// `--db`'s value: a `postgres://` or `postgresql://` URL, or else an SQLite file path.
+    pub fn parse(value: &str) -> Self {
+        if value.starts_with("postgres://") || value.starts_with("postgresql://") {
+            Self::Postgres(value.to_owned())
+        } else {
+            Self::File(PathBuf::from(value))
+        }
+    }
+}
+
+/// A Postgres URL without its password, to show in logs and errors.
+pub(crate) fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let name = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{name}:<redacted>@{host}{path}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl std::fmt::Display for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::InMemory => f.write_str("in memory"),
+            Self::Postgres(url) => f.write_str(&redacted_url(url)),
+        }
+    }
+}
+
+// By hand: a Postgres URL may hold a password.
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+            Self::InMemory => f.write_str("InMemory"),
+            Self::Postgres(url) => f.debug_tuple("Postgres").field(&redacted_url(url)).finish(),
+        }
+    }
 }
 
 /// Everything a server needs. Build it with [`ServerConfig::new`] and the builder methods, then
@@ -167,6 +217,19 @@ impl ServerConfig {
     /// Store conversations in this SQLite file.
     pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
         self.database = Database::File(path.into());
+        self
+    }
+
+    /// Store conversations in Postgres (`postgres://user@host:port/dbname`), which many servers
+    /// can share. Needs the crate feature `postgres`; without it the server refuses to start.
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.database = Database::Postgres(url.into());
+        self
+    }
+
+    /// Store conversations where [`Database`] says.
+    pub fn database_at(mut self, database: Database) -> Self {
+        self.database = database;
         self
     }
 

@@ -2,7 +2,7 @@
 //!
 //! A chat server for an [`agentloop::Agent`]: streamed chat with tool calls over Server-Sent
 //! Events, the same chat in the Vercel AI SDK's UI message stream protocol, conversations stored
-//! in SQLite, sandboxed file skills, and a web page.
+//! in SQLite (or Postgres, for many servers), sandboxed file skills, and a web page.
 //!
 //! ```no_run
 //! # async fn demo(agent: agentloop::Agent) -> Result<(), agentloop_server::ServerError> {
@@ -111,6 +111,48 @@
 //! produced and its stream ends with `message_end`), waits for them and the connections to
 //! finish, up to `drain_timeout`, and returns. The routes of [`router`] mounted in an app of
 //! your own get none of this: apply your own server's limits there.
+//!
+//! ## Many servers on Postgres
+//!
+//! With the crate feature `postgres` (on in the `agentloop` CLI), conversations can live in
+//! Postgres instead of SQLite: [`ServerConfig::postgres`], or `agentloop serve --db
+//! postgres://user[:password]@host[:port]/dbname`. Any number of servers can share the
+//! database behind a load balancer. The connection has no TLS: keep Postgres on loopback or a
+//! private network. Errors and logs show the URL without its password.
+//!
+//! - **Schema.** Tables `agentloop_conversations`, `agentloop_messages`, `agentloop_answers` and
+//!   `agentloop_paused_answers` (the SQLite tables' columns; JSON kept as text), and
+//!   `agentloop_server_migrations` (the versions applied). The schema is migrated at start in one
+//!   transaction holding an advisory lock, so servers starting together migrate it once; a
+//!   database migrated by a newer server is refused. The names do not clash with the library's
+//!   `PostgresStore` (`agentloop_runs`), which can share the database.
+//! - **Connections.** Each server holds two: one for its calls, which run in the order they
+//!   are made, as with SQLite, and one that `LISTEN`s for answers decided elsewhere (below). A
+//!   dropped connection (Postgres restarted) is opened again: the calls' at the next call (the
+//!   call that met the loss fails with a database error), the listener's a second later.
+//! - **Across servers.** Conversations are read, listed, continued, renamed and deleted through
+//!   any server. An answer waiting for approval can be followed (`GET
+//!   /v1/chat/{message_id}/events`), decided or cancelled through any server, even one started
+//!   before the pause or after the pausing server died: a server that does not hold it loads
+//!   it from the database, for `useChat`'s approval response on the UI stream too. Deleting its
+//!   row is what decides it, so two servers never run its calls twice. The delete notifies
+//!   every server (`NOTIFY agentloop_answer_decided`, the message id); one holding a copy of
+//!   the answer ends it: its streams close, a decision sent there gets 409. A copy is also
+//!   checked against the database whenever it is asked about (a notification missed while the
+//!   listener reconnected). While the answer waits, its conversation is busy (409, and its
+//!   `active_message_id`) through every server.
+//! - **Load balancer.** An answer that is running lives in the server that runs it: its stream
+//!   and its reconnects and cancels (`/v1/chat/{message_id}/…`, and the UI stream of its chat)
+//!   must reach that server, so route by client (sticky sessions, e.g. a cookie or the client
+//!   address) and only fail over when a server is gone. Turn off response buffering for
+//!   `text/event-stream` (the server sends `X-Accel-Buffering: no` for nginx) and keep idle
+//!   timeouts above the keep-alive interval (15 s).
+//! - **Not yet.** An answer in flight when its server dies is not taken over by another (its
+//!   history is saved up to the last finished step; send the message again), there is no lease
+//!   on an answer, a running answer's events cannot be followed through another server (a
+//!   stream that ends because the answer was decided elsewhere says nothing more: reload the
+//!   conversation), and for a running answer the one-answer-at-a-time rule of a conversation
+//!   holds per server, not across them.
 //!
 //! ## The chat event protocol, version 1
 //!

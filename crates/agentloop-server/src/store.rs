@@ -1,5 +1,9 @@
-//! Conversation storage in SQLite: conversations, and their histories as canonical agentloop
-//! messages (JSON), one row per message.
+//! Conversation storage: conversations, and their histories as canonical agentloop messages
+//! (JSON), one row per message. In SQLite (here), or in Postgres (`postgres`, feature
+//! `postgres`), which every method dispatches to when the store was opened on a Postgres URL.
+
+#[cfg(feature = "postgres")]
+mod postgres;
 
 use std::future::Future;
 use std::os::unix::fs::OpenOptionsExt;
@@ -130,6 +134,10 @@ pub(crate) struct Store {
     jobs: mpsc::UnboundedSender<Job>,
     /// How errors name the database: its path in backquotes.
     name: Arc<str>,
+    /// Set when the store is in Postgres: every method goes there, and SQLite's queue is
+    /// closed.
+    #[cfg(feature = "postgres")]
+    pg: Option<postgres::PgStore>,
 }
 
 /// One queued call.
@@ -276,6 +284,11 @@ fn open_connection(database: &Database) -> Result<Connection, ServerError> {
     let conn = match database {
         Database::File(path) => open_file(path)?,
         Database::InMemory => Connection::open_in_memory()?,
+        Database::Postgres(_) => {
+            return Err(ServerError::database(
+                "a Postgres URL is not an SQLite database",
+            ));
+        }
     };
     conn.pragma_update(None, "foreign_keys", true)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
@@ -339,6 +352,17 @@ fn summary_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ConversationSum
     })
 }
 
+fn paused_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PausedRow> {
+    Ok(PausedRow {
+        message_id: row.get(0)?,
+        conversation_id: row.get(1)?,
+        prompt_index: usize::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
+        usage: row.get(3)?,
+        paused_run: row.get(4)?,
+        events: row.get(5)?,
+    })
+}
+
 const SUMMARY_COLUMNS: &str = "c.id, c.title, c.created_at, c.updated_at,
     (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id)";
 
@@ -349,14 +373,18 @@ impl Store {
         let name = match &database {
             Database::File(path) => format!("`{}`", path.display()),
             Database::InMemory => "the in-memory database".to_owned(),
+            Database::Postgres(_) => format!("Postgres at `{database}`"),
         };
+        if let Database::Postgres(url) = &database {
+            return Self::open_postgres(url, name).await;
+        }
         let conn = tokio::task::spawn_blocking({
             let name = name.clone();
             move || {
                 let mut conn = open_connection(&database).map_err(|e| match &database {
                     // Errors of a file name it already.
                     Database::File(_) => e,
-                    Database::InMemory => naming(&name, e),
+                    Database::InMemory | Database::Postgres(_) => naming(&name, e),
                 })?;
                 migrate(&mut conn, &name)?;
                 Ok::<_, ServerError>(conn)
@@ -369,18 +397,81 @@ impl Store {
         Ok(Self {
             jobs,
             name: name.into(),
+            #[cfg(feature = "postgres")]
+            pg: None,
         })
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn open_postgres(url: &str, name: String) -> Result<Self, ServerError> {
+        let pg = postgres::PgStore::open(url)
+            .await
+            .map_err(|e| naming(&name, e))?;
+        // A queue nobody serves: the SQLite calls fail instead of running (each method goes
+        // to `pg` first).
+        let (jobs, _) = mpsc::unbounded_channel();
+        Ok(Self {
+            jobs,
+            name: name.into(),
+            pg: Some(pg),
+        })
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn open_postgres(_url: &str, name: String) -> Result<Self, ServerError> {
+        Err(ServerError::database(format!(
+            "{name}: this server was built without Postgres support; build agentloop-server \
+             (or agentloop-cli) with the `postgres` feature, or store conversations in an SQLite file"
+        )))
+    }
+
+    /// The Postgres store, when conversations live there.
+    #[cfg(feature = "postgres")]
+    fn pg(&self) -> Option<&postgres::PgStore> {
+        self.pg.as_ref()
+    }
+
+    /// Whether other servers may share the database (Postgres): what they pause is found
+    /// there, not in this server's memory.
+    pub(crate) fn is_shared(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        return self.pg.is_some();
+        #[cfg(not(feature = "postgres"))]
+        false
+    }
+
+    /// With a shared database, the message ids of paused answers decided or cancelled by any
+    /// server sharing it.
+    pub(crate) fn decided_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        #[cfg(feature = "postgres")]
+        return self.pg.as_ref().map(postgres::PgStore::decided);
+        #[cfg(not(feature = "postgres"))]
+        None
     }
 
     /// An error when the worker has stopped (a call can no longer be queued).
     pub(crate) fn check_open(&self) -> Result<(), ServerError> {
-        if self.jobs.is_closed() {
+        #[cfg(feature = "postgres")]
+        let closed = self.pg().map_or(self.jobs.is_closed(), |pg| !pg.is_open());
+        #[cfg(not(feature = "postgres"))]
+        let closed = self.jobs.is_closed();
+        if closed {
             return Err(ServerError::database(format!(
                 "{}: the database connection is closed",
                 self.name
             )));
         }
         Ok(())
+    }
+
+    /// `call`'s result with its errors naming the database.
+    #[cfg(feature = "postgres")]
+    fn named<R: Send + 'static>(
+        &self,
+        call: impl Future<Output = Result<R, ServerError>> + Send + 'static,
+    ) -> futures::future::BoxFuture<'static, Result<R, ServerError>> {
+        let name = self.name.clone();
+        Box::pin(async move { call.await.map_err(|e| naming(&name, e)) })
     }
 
     /// Queue `f` now; the returned future gives its result.
@@ -396,7 +487,16 @@ impl Store {
             }))
             .is_ok();
         let name = self.name.clone();
+        #[cfg(feature = "postgres")]
+        let postgres = self.pg.is_some();
+        #[cfg(not(feature = "postgres"))]
+        let postgres = false;
         async move {
+            if postgres {
+                return Err(ServerError::database(format!(
+                    "{name}: this operation has no Postgres implementation yet"
+                )));
+            }
             if !queued {
                 return Err(ServerError::database(format!(
                     "{name}: the database connection is closed"
@@ -417,19 +517,27 @@ impl Store {
         &self,
         id: String,
         title: String,
-    ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
-        self.call(move |conn| {
+    ) -> futures::future::BoxFuture<'static, Result<(), ServerError>> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.create(id, title));
+        }
+        Box::pin(self.call(move |conn| {
             let now = now_millis();
             conn.execute(
                 "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)",
                 params![id, title, now],
             )?;
             Ok(())
-        })
+        }))
     }
 
     /// All conversations, most recently changed first.
     pub(crate) async fn list(&self) -> Result<Vec<ConversationSummary>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.list()).await;
+        }
         self.call(|conn| {
             let mut stmt = conn.prepare(&format!(
                 "SELECT {SUMMARY_COLUMNS} FROM conversations c ORDER BY c.updated_at DESC, c.id"
@@ -442,6 +550,10 @@ impl Store {
 
     /// One conversation with its history.
     pub(crate) async fn get(&self, id: String) -> Result<Option<StoredConversation>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.get(id)).await;
+        }
         self.call(move |conn| {
             let summary = conn
                 .query_row(
@@ -526,6 +638,10 @@ impl Store {
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()
             .map_err(ServerError::database)?;
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.save_tail(id, from, encoded)).await;
+        }
         self.call(move |conn| {
             let tx = conn.transaction()?;
             tx.execute(
@@ -570,6 +686,12 @@ impl Store {
             .map(|cost| serde_json::to_string(&cost))
             .transpose()
             .map_err(ServerError::database)?;
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self
+                .named(pg.save_answer(id, prompt_index, stop_reason, usage, cost))
+                .await;
+        }
         self.call(move |conn| {
             conn.execute(
                 "INSERT OR REPLACE INTO answers (conversation_id, prompt_index, stop_reason, usage, cost)
@@ -583,6 +705,10 @@ impl Store {
 
     /// Keep an answer waiting for approval (replacing an earlier pause of the same answer).
     pub(crate) async fn save_paused(&self, row: PausedRow) -> Result<(), ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.save_paused(row)).await;
+        }
         self.call(move |conn| {
             conn.execute(
                 "INSERT OR REPLACE INTO paused_answers
@@ -605,34 +731,81 @@ impl Store {
 
     /// Every answer waiting for approval, oldest first.
     pub(crate) async fn paused(&self) -> Result<Vec<PausedRow>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.paused()).await;
+        }
         self.call(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
                  FROM paused_answers ORDER BY created_at, message_id",
             )?;
-            let rows = stmt.query_map([], |row| {
-                Ok(PausedRow {
-                    message_id: row.get(0)?,
-                    conversation_id: row.get(1)?,
-                    prompt_index: usize::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
-                    usage: row.get(3)?,
-                    paused_run: row.get(4)?,
-                    events: row.get(5)?,
-                })
-            })?;
+            let rows = stmt.query_map([], paused_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
     }
 
-    /// The answer no longer waits (decided or cancelled).
-    pub(crate) async fn delete_paused(&self, message_id: String) -> Result<(), ServerError> {
+    /// The answer waiting for approval `message_id`, when it waits (another server sharing
+    /// the database may have paused it).
+    pub(crate) async fn paused_answer(
+        &self,
+        message_id: String,
+    ) -> Result<Option<PausedRow>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.paused_answer(message_id)).await;
+        }
         self.call(move |conn| {
-            conn.execute(
+            Ok(conn
+                .query_row(
+                    "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
+                     FROM paused_answers WHERE message_id = ?1",
+                    params![message_id],
+                    paused_from_row,
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    /// The answer waiting for approval in conversation `conversation_id`, if one does.
+    pub(crate) async fn paused_in(
+        &self,
+        conversation_id: String,
+    ) -> Result<Option<PausedRow>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.paused_in(conversation_id)).await;
+        }
+        self.call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT message_id, conversation_id, prompt_index, usage, paused_run, events
+                     FROM paused_answers WHERE conversation_id = ?1
+                     ORDER BY created_at, message_id LIMIT 1",
+                    params![conversation_id],
+                    paused_from_row,
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    /// The answer no longer waits (decided or cancelled); `false` when it did not wait (any
+    /// more): whoever deletes the row decides the answer, so servers sharing the database
+    /// never run its calls twice.
+    pub(crate) async fn delete_paused(&self, message_id: String) -> Result<bool, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.delete_paused(message_id)).await;
+        }
+        self.call(move |conn| {
+            let n = conn.execute(
                 "DELETE FROM paused_answers WHERE message_id = ?1",
                 params![message_id],
             )?;
-            Ok(())
+            Ok(n > 0)
         })
         .await
     }
@@ -643,6 +816,10 @@ impl Store {
         id: String,
         title: String,
     ) -> Result<Option<ConversationSummary>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.rename(id, title)).await;
+        }
         self.call(move |conn| {
             let n = conn.execute(
                 "UPDATE conversations SET title = ?2 WHERE id = ?1",
@@ -664,6 +841,10 @@ impl Store {
 
     /// Delete a conversation; `false` when there was none.
     pub(crate) async fn delete(&self, id: String) -> Result<bool, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.delete(id)).await;
+        }
         self.call(move |conn| {
             let n = conn.execute("DELETE FROM conversations WHERE id = ?1", params![id])?;
             Ok(n > 0)
@@ -704,9 +885,28 @@ pub(crate) fn title_from(text: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The stores the suite runs on: SQLite in memory, and a fresh Postgres database when the
+    /// build has Postgres and `AGENTLOOP_TEST_POSTGRES` names a server (a skip notice when not).
+    async fn backends(test: &str) -> Vec<Store> {
+        let sqlite = Store::open(Database::InMemory).await.unwrap();
+        #[cfg(feature = "postgres")]
+        if let Some(url) = postgres::test_database(test).await {
+            let postgres = Store::open(Database::Postgres(url)).await.unwrap();
+            return vec![sqlite, postgres];
+        }
+        #[cfg(not(feature = "postgres"))]
+        let _ = test;
+        vec![sqlite]
+    }
+
     #[tokio::test]
     async fn history_round_trips_and_tails_are_replaced() {
-        let store = Store::open(Database::InMemory).await.unwrap();
+        for store in backends("history_round_trips_and_tails_are_replaced").await {
+            history_round_trips(store).await;
+        }
+    }
+
+    async fn history_round_trips(store: Store) {
         store.create("c1".into(), "Hello".into()).await.unwrap();
         let history = vec![Message::user("a"), Message::assistant("b")];
         store.save_tail("c1".into(), 0, history).await.unwrap();
@@ -731,6 +931,270 @@ mod tests {
         assert!(store.delete("c1".into()).await.unwrap());
         assert!(!store.delete("c1".into()).await.unwrap());
         assert_eq!(store.get("c1".into()).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn answers_are_replaced_and_go_with_their_prompts() {
+        for store in backends("answers_are_replaced_and_go_with_their_prompts").await {
+            store.create("c1".into(), "Hi".into()).await.unwrap();
+            let history = vec![
+                Message::user("a"),
+                Message::assistant("b"),
+                Message::user("c"),
+                Message::assistant("d"),
+            ];
+            store.save_tail("c1".into(), 0, history).await.unwrap();
+            let usage = |n| Usage {
+                input_tokens: n,
+                output_tokens: n + 1,
+                ..Usage::default()
+            };
+            let cost = Cost {
+                total: agentloop::cost::Decimal::new(75, 2),
+                input: agentloop::cost::Decimal::new(25, 2),
+                output: agentloop::cost::Decimal::new(5, 1),
+                ..Cost::default()
+            };
+            store
+                .save_answer("c1".into(), 0, "end_turn".into(), usage(1), None)
+                .await
+                .unwrap();
+            // Regenerated: the second answer to the same prompt replaces the first.
+            store
+                .save_answer("c1".into(), 0, "interrupted".into(), usage(5), Some(cost))
+                .await
+                .unwrap();
+            store
+                .save_answer("c1".into(), 2, "end_turn".into(), usage(7), None)
+                .await
+                .unwrap();
+            let answers = store.get("c1".into()).await.unwrap().unwrap().answers;
+            assert_eq!(
+                answers,
+                vec![
+                    AnswerRecord {
+                        prompt_index: 0,
+                        stop_reason: "interrupted".into(),
+                        usage: usage(5),
+                        cost: Some(cost),
+                    },
+                    AnswerRecord {
+                        prompt_index: 2,
+                        stop_reason: "end_turn".into(),
+                        usage: usage(7),
+                        cost: None,
+                    },
+                ]
+            );
+            // Replacing the history from the second prompt on drops its answer.
+            store
+                .save_tail("c1".into(), 2, vec![Message::user("e")])
+                .await
+                .unwrap();
+            let stored = store.get("c1".into()).await.unwrap().unwrap();
+            assert_eq!(stored.answers.len(), 1);
+            assert_eq!(stored.messages.len(), 3);
+        }
+    }
+
+    #[tokio::test]
+    async fn paused_answers_are_kept_replaced_and_forgotten() {
+        for store in backends("paused_answers_are_kept_replaced_and_forgotten").await {
+            store.create("c1".into(), "Hi".into()).await.unwrap();
+            store.create("c2".into(), "Hey".into()).await.unwrap();
+            let row = |id: &str, events: &str| PausedRow {
+                message_id: id.into(),
+                conversation_id: if id == "m1" { "c1" } else { "c2" }.into(),
+                prompt_index: 2,
+                usage: "{}".into(),
+                paused_run: "{\"paused\":true}".into(),
+                events: events.into(),
+            };
+            store.save_paused(row("m1", "[1]")).await.unwrap();
+            store.save_paused(row("m2", "[]")).await.unwrap();
+            store.save_paused(row("m1", "[1,2]")).await.unwrap();
+            let mut paused = store.paused().await.unwrap();
+            paused.sort_by(|a, b| a.message_id.cmp(&b.message_id));
+            assert_eq!(paused, vec![row("m1", "[1,2]"), row("m2", "[]")]);
+            assert_eq!(
+                store.paused_answer("m1".into()).await.unwrap(),
+                Some(row("m1", "[1,2]"))
+            );
+            assert_eq!(
+                store.paused_in("c1".into()).await.unwrap(),
+                Some(row("m1", "[1,2]"))
+            );
+            assert_eq!(store.paused_in("c3".into()).await.unwrap(), None);
+            assert!(store.delete_paused("m1".into()).await.unwrap());
+            // Taken once: a second server deciding the same answer finds it gone.
+            assert!(!store.delete_paused("m1".into()).await.unwrap());
+            assert_eq!(store.paused_answer("m1".into()).await.unwrap(), None);
+            assert_eq!(store.paused().await.unwrap(), vec![row("m2", "[]")]);
+            // Deleting the conversation deletes what waited in it.
+            assert!(store.delete("c2".into()).await.unwrap());
+            assert_eq!(store.paused().await.unwrap(), vec![]);
+        }
+    }
+
+    #[tokio::test]
+    async fn conversations_are_listed_newest_first_and_renamed() {
+        for store in backends("conversations_are_listed_newest_first_and_renamed").await {
+            store.create("c1".into(), "One".into()).await.unwrap();
+            store.create("c2".into(), "Two".into()).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            store
+                .save_tail("c1".into(), 0, vec![Message::user("a")])
+                .await
+                .unwrap();
+            let ids: Vec<_> = store
+                .list()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| (c.id, c.title, c.message_count))
+                .collect();
+            assert_eq!(
+                ids,
+                vec![
+                    ("c1".into(), "One".into(), 1),
+                    ("c2".into(), "Two".into(), 0)
+                ]
+            );
+            let renamed = store
+                .rename("c2".into(), "Deux".into())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (renamed.id.as_str(), renamed.title.as_str()),
+                ("c2", "Deux")
+            );
+            assert_eq!(
+                store.get("c2".into()).await.unwrap().unwrap().summary.title,
+                "Deux"
+            );
+            assert_eq!(store.rename("c3".into(), "x".into()).await.unwrap(), None);
+        }
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn a_postgres_url_is_refused_by_a_build_without_postgres() {
+        let url = "postgres://agent:hunter2@127.0.0.1:1/chats";
+        let Err(error) = Store::open(Database::Postgres(url.into())).await else {
+            panic!("opened Postgres without the feature");
+        };
+        assert_eq!(
+            error.to_string(),
+            "database error: Postgres at `postgres://agent:<redacted>@127.0.0.1:1/chats`: this \
+             server was built without Postgres support; build agentloop-server (or agentloop-cli) \
+             with the `postgres` feature, or store conversations in an SQLite file"
+        );
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_errors_name_the_server_without_its_password() {
+        // Nothing listens on port 1 of loopback.
+        let url = "postgres://agent:hunter2@127.0.0.1:1/chats";
+        let Err(error) = Store::open(Database::Postgres(url.into())).await else {
+            panic!("connected to port 1");
+        };
+        let message = error.to_string();
+        assert!(
+            message.starts_with(
+                "database error: Postgres at `postgres://agent:<redacted>@127.0.0.1:1/chats`: \
+                 cannot connect (error connecting to server: Connection refused"
+            ),
+            "{message}"
+        );
+        assert!(!message.contains("hunter2"), "{message}");
+        assert!(
+            !format!("{:?}", Database::Postgres(url.into())).contains("hunter2"),
+            "Debug shows the password"
+        );
+    }
+
+    /// Postgres restarted (here: the server's connection terminated): the call that finds the
+    /// connection gone may fail, the next one connects again.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_connects_again_after_losing_its_connection() {
+        let Some(url) =
+            postgres::test_database("postgres_connects_again_after_losing_its_connection").await
+        else {
+            return;
+        };
+        let store = Store::open(Database::Postgres(url.clone())).await.unwrap();
+        store.create("c1".into(), "x".into()).await.unwrap();
+        let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let ended = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(ended.len(), 2, "the store's connection and its listener's");
+        // Postgres's notice of the termination, or the closed connection, whichever the call
+        // meets first.
+        if let Err(error) = store.list().await {
+            let message = error.to_string();
+            assert!(
+                message.contains("terminating connection")
+                    || message.contains("the connection to Postgres was lost"),
+                "{message}"
+            );
+        }
+        let listed = store.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+    }
+
+    /// Servers starting at once on a fresh database: one migrates, the others wait for it and
+    /// find the schema done; a schema newer than the server knows is refused.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_migrations_run_once_when_servers_start_together() {
+        let Some(url) =
+            postgres::test_database("postgres_migrations_run_once_when_servers_start_together")
+                .await
+        else {
+            return;
+        };
+        let open = || Store::open(Database::Postgres(url.clone()));
+        let (a, b, c) = tokio::join!(open(), open(), open());
+        let (a, b, _c) = (a.unwrap(), b.unwrap(), c.unwrap());
+        a.create("c1".into(), "x".into()).await.unwrap();
+        assert_eq!(b.list().await.unwrap().len(), 1);
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let versions: Vec<i32> = client
+            .query("SELECT version FROM agentloop_server_migrations", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(versions, vec![1]);
+        client
+            .batch_execute("INSERT INTO agentloop_server_migrations (version) VALUES (99)")
+            .await
+            .unwrap();
+        let Err(error) = open().await else {
+            panic!("a newer schema was accepted");
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("has schema version 99, newer than this server knows (1)"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use agentloop_server::{ServerConfig, TOKEN_ENV};
+use agentloop_server::{Database, ServerConfig, TOKEN_ENV};
 
 use crate::cli::ServeArgs;
 use crate::model;
@@ -106,7 +106,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     let agent = model::agent(&args.model, &resolved)?;
     let authenticated = token.is_some();
     let mut config = ServerConfig::new(agent)
-        .database(&args.db)
+        .database_at(Database::parse(&args.db))
         .token(token)
         .max_tool_iterations(args.model.max_tool_iterations)
         .insecure_no_auth(args.insecure_no_auth)
@@ -131,7 +131,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
         }
     }
     let server = server.ok_or(last_error)?;
-    eprintln!("agentloop: database {}", args.db.display());
+    eprintln!("agentloop: database {}", Database::parse(&args.db));
     if authenticated {
         eprintln!("agentloop: auth: bearer token required");
     } else if server.local_addr().ip().to_canonical().is_loopback() {

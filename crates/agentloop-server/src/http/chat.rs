@@ -87,7 +87,7 @@ pub(crate) async fn get_events(
     Path(message_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let run = state.inner.runs.get(&message_id).ok_or_else(|| {
+    let run = chat::find(&state, &message_id).await?.ok_or_else(|| {
         ApiError::not_found(format!(
             "no answer `{message_id}` is running or recently finished"
         ))
@@ -150,7 +150,7 @@ pub(crate) async fn cancel(
     State(state): State<AppState>,
     Path(message_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let run = state.inner.runs.get(&message_id).ok_or_else(|| {
+    let run = chat::find(&state, &message_id).await?.ok_or_else(|| {
         ApiError::not_found(format!(
             "no answer `{message_id}` is running or recently finished"
         ))
@@ -198,7 +198,7 @@ pub(crate) async fn approvals(
     body: Result<Json<ApprovalsRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body?;
-    let run = state.inner.runs.get(&message_id).ok_or_else(|| {
+    let run = chat::find(&state, &message_id).await?.ok_or_else(|| {
         ApiError::not_found(format!(
             "no answer `{message_id}` is running or recently finished"
         ))

@@ -39,10 +39,8 @@ pub(crate) async fn get(
         .conversation(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no conversation has the id `{id}`")))?;
-    let active_message_id = state
-        .inner
-        .runs
-        .active_in(&id)
+    let active_message_id = crate::chat::active_in(&state, &id)
+        .await?
         .map(|run| run.message_id.clone());
     Ok(Json(ConversationDetail {
         conversation,
@@ -91,7 +89,7 @@ pub(crate) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if let Some(run) = state.inner.runs.active_in(&id) {
+    if let Some(run) = crate::chat::active_in(&state, &id).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(

@@ -321,10 +321,8 @@ async fn decide(state: &AppState, request: &UiChatRequest) -> Result<Response, A
              send a user message, or decide the calls waiting for approval",
         ));
     }
-    let run = state
-        .inner
-        .runs
-        .active_in(&request.id)
+    let run = chat::active_in(state, &request.id)
+        .await?
         .filter(|run| run.is_paused())
         .ok_or_else(|| {
             ApiError::new(

@@ -1,0 +1,359 @@
+//! Two servers on one Postgres database, as behind a load balancer: what one writes the other
+//! lists and reads, renames and deletes are seen by both, and an answer paused for approval
+//! through one is approved through the other (and only once).
+//!
+//! Needs `AGENTLOOP_TEST_POSTGRES` (CI starts a server; without it, a skip notice).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentloop::{Agent, ContentBlock, Message, Role, Tool, ToolResult};
+use agentloop_server::ServerConfig;
+use agentloop_testkit::{ScriptedModel, Turn, split_pieces};
+use common::{EventReader, TestServer, client, event, named, post_chat};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize, JsonSchema)]
+struct Deploy {
+    env: String,
+}
+
+/// Where each run of the tool is written down, to count runs.
+type Ran = Arc<Mutex<Vec<String>>>;
+
+fn deploy_tool(ran: &Ran) -> Tool {
+    let ran = ran.clone();
+    Tool::function("deploy", "Deploy the app", move |d: Deploy| {
+        let ran = ran.clone();
+        async move {
+            ran.lock().unwrap().push(d.env.clone());
+            Ok::<_, String>(format!("deployed to {}", d.env))
+        }
+    })
+    .with_approval_required(true)
+}
+
+/// A fresh database on the server `AGENTLOOP_TEST_POSTGRES` names, its URL.
+async fn database(test: &str) -> Option<String> {
+    let Ok(server) = std::env::var("AGENTLOOP_TEST_POSTGRES") else {
+        agentloop_testkit::skip(&format!(
+            "{test} on Postgres: AGENTLOOP_TEST_POSTGRES is not set (CI starts a server)"
+        ));
+        return None;
+    };
+    let (client, connection) = tokio_postgres::connect(&server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let db = format!("agentloop_two_{:016x}", rand::random::<u64>());
+    client
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    let (base, _) = server.rsplit_once('/').unwrap();
+    Some(format!("{base}/{db}"))
+}
+
+async fn get_json(server: &TestServer, path: &str) -> (u16, Value) {
+    let response = client().get(server.url(path)).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn decide(server: &TestServer, message_id: &str) -> reqwest::Response {
+    client()
+        .post(server.url(&format!("/v1/chat/{message_id}/approvals")))
+        .json(&json!({"decisions": [{"id": "call_1", "decision": "approve"}]}))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_share_conversations_and_paused_answers() {
+    let Some(url) =
+        database("two_servers_on_one_database_share_conversations_and_paused_answers").await
+    else {
+        return;
+    };
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Done."),
+        Turn::text("You're welcome."),
+    ]);
+    let config = || {
+        ServerConfig::new(
+            Agent::builder(model.clone())
+                .tool(deploy_tool(&ran))
+                .build(),
+        )
+        .postgres(url.clone())
+    };
+    // Both up before anything is written: B learns of A's work from the database only.
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+
+    let response = post_chat(&a, json!({"message": "Deploy it"})).await;
+    assert_eq!(response.status(), 200);
+    let mut through_a = EventReader::new(response);
+    let conversation_id = through_a.headers()["x-agentloop-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let message_id = through_a.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let paused = through_a
+        .read_until(|e| e.event == "approval_requested")
+        .await;
+    drop(through_a);
+
+    // Written through A, listed and read through B.
+    let (status, list) = get_json(&b, "/v1/conversations").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["conversations"][0]["id"], conversation_id);
+    assert_eq!(list["conversations"][0]["title"], "Deploy it");
+    let (status, stored) = get_json(&b, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(stored["messages"][0]["content"][0]["text"], "Deploy it");
+
+    // The answer waiting on A keeps the conversation busy through B too.
+    let (_, stored) = get_json(&b, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(stored["active_message_id"], message_id);
+    let response = post_chat(
+        &b,
+        json!({"conversation_id": conversation_id, "message": "And staging?"}),
+    )
+    .await;
+    assert_eq!(response.status(), 409);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("(message `{message_id}`)")),
+        "{error}"
+    );
+    let response = client()
+        .delete(b.url(&format!("/v1/conversations/{conversation_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 409);
+
+    // B follows the paused answer: the same events under the same ids, then the rest once
+    // it approved the call.
+    let response = client()
+        .get(b.url(&format!("/v1/chat/{message_id}/events")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut through_b = EventReader::new(response);
+    let again = through_b
+        .read_until(|e| e.event == "approval_requested")
+        .await;
+    assert_eq!(again, paused);
+    assert_eq!(decide(&b, &message_id).await.status(), 202);
+    let mut rest = vec![event(
+        "tool_call_result",
+        json!({"id": "call_1", "content": "deployed to prod", "is_error": false}),
+    )];
+    rest.extend(
+        split_pieces("Done.", 3)
+            .into_iter()
+            .map(|t| event("text_delta", json!({ "text": t }))),
+    );
+    rest.push(event(
+        "message_end",
+        json!({"stop_reason": "end_turn", "usage": {"input_tokens": 20, "output_tokens": 10,
+            "cache_read_tokens": 0, "cache_write_tokens": 0}}),
+    ));
+    assert_eq!(named(&through_b.rest().await), rest);
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+
+    // A still holds its copy of the pause, but the decision was taken: the conversation is
+    // not busy there any more, and there is no second run.
+    let (_, stored) = get_json(&a, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(stored["active_message_id"], Value::Null);
+    let response = decide(&a, &message_id).await;
+    assert_eq!(response.status(), 409);
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+
+    // The whole answer, saved by B, read through A.
+    let full = vec![
+        Message::user("Deploy it"),
+        Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolUse {
+                id: "call_1".into(),
+                name: "deploy".into(),
+                input: json!({"env": "prod"}),
+            }],
+        ),
+        Message::tool_results([ToolResult::text("call_1", "deployed to prod")]),
+        Message::assistant("Done."),
+    ];
+    let stored = a
+        .state
+        .conversation(&conversation_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.messages, full);
+    assert_eq!(stored.answers.len(), 1);
+    assert_eq!(stored.answers[0].stop_reason, "end_turn");
+
+    // The conversation goes on through A.
+    let response = post_chat(
+        &a,
+        json!({"conversation_id": conversation_id, "message": "Thanks"}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let events = EventReader::new(response).rest().await;
+    assert_eq!(events.last().unwrap().data["stop_reason"], "end_turn");
+
+    // Renamed and deleted through B, seen through A.
+    let response = client()
+        .patch(b.url(&format!("/v1/conversations/{conversation_id}")))
+        .json(&json!({"title": "Friday deploy"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (_, list) = get_json(&a, "/v1/conversations").await;
+    assert_eq!(list["conversations"][0]["title"], "Friday deploy");
+    let response = client()
+        .delete(b.url(&format!("/v1/conversations/{conversation_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let (status, _) = get_json(&a, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(status, 404);
+    let (_, list) = get_json(&a, "/v1/conversations").await;
+    assert_eq!(list["conversations"], json!([]));
+}
+
+async fn post_ui(server: &TestServer, body: Value) -> Vec<Value> {
+    let response = client()
+        .post(server.url("/v1/chat/ui-stream"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // A guard against a stream left open, not a timing assumption.
+    tokio::time::timeout(Duration::from_secs(30), EventReader::new(response).rest())
+        .await
+        .expect("the UI stream ends")
+        .into_iter()
+        .map(|e| e.data)
+        .collect()
+}
+
+/// `useChat` behind a load balancer: the request that pauses reaches A, the one carrying the
+/// approval response (the AI SDK's `approval-responded` tool part, as in tests/approvals.rs)
+/// reaches B, which continues the same assistant message.
+#[tokio::test]
+async fn the_ui_stream_decides_through_another_server() {
+    let Some(url) = database("the_ui_stream_decides_through_another_server").await else {
+        return;
+    };
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Done."),
+    ]);
+    let config = || {
+        ServerConfig::new(
+            Agent::builder(model.clone())
+                .tool(deploy_tool(&ran))
+                .build(),
+        )
+        .postgres(url.clone())
+    };
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+    let question =
+        json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Deploy it"}]});
+    let first = post_ui(&a, json!({"id": "chat-a", "messages": [question]})).await;
+    let message_id = first[0]["messageId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        first[first.len() - 4],
+        json!({"type": "tool-approval-request", "approvalId": "call_1", "toolCallId": "call_1"})
+    );
+    let answered = json!({"id": message_id, "role": "assistant", "parts": [
+        {"type": "step-start"},
+        {"type": "tool-deploy", "toolCallId": "call_1", "state": "approval-responded",
+         "input": {"env": "prod"}, "approval": {"id": "call_1", "approved": true}}
+    ]});
+    let second = post_ui(
+        &b,
+        json!({"id": "chat-a", "messages": [question, answered], "trigger": "submit-message", "messageId": message_id}),
+    )
+    .await;
+    assert_eq!(second[0], json!({"type": "start", "messageId": message_id}));
+    assert_eq!(
+        second[1],
+        json!({"type": "tool-output-available", "toolCallId": "call_1", "output": "deployed to prod"})
+    );
+    assert_eq!(
+        second[second.len() - 2],
+        json!({"type": "finish", "finishReason": "stop"})
+    );
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+    let stored = a.state.conversation("chat-a").await.unwrap().unwrap();
+    assert_eq!(stored.messages.len(), 4);
+    assert_eq!(stored.messages[3], Message::assistant("Done."));
+}
+
+/// A client following a paused answer through A when B decides it: A hears of the decision
+/// (Postgres `LISTEN/NOTIFY`) and ends the stream instead of leaving it waiting.
+#[tokio::test]
+async fn a_stream_waiting_on_one_server_ends_when_another_decides_the_answer() {
+    let Some(url) =
+        database("a_stream_waiting_on_one_server_ends_when_another_decides_the_answer").await
+    else {
+        return;
+    };
+    let ran = Ran::default();
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Done."),
+    ]);
+    let config = || {
+        ServerConfig::new(
+            Agent::builder(model.clone())
+                .tool(deploy_tool(&ran))
+                .build(),
+        )
+        .postgres(url.clone())
+    };
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+    let response = post_chat(&a, json!({"message": "Deploy it"})).await;
+    let mut through_a = EventReader::new(response);
+    let message_id = through_a.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    through_a
+        .read_until(|e| e.event == "approval_requested")
+        .await;
+    assert_eq!(decide(&b, &message_id).await.status(), 202);
+    // A guard against a stream left waiting, not a timing assumption.
+    let rest = tokio::time::timeout(Duration::from_secs(10), through_a.rest())
+        .await
+        .expect("A ends the stream of the answer decided through B");
+    assert_eq!(rest, vec![]);
+    assert!(b.state.wait_for_message(&message_id).await);
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+}
