@@ -1,19 +1,44 @@
 //! Running one chat answer: the agent's run in a task of its own, its events recorded as they
 //! came (see [`Frame`]), and the history saved after every step.
+//!
+//! # Surviving a crash
+//!
+//! An answer (all but typed ones) is a durable run of the library (`Agent::run_durable_stream`,
+//! run id = the message id) whose [`RunStore`] is [`Durable`]: each checkpoint is written to the
+//! server's database together with the answer's `/v1/chat` events recorded since the previous
+//! one, in one transaction, so the stored log always ends exactly where the stored checkpoint
+//! stands. The save first lets the run's stream hand out every event sent before it (the
+//! stream delivers queued events before it polls the run again), so no event of the run up
+//! to the checkpoint is missing from the log. When the answer ends, its last events are
+//! written and it is marked finished; its rows go when its log is forgotten.
+//!
+//! At start-up every unfinished answer is registered again with its stored log, under the same
+//! event ids, and resumed from its checkpoint (`Agent::resume_run_stream`): a tool outcome
+//! recorded is never run again, a call that was running is answered as interrupted (unless
+//! its tool is idempotent), a model call in flight is made again. Events the dead process
+//! sent after its last checkpoint are **cut**: the log goes back to the checkpoint, and the
+//! resumed answer's events get new ids, from the next multiple of 1,000,000,000, so no id
+//! names two events. A client reconnecting with an id it got before the checkpoint gets the
+//! events after it; one whose id was cut gets 409 naming the last kept event to reconnect
+//! from (it must drop what it received after that one). The step's `tool_call_start` events
+//! are shown once, though the resumed run reports its calls ready again.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use agentloop::output::Output;
-use agentloop::run::{Decision, PausedRun, RunStopReason};
+use agentloop::run::{
+    Checkpoint, Decision, PausedRun, RunStatus, RunStopReason, RunStore, RunSummary,
+};
 use agentloop::{Agent, Message, RunEvent, Usage, history};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 
 use crate::error::ServerError;
 use crate::events::Frame;
-use crate::runs::{PausedChat, RunLog};
+use crate::runs::{Jump, PausedChat, RunLog};
 use crate::state::AppState;
-use crate::store::{PausedRow, RecordedEvents, Store};
+use crate::store::{ChatCheckpoint, CheckpointSaved, PausedRow, RecordedEvents, Store};
 
 /// A chat answer to start.
 pub(crate) struct ChatStart {
@@ -111,12 +136,193 @@ impl Saver {
     }
 }
 
+/// An answer's checkpoints and event log in the server's database: the [`RunStore`] of its
+/// durable run (see the module docs). Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Durable(Arc<DurableInner>);
+
+struct DurableInner {
+    store: Store,
+    run: Arc<RunLog>,
+    prompt_index: usize,
+    /// The log's frames before this index are stored.
+    flushed: std::sync::Mutex<usize>,
+}
+
+impl Durable {
+    /// `run`'s frames before index `flushed` are stored already.
+    fn new(store: Store, run: Arc<RunLog>, prompt_index: usize, flushed: usize) -> Self {
+        Self(Arc::new(DurableInner {
+            store,
+            run,
+            prompt_index,
+            flushed: std::sync::Mutex::new(flushed),
+        }))
+    }
+
+    fn flushed(&self) -> std::sync::MutexGuard<'_, usize> {
+        // Only a plain assignment is made under the lock.
+        self.0.flushed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The log's frames not stored yet: their events as `(id, JSON)`, the index after them
+    /// and the id after them.
+    fn unsaved(&self) -> (Vec<(usize, String)>, usize, usize) {
+        let from = *self.flushed();
+        let (len, end, events) = self.0.run.chat_events_from(from);
+        let events = events
+            .into_iter()
+            .filter_map(|(id, event)| Some((id, serde_json::to_string(&event).ok()?)))
+            .collect();
+        (events, len, end)
+    }
+
+    /// The answer is over: store its last events and mark it finished. The write is queued
+    /// now; awaiting the returned future waits for it.
+    fn finish(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (events, len, end) = self.unsaved();
+        *self.flushed() = len;
+        let message_id = self.0.run.message_id.clone();
+        let finished = self
+            .0
+            .store
+            .finish_chat_run(message_id.clone(), events, end);
+        async move {
+            if let Err(e) = finished.await {
+                tracing::warn!(message_id = %message_id, "could not record the end of the answer: {e}");
+            }
+        }
+    }
+}
+
+fn store_error(run_id: &str, error: ServerError) -> agentloop::Error {
+    agentloop::Error::Store {
+        run_id: run_id.to_owned(),
+        message: error.to_string(),
+    }
+}
+
+impl RunStore for Durable {
+    fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, agentloop::Result<Option<Checkpoint>>> {
+        Box::pin(async move {
+            let found = self
+                .0
+                .store
+                .chat_checkpoint(run_id.to_owned())
+                .await
+                .map_err(|e| store_error(run_id, e))?;
+            found
+                .map(|(version, status, state)| {
+                    let status =
+                        RunStatus::parse(&status).ok_or_else(|| agentloop::Error::Store {
+                            run_id: run_id.to_owned(),
+                            message: format!("unknown run status `{status}`"),
+                        })?;
+                    Ok(Checkpoint {
+                        version,
+                        status,
+                        state,
+                    })
+                })
+                .transpose()
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        run_id: &'a str,
+        read: u64,
+        status: RunStatus,
+        state: String,
+    ) -> BoxFuture<'a, agentloop::Result<u64>> {
+        Box::pin(async move {
+            // The run's stream hands out the events queued before this save while the save
+            // is pending, and the answer's task records each before it polls again: after one
+            // yield, the log holds every event up to this checkpoint.
+            tokio::task::yield_now().await;
+            let (events, len, end) = self.unsaved();
+            let jumps = serde_json::to_string(&self.0.run.jumps())
+                .map_err(|e| store_error(run_id, ServerError::database(e)))?;
+            let saved = self
+                .0
+                .store
+                .save_chat_checkpoint(ChatCheckpoint {
+                    message_id: run_id.to_owned(),
+                    conversation_id: self.0.run.conversation_id.clone(),
+                    prompt_index: self.0.prompt_index,
+                    read,
+                    status: status.as_str().to_owned(),
+                    state,
+                    events,
+                    log_end: end,
+                    log_jumps: jumps,
+                })
+                .await
+                .map_err(|e| store_error(run_id, e))?;
+            match saved {
+                CheckpointSaved::Saved(version) => {
+                    *self.flushed() = len;
+                    Ok(version)
+                }
+                CheckpointSaved::Stale(found) => Err(agentloop::Error::StaleCheckpoint {
+                    run_id: run_id.to_owned(),
+                    expected: read,
+                    found,
+                }),
+            }
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, agentloop::Result<Vec<RunSummary>>> {
+        Box::pin(async move {
+            let runs = self
+                .0
+                .store
+                .chat_checkpoints()
+                .await
+                .map_err(|e| store_error("*", e))?;
+            Ok(runs
+                .into_iter()
+                .filter_map(|(run_id, version, status)| {
+                    Some(RunSummary {
+                        run_id,
+                        version,
+                        status: RunStatus::parse(&status)?,
+                    })
+                })
+                .collect())
+        })
+    }
+}
+
 /// Ends the log however the run ends (a panic included) and frees the conversation.
 struct Finisher {
     state: AppState,
     run: Arc<RunLog>,
     /// The answer paused for approval: it stays registered, its conversation busy.
     paused: bool,
+    /// The answer's stored log, until its end is recorded.
+    durable: Option<Durable>,
+}
+
+/// Forget a finished answer's log (in memory and stored) after the retention time.
+fn retire(state: &AppState, message_id: String) {
+    let inner = &state.inner;
+    let retain = inner.config.retain_finished;
+    let state = state.clone();
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            tokio::time::sleep(retain).await;
+            state.inner.runs.forget(&message_id);
+            if let Err(e) = state.inner.store.delete_chat_run(message_id).await {
+                tracing::warn!("could not remove a finished answer's log: {e}");
+            }
+        });
+    } else {
+        inner.runs.forget(&message_id);
+        // Queued: the worker writes it even though nobody waits.
+        drop(inner.store.delete_chat_run(message_id));
+    }
 }
 
 impl Drop for Finisher {
@@ -132,21 +338,14 @@ impl Drop for Finisher {
             self.run.push(Frame::Failed {
                 message: "the chat stopped unexpectedly".into(),
             });
+            if let Some(durable) = self.durable.take() {
+                // Queued now; nobody can wait here.
+                drop(durable.finish());
+            }
             self.run.finish();
         }
-        let inner = &self.state.inner;
-        inner.runs.release(&self.run);
-        let state = self.state.clone();
-        let message_id = self.run.message_id.clone();
-        let retain = inner.config.retain_finished;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(retain).await;
-                state.inner.runs.forget(&message_id);
-            });
-        } else {
-            inner.runs.forget(&message_id);
-        }
+        self.state.inner.runs.release(&self.run);
+        retire(&self.state, self.run.message_id.clone());
     }
 }
 
@@ -213,10 +412,11 @@ async fn drive(
     output_schema: Option<serde_json::Value>,
     creating: Option<impl Future<Output = Result<(), ServerError>>>,
 ) {
-    let finisher = Finisher {
+    let mut finisher = Finisher {
         state: state.clone(),
         run: run.clone(),
         paused: false,
+        durable: None,
     };
     let inner = &state.inner;
     let created = creating.is_some();
@@ -244,17 +444,23 @@ async fn drive(
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
     let events: Events = match output_schema {
+        // Typed answers are not durable runs: the library has no durable typed run.
         Some(schema) => Box::pin(agent.run_output_stream_with(
             history,
             Output::<serde_json::Value>::new().with_schema(schema),
         )),
-        None => Box::pin(agent.run_stream(history)),
+        None => {
+            let durable = Durable::new(inner.store.clone(), run.clone(), prompt_index, 0);
+            finisher.durable = Some(durable.clone());
+            Box::pin(agent.run_durable_stream(run.message_id.clone(), history, &durable))
+        }
     };
     let answer = Answer {
         saver,
         prompt_index,
         earlier_usage: Usage::default(),
         created,
+        shown_calls: Vec::new(),
     };
     follow(finisher, answer, events).await;
 }
@@ -268,6 +474,9 @@ struct Answer {
     earlier_usage: Usage,
     /// The answer created its conversation (removed again when nothing was saved).
     created: bool,
+    /// Calls whose `tool_call_start` the log shows already (of an answer resumed after a
+    /// restart).
+    shown_calls: Vec<String>,
 }
 
 /// A run's events, typed answer or not.
@@ -342,6 +551,8 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
                     run.push(Frame::Failed { message });
                 }
             }
+            // A resumed run reports its step's calls ready again; the log has them.
+            RunEvent::ToolCallReady { call } if answer.shown_calls.contains(&call.id) => {}
             // The rest is recorded as it came; each wire protocol shows what it has names for.
             event => run.push(Frame::Run(event)),
         }
@@ -364,6 +575,9 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
         {
             tracing::warn!(conversation = %run.conversation_id, "could not remove an empty conversation: {e}");
         }
+    }
+    if let Some(durable) = finisher.durable.take() {
+        durable.finish().await;
     }
     run.finish();
     drop(finisher);
@@ -391,6 +605,7 @@ async fn pause(
     let recorded = RecordedEvents {
         len: len + asked.len() + 1,
         events,
+        jumps: run.jumps(),
     };
     let row = PausedRow {
         message_id: run.message_id.clone(),
@@ -480,17 +695,28 @@ pub(crate) async fn resume(
     {
         return give_back(paused, ResumeError::Store(e));
     }
+    // The rest of the answer is not a durable run: its paused checkpoint must not be resumed.
+    if let Err(e) = state
+        .inner
+        .store
+        .delete_chat_run(run.message_id.clone())
+        .await
+    {
+        tracing::warn!(message_id = %run.message_id, "could not forget the paused checkpoint: {e}");
+    }
     run.begin_segment(decided);
     let finisher = Finisher {
         state: state.clone(),
         run,
         paused: false,
+        durable: None,
     };
     let answer = Answer {
         saver,
         prompt_index: paused.prompt_index,
         earlier_usage: paused.usage,
         created: false,
+        shown_calls: Vec::new(),
     };
     state
         .inner
@@ -505,6 +731,9 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
     let store = &state.inner.store;
     if let Err(e) = store.delete_paused(run.message_id.clone()).await {
         tracing::warn!(message_id = %run.message_id, "could not forget the paused answer: {e}");
+    }
+    if let Err(e) = store.delete_chat_run(run.message_id.clone()).await {
+        tracing::warn!(message_id = %run.message_id, "could not forget the paused checkpoint: {e}");
     }
     if let Err(e) = store
         .save_answer(
@@ -527,6 +756,7 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
         state: state.clone(),
         run,
         paused: false,
+        durable: None,
     });
 }
 
@@ -558,12 +788,12 @@ pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> 
         match serde_json::from_str::<RecordedEvents>(&row.events) {
             // The events at their old positions, so reconnects keep their `Last-Event-ID`.
             Ok(recorded) => {
-                let mut events = recorded.events.into_iter().peekable();
-                for position in 0..recorded.len.saturating_sub(1) {
-                    match events.next_if(|(at, _)| *at == position) {
-                        Some((_, event)) => run.push(Frame::Replayed(event)),
-                        None => run.push(Frame::Hidden),
-                    }
+                if let Err(e) = run.replay(
+                    recorded.len.saturating_sub(1),
+                    recorded.jumps,
+                    recorded.events,
+                ) {
+                    tracing::warn!(message_id = %row.message_id, "the events of a paused answer cannot be shown again: {e}");
                 }
             }
             Err(e) => {
@@ -588,6 +818,89 @@ pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> 
             usage,
         }));
         run.push(Frame::Paused);
+    }
+    Ok(())
+}
+
+/// At start-up: every answer that was running when the process stopped goes on from its last
+/// checkpoint, its log restored under the same event ids (see the module docs); every answer
+/// that had finished shows its log again until it is forgotten.
+pub(crate) async fn restore_running(state: &AppState) -> Result<(), ServerError> {
+    let inner = &state.inner;
+    for row in inner.store.chat_runs().await? {
+        // Answers waiting for approval are restored from their pause (see `restore_paused`).
+        if !row.finished && row.status == RunStatus::Paused.as_str() {
+            continue;
+        }
+        let run = match inner.runs.start(
+            row.message_id.clone(),
+            row.conversation_id.clone(),
+            inner.config.disconnect_grace,
+            inner.shutdown.child_token(),
+        ) {
+            Ok(run) => run,
+            Err(busy) => {
+                tracing::error!(message_id = %row.message_id, "another answer ({}) holds the conversation; this one is left in the database", busy.message_id);
+                continue;
+            }
+        };
+        let jumps: Vec<Jump> = serde_json::from_str(&row.log_jumps).unwrap_or_default();
+        let events: Vec<(usize, crate::events::ChatEvent)> = row
+            .events
+            .iter()
+            .filter_map(|(id, json)| Some((*id, serde_json::from_str(json).ok()?)))
+            .collect();
+        let shown_calls = events
+            .iter()
+            .filter_map(|(_, event)| match event {
+                crate::events::ChatEvent::ToolCallStart { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Err(e) = run.replay(row.log_end, jumps, events) {
+            tracing::warn!(message_id = %row.message_id, "the events of an answer cannot be shown again: {e}");
+        }
+        if row.finished {
+            run.finish();
+            inner.runs.release(&run);
+            retire(state, row.message_id);
+            continue;
+        }
+        tracing::info!(message_id = %row.message_id, "resuming an answer that was running when the server stopped");
+        run.resumed();
+        let stored = state
+            .conversation(&row.conversation_id)
+            .await?
+            .map_or(0, |c| c.messages.len());
+        let saver = Saver {
+            store: inner.store.clone(),
+            conversation_id: row.conversation_id.clone(),
+            stored: Arc::new(tokio::sync::Mutex::new(stored)),
+        };
+        let durable = Durable::new(
+            inner.store.clone(),
+            run.clone(),
+            row.prompt_index,
+            run.len(),
+        );
+        let agent = answer_agent(state, &run, &saver);
+        let events = agent.resume_run_stream(row.message_id.clone(), &durable);
+        let finisher = Finisher {
+            state: state.clone(),
+            run,
+            paused: false,
+            durable: Some(durable),
+        };
+        let answer = Answer {
+            saver,
+            prompt_index: row.prompt_index,
+            earlier_usage: Usage::default(),
+            created: false,
+            shown_calls,
+        };
+        inner
+            .tasks
+            .spawn(follow(finisher, answer, Box::pin(events)));
     }
     Ok(())
 }

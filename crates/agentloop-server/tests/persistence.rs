@@ -175,7 +175,7 @@ async fn a_database_from_a_newer_server_is_refused() {
     assert_eq!(
         error.to_string(),
         format!(
-            "database error: `{}` has schema version 99, newer than this server knows (4); use a newer agentloop",
+            "database error: `{}` has schema version 99, newer than this server knows (5); use a newer agentloop",
             db.display()
         )
     );
