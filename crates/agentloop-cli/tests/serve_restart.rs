@@ -586,3 +586,115 @@ async fn an_answer_killed_during_the_model_stream_goes_on_after_the_restart() {
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_killed_while_running_an_approved_call_goes_on_after_the_restart() {
+    let (slow_url, slow) = counting_endpoint(true).await;
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("deploy", json!({})).with_ids(["call_1"]),
+            Turn::text("Done."),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    std::fs::write(
+        tools.join("deploy.json"),
+        json!({
+            "name": "deploy",
+            "description": "Deploy the app",
+            "input_schema": {"type": "object", "properties": {}},
+            "mode": "http",
+            "http": {"url": slow_url},
+            "needs_approval": true,
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let db = dir.path().join("chats.db");
+    let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
+        tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
+    };
+    let (mut server, url) = start(db.clone(), tools.clone(), model.base_url())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Deploy it"}))
+        .send()
+        .await
+        .unwrap();
+    let conversation_id = header(&response, "x-agentloop-conversation-id");
+    let message_id = header(&response, "x-agentloop-message-id");
+    let seen = sse_until(response, |events| {
+        events
+            .last()
+            .is_some_and(|(_, name, _)| name == "approval_requested")
+    })
+    .await;
+    assert_eq!(
+        names(&seen),
+        ["message_start", "tool_call_start", "approval_requested"]
+    );
+    let decided = http
+        .post(format!("{url}/v1/chat/{message_id}/approvals"))
+        .json(&json!({"decisions": [{"id": "call_1", "decision": "approve"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 202);
+    // The approved call is running: the decisions were checkpointed before it started.
+    wait_for(&slow, 1).await;
+    server.kill().unwrap();
+    server.wait().unwrap();
+
+    let (mut server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let response = http
+        .get(format!("{url}/v1/chat/{message_id}/events"))
+        .header("last-event-id", seen.last().unwrap().0.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = sse_until(response, |events| {
+        events
+            .last()
+            .is_some_and(|(_, name, _)| name == "message_end")
+    })
+    .await;
+    assert_eq!(
+        names(&rest),
+        [
+            "tool_call_result",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "message_end"
+        ]
+    );
+    assert_eq!(rest[0].2["is_error"], true);
+    assert_eq!(rest[4].2["stop_reason"], "end_turn");
+    assert_eq!(slow.load(Ordering::SeqCst), 1, "the call was not run again");
+    let all = sse_until(
+        http.get(format!("{url}/v1/chat/{message_id}/events"))
+            .send()
+            .await
+            .unwrap(),
+        |events| {
+            events
+                .last()
+                .is_some_and(|(_, name, _)| name == "message_end")
+        },
+    )
+    .await;
+    assert_eq!(all, [seen, rest].concat());
+    let messages = stored_history(&url, &conversation_id).await;
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+}

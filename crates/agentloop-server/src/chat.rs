@@ -4,7 +4,8 @@
 //! # Surviving a crash
 //!
 //! An answer (all but typed ones) is a durable run of the library (`Agent::run_durable_stream`,
-//! run id = the message id) whose [`RunStore`] is [`Durable`]: each checkpoint is written to the
+//! run id = the message id; after approval decisions `Agent::decide_run_stream`) whose
+//! [`RunStore`] is [`Durable`]: each checkpoint is written to the
 //! server's database together with the answer's `/v1/chat` events recorded since the previous
 //! one, in one transaction, so the stored log always ends exactly where the stored checkpoint
 //! stands. The save first lets the run's stream hand out every event sent before it (the
@@ -682,9 +683,36 @@ pub(crate) async fn resume(
     };
     let agent = answer_agent(state, &run, &saver);
     let decided = decisions.iter().map(|(id, _)| id.clone()).collect();
-    let events = match agent.resume_stream(&paused.run, decisions) {
+    // Checked here, before anything runs, so a decision that does not fit gets 422.
+    let plain = match agent.resume_stream(&paused.run, decisions.clone()) {
         Ok(events) => events,
         Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
+    };
+    // An answer run durably goes on from its paused checkpoint, durably; a typed one (never
+    // checkpointed) from the paused run in memory.
+    let durable = match state
+        .inner
+        .store
+        .chat_checkpoint(run.message_id.clone())
+        .await
+    {
+        // Its whole log is written again with the next checkpoint (ids stored already are
+        // kept): the events of the pause were never written with one.
+        Ok(Some(_)) => Some(Durable::new(
+            state.inner.store.clone(),
+            run.clone(),
+            paused.prompt_index,
+            0,
+        )),
+        Ok(None) => None,
+        Err(e) => return give_back(paused, ResumeError::Store(e)),
+    };
+    let events: Events = match &durable {
+        Some(durable) => {
+            drop(plain);
+            Box::pin(agent.decide_run_stream(run.message_id.clone(), decisions, durable))
+        }
+        None => Box::pin(plain),
     };
     // Forgotten before anything runs: a crash from here on must not offer the calls again.
     if let Err(e) = state
@@ -695,21 +723,12 @@ pub(crate) async fn resume(
     {
         return give_back(paused, ResumeError::Store(e));
     }
-    // The rest of the answer is not a durable run: its paused checkpoint must not be resumed.
-    if let Err(e) = state
-        .inner
-        .store
-        .delete_chat_run(run.message_id.clone())
-        .await
-    {
-        tracing::warn!(message_id = %run.message_id, "could not forget the paused checkpoint: {e}");
-    }
     run.begin_segment(decided);
     let finisher = Finisher {
         state: state.clone(),
         run,
         paused: false,
-        durable: None,
+        durable,
     };
     let answer = Answer {
         saver,
@@ -718,10 +737,7 @@ pub(crate) async fn resume(
         created: false,
         shown_calls: Vec::new(),
     };
-    state
-        .inner
-        .tasks
-        .spawn(follow(finisher, answer, Box::pin(events)));
+    state.inner.tasks.spawn(follow(finisher, answer, events));
     Ok(())
 }
 

@@ -146,7 +146,7 @@
 //! Event ids increase (they may skip numbers). A client that lost the connection calls
 //! `GET /v1/chat/{message_id}/events` with `Last-Event-ID: <last id it saw>` and receives the
 //! events it missed, then the rest live — no duplicates. Without the header it gets the whole
-//! answer again; an id that is not a number, or past the last event sent, gets 400. A finished answer stays available for reconnects for a while (default 60 s).
+//! answer again; an id that is not a number, or past the last event sent, gets 400. A finished answer stays available for reconnects for a while (default 60 s), a restart included.
 //! When no client has followed an answer for the grace period (default 10 s) it is cancelled:
 //! the text produced so far is saved, unfinished tool calls get an error result saying they were
 //! not run, and the history stays valid.
@@ -170,9 +170,32 @@
 //! ids: a reconnect with `Last-Event-ID` gets exactly what it missed, then the rest once
 //! decided). The conversation stays busy (409) while its answer waits.
 //!
-//! **Persistence.** The history is saved after every step (each model call and its tools), so
-//! a crash loses at most the step in flight. Continuing a conversation sends the model its whole
-//! stored history.
+//! **Persistence.** The history is saved after every step (each model call and its tools).
+//! Continuing a conversation sends the model its whole stored history.
+//!
+//! **Restarts.** Every answer (but a typed one, with an `output_schema`) is a durable run of the
+//! library ([`agentloop::Agent::run_durable_stream`], run id = the message id) checkpointed in
+//! the database (table `chat_runs`), after each model response, before a step's tools start,
+//! after each tool outcome and at each step's end. Each checkpoint is written in one
+//! transaction with the answer's events since the previous one (table `chat_run_events`,
+//! under their event ids), so the stored log ends exactly at the stored checkpoint; a
+//! finished answer's last events are written when it ends. When the process dies, even by
+//! SIGKILL, the next start on the same database resumes every answer that was in flight from
+//! its last checkpoint ([`agentloop::Agent::resume_run_stream`]), with the same agent: a tool
+//! whose outcome was recorded is not run again, a call that was running gets an error result
+//! saying it was interrupted (or runs again when its tool is idempotent,
+//! [`agentloop::Tool::with_idempotent`]), a model call in flight is made again. Its log comes
+//! back under the same ids, **cut back to the checkpoint**: events sent after it (the deltas of
+//! a model call in flight, say) are dropped, and the resumed answer's events get new ids, from
+//! the next multiple of 1,000,000,000, so no id ever names two events. A reconnect with an id
+//! from before the checkpoint gets exactly the events it missed, then the rest live; one with
+//! an id that was cut gets 409 whose message names the last kept event: drop what came after
+//! it and reconnect from it. An answer waiting for approval waits again (see "Approvals"). A
+//! shutdown by Ctrl-C or SIGTERM is not a crash: it ends the answers in flight as
+//! `interrupted`, and nothing is resumed. An answer resumed by approval decisions goes on from
+//! its paused checkpoint ([`agentloop::Agent::decide_run_stream`]) and is checkpointed the same
+//! way. Typed answers are not checkpointed (the library has no durable typed run): a crash
+//! loses the answer in flight, and the history saved after each step stays valid.
 //!
 //! ## The AI SDK UI message stream
 //!
