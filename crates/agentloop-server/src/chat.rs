@@ -511,7 +511,16 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
                     && failure.is_none()
                     && let Some(paused) = result.paused.take()
                 {
-                    let asked = std::mem::take(&mut asked);
+                    let mut asked = std::mem::take(&mut asked);
+                    if asked.is_empty() {
+                        // A run resumed at its paused checkpoint (the process died before the
+                        // pause was kept) asks again for what it waits on.
+                        asked = paused
+                            .pending()
+                            .iter()
+                            .map(|p| RunEvent::ApprovalRequested(Box::new(p.clone())))
+                            .collect();
+                    }
                     match pause(&state, &run, *paused, answer.prompt_index, usage, asked).await {
                         Ok(()) => {
                             finisher.paused = true;
@@ -844,8 +853,9 @@ pub(crate) async fn restore_paused(state: &AppState) -> Result<(), ServerError> 
 pub(crate) async fn restore_running(state: &AppState) -> Result<(), ServerError> {
     let inner = &state.inner;
     for row in inner.store.chat_runs().await? {
-        // Answers waiting for approval are restored from their pause (see `restore_paused`).
-        if !row.finished && row.status == RunStatus::Paused.as_str() {
+        // Answers waiting for approval are restored from their pause (see `restore_paused`);
+        // one whose pause was not kept yet goes on below, and pauses again.
+        if inner.runs.get(&row.message_id).is_some() {
             continue;
         }
         let run = match inner.runs.start(
@@ -882,7 +892,7 @@ pub(crate) async fn restore_running(state: &AppState) -> Result<(), ServerError>
             retire(state, row.message_id);
             continue;
         }
-        tracing::info!(message_id = %row.message_id, "resuming an answer that was running when the server stopped");
+        tracing::info!(message_id = %row.message_id, status = %row.status, "resuming an answer that was running when the server stopped");
         run.resumed();
         let stored = state
             .conversation(&row.conversation_id)
