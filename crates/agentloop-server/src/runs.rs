@@ -26,7 +26,7 @@ struct Log {
     finished: bool,
     /// Where event ids skip ahead: from frame `index` on, ids count up from `id`. Ids are
     /// frame indexes until an answer is resumed after a restart; its new frames then get ids
-    /// past any the previous process can have sent (see [`Ids::resumed`]).
+    /// past any the previous process can have sent (see [`RunLog::resumed`]).
     jumps: Vec<Jump>,
 }
 
@@ -203,7 +203,7 @@ impl RunLog {
     ) -> Result<(), String> {
         const MAX_FRAMES: usize = 1 << 24;
         let (index, id) = jumps.last().map_or((0, 0), |j| (j.index, j.id));
-        let frames = index + end.saturating_sub(id);
+        let frames = index.saturating_add(end.saturating_sub(id));
         let ordered = jumps
             .windows(2)
             .all(|w| w[0].index < w[1].index && w[0].id < w[1].id);
