@@ -154,7 +154,8 @@
 //! **Approvals.** A call needs the user's approval when its tool says so (a descriptor's
 //! `needs_approval: true`, [`agentloop::Tool::with_approval_required`]), when the sandbox's
 //! `write_file` is on ([`ServerConfig::sandbox_writes_need_approval()`], on by default), or when
-//! the server's policy asks ([`ServerConfig::approval_policy()`]). Each such call gets
+//! the server's policy asks ([`ServerConfig::approval_policy()`]; `agentloop serve
+//! --approve-tools all|none|NAME,...` sets both from the command line). Each such call gets
 //! `approval_requested` after its `tool_call_start`; once the step's other calls have run, the
 //! answer waits, its stream open (a paused answer is not cancelled when its listeners leave).
 //! `POST /v1/chat/{message_id}/approvals` with `{"decisions": [{"id": "call_1", "decision":
