@@ -25,8 +25,27 @@ fn command(db: &Path, tools: &Path, base_url: &str, approve: &str) -> Command {
     command
 }
 
+/// A running `agentloop serve`, killed (SIGKILL) when dropped, so a failing test leaves no
+/// server behind.
+struct Served(Child);
+
+impl Served {
+    /// SIGKILL: nothing is saved on the way out.
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `agentloop serve` with `--approve-tools approve`; the process and its URL.
-fn serve(db: &Path, tools: &Path, base_url: &str, approve: &str) -> (Child, String) {
+fn serve(db: &Path, tools: &Path, base_url: &str, approve: &str) -> (Served, String) {
     let mut child = command(db, tools, base_url, approve)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -40,7 +59,7 @@ fn serve(db: &Path, tools: &Path, base_url: &str, approve: &str) -> (Child, Stri
         .unwrap();
     let url = line.trim_start_matches("serving on ").to_owned();
     assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    (child, url)
+    (Served(child), url)
 }
 
 /// A tools directory with two mock tools that need no approval of their own.
@@ -107,10 +126,9 @@ async fn named_tools_wait_for_approval_and_the_others_run() {
     let tools = tools(dir.path());
     let db = dir.path().join("chats.db");
     let base = model.base_url();
-    let (mut server, url) =
-        tokio::task::spawn_blocking(move || serve(&db, &tools, &base, "deploy"))
-            .await
-            .unwrap();
+    let (server, url) = tokio::task::spawn_blocking(move || serve(&db, &tools, &base, "deploy"))
+        .await
+        .unwrap();
     let http = reqwest::Client::new();
     let response = http
         .post(format!("{url}/v1/chat"))
@@ -142,8 +160,7 @@ async fn named_tools_wait_for_approval_and_the_others_run() {
         .await
         .unwrap();
     assert_eq!(decided.status(), 202);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 }
 
 #[test]

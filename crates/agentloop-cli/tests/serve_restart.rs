@@ -16,9 +16,28 @@ use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A running `agentloop serve`, killed (SIGKILL) when dropped, so a failing test leaves no
+/// server behind.
+struct Served(Child);
+
+impl Served {
+    /// SIGKILL: nothing is saved on the way out.
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `agentloop serve` on a free port with the tools in `tools` against the mock model at
 /// `base_url`; its URL.
-fn serve(db: &Path, tools: &Path, base_url: &str) -> (Child, String) {
+fn serve(db: &Path, tools: &Path, base_url: &str) -> (Served, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
         .env_remove("AGENTLOOP_MODEL")
         .env_remove("AGENTLOOP_TOKEN")
@@ -41,7 +60,7 @@ fn serve(db: &Path, tools: &Path, base_url: &str) -> (Child, String) {
         .unwrap();
     let url = line.trim_start_matches("serving on ").to_owned();
     assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    (child, url)
+    (Served(child), url)
 }
 
 /// A tool endpoint on loopback that counts its calls and answers `{"deployed": true}`.
@@ -167,7 +186,7 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
     let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
         tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
     };
-    let (mut server, url) = start(db.clone(), tools.clone(), model.base_url())
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
         .await
         .unwrap();
     let http = reqwest::Client::new();
@@ -194,11 +213,10 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
         )
     );
     // SIGKILL: nothing is saved on the way out.
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 
-    let (mut server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
     let response = http
         .get(format!("{url}/v1/chat/{message_id}/events"))
         .send()
@@ -245,8 +263,7 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
         serde_json::from_value(stored["messages"].clone()).unwrap();
     assert!(agentloop::history::is_valid(&messages));
     assert_eq!(messages.len(), 4);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 }
 
 /// Write an HTTP tool descriptor `name` calling `url` into `tools`.
@@ -359,7 +376,7 @@ async fn an_answer_killed_during_a_slow_tool_goes_on_after_the_restart_without_r
     let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
         tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
     };
-    let (mut server, url) = start(db.clone(), tools.clone(), model.base_url())
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
         .await
         .unwrap();
     let http = reqwest::Client::new();
@@ -388,10 +405,9 @@ async fn an_answer_killed_during_a_slow_tool_goes_on_after_the_restart_without_r
     );
     // The slow tool has started: its step's checkpoint is saved before any tool runs.
     wait_for(&slow, 1).await;
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 
-    let (mut server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
     let last_id = seen.last().unwrap().0;
     let response = http
         .get(format!("{url}/v1/chat/{message_id}/events"))
@@ -454,8 +470,7 @@ async fn an_answer_killed_during_a_slow_tool_goes_on_after_the_restart_without_r
     let messages = stored_history(&url, &conversation_id).await;
     assert_eq!(messages.len(), 6, "{messages:?}");
     assert_eq!(model.calls(), 3);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -482,7 +497,7 @@ async fn an_answer_killed_during_the_model_stream_goes_on_after_the_restart() {
     let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
         tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
     };
-    let (mut server, url) = start(db.clone(), tools.clone(), model.base_url())
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
         .await
         .unwrap();
     let http = reqwest::Client::new();
@@ -512,10 +527,9 @@ async fn an_answer_killed_during_the_model_stream_goes_on_after_the_restart() {
             "text_delta"
         ]
     );
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 
-    let (mut server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
     // The deltas came after the last checkpoint: they are cut, and the server says from
     // where to go on.
     let response = http
@@ -583,8 +597,7 @@ async fn an_answer_killed_during_the_model_stream_goes_on_after_the_restart() {
         "{messages:?}"
     );
     assert_eq!(model.calls(), 3);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -619,7 +632,7 @@ async fn an_answer_killed_while_running_an_approved_call_goes_on_after_the_resta
     let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
         tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
     };
-    let (mut server, url) = start(db.clone(), tools.clone(), model.base_url())
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
         .await
         .unwrap();
     let http = reqwest::Client::new();
@@ -650,10 +663,9 @@ async fn an_answer_killed_while_running_an_approved_call_goes_on_after_the_resta
     assert_eq!(decided.status(), 202);
     // The approved call is running: the decisions were checkpointed before it started.
     wait_for(&slow, 1).await;
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 
-    let (mut server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
     let response = http
         .get(format!("{url}/v1/chat/{message_id}/events"))
         .header("last-event-id", seen.last().unwrap().0.to_string())
@@ -695,6 +707,5 @@ async fn an_answer_killed_while_running_an_approved_call_goes_on_after_the_resta
     assert_eq!(all, [seen, rest].concat());
     let messages = stored_history(&url, &conversation_id).await;
     assert_eq!(messages.len(), 4, "{messages:?}");
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 }
