@@ -300,6 +300,12 @@ pub struct ServeArgs {
     /// directory is always refused.
     #[arg(long)]
     pub allow_broad_sandbox: bool,
+    /// Which tool calls wait for the chat's user to approve them: `all` (every call), `none`
+    /// (the server asks for nothing itself: the --sandbox's write_file runs without asking), or
+    /// tool names, comma-separated (those too). Tools whose descriptor says
+    /// `"needs_approval": true` always ask. Default: those and the --sandbox's write_file.
+    #[arg(long, value_name = "all|none|NAME,...")]
+    pub approve_tools: Option<String>,
 }
 
 /// `--base-url`: an absolute http(s) URL with a host, checked before any request is made.

@@ -1,5 +1,8 @@
-//! `agentloop serve` killed with SIGKILL while an answer waits for approval: after a restart on
-//! the same database the answer still waits, is approved, runs its call once and finishes.
+//! `agentloop serve` killed with SIGKILL: an answer waiting for approval still waits after a
+//! restart on the same database, is approved, runs its call once and finishes; an answer
+//! killed during a slow tool or during the model's stream goes on from its last checkpoint at
+//! start-up, runs no completed tool again, and a client reconnecting with `Last-Event-ID` gets
+//! the events it missed and the rest.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -13,9 +16,28 @@ use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A running `agentloop serve`, killed (SIGKILL) when dropped, so a failing test leaves no
+/// server behind.
+struct Served(Child);
+
+impl Served {
+    /// SIGKILL: nothing is saved on the way out.
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `agentloop serve` on a free port with the tools in `tools` against the mock model at
 /// `base_url`; its URL.
-fn serve(db: &Path, tools: &Path, base_url: &str) -> (Child, String) {
+fn serve(db: &Path, tools: &Path, base_url: &str) -> (Served, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
         .env_remove("AGENTLOOP_MODEL")
         .env_remove("AGENTLOOP_TOKEN")
@@ -38,11 +60,16 @@ fn serve(db: &Path, tools: &Path, base_url: &str) -> (Child, String) {
         .unwrap();
     let url = line.trim_start_matches("serving on ").to_owned();
     assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    (child, url)
+    (Served(child), url)
 }
 
 /// A tool endpoint on loopback that counts its calls and answers `{"deployed": true}`.
 async fn tool_endpoint() -> (String, Arc<AtomicUsize>) {
+    counting_endpoint(false).await
+}
+
+/// A tool endpoint that counts its calls; `hang`: it never answers (a slow tool).
+async fn counting_endpoint(hang: bool) -> (String, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/deploy", listener.local_addr().unwrap());
     let calls = Arc::new(AtomicUsize::new(0));
@@ -81,6 +108,11 @@ async fn tool_endpoint() -> (String, Arc<AtomicUsize>) {
                     }
                 }
                 counted.fetch_add(1, Ordering::SeqCst);
+                if hang {
+                    // Held open until the server dies; the test ends long before.
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                    return;
+                }
                 let body = r#"{"deployed": true}"#;
                 let answer = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -154,7 +186,7 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
     let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
         tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
     };
-    let (mut server, url) = start(db.clone(), tools.clone(), model.base_url())
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
         .await
         .unwrap();
     let http = reqwest::Client::new();
@@ -181,11 +213,10 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
         )
     );
     // SIGKILL: nothing is saved on the way out.
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 
-    let (mut server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
     let response = http
         .get(format!("{url}/v1/chat/{message_id}/events"))
         .send()
@@ -232,6 +263,449 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
         serde_json::from_value(stored["messages"].clone()).unwrap();
     assert!(agentloop::history::is_valid(&messages));
     assert_eq!(messages.len(), 4);
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
+}
+
+/// Write an HTTP tool descriptor `name` calling `url` into `tools`.
+fn http_tool(tools: &Path, name: &str, url: &str) {
+    std::fs::write(
+        tools.join(format!("{name}.json")),
+        json!({
+            "name": name,
+            "description": format!("The {name} tool"),
+            "input_schema": {"type": "object", "properties": {}},
+            "mode": "http",
+            "http": {"url": url},
+        })
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// One SSE event: id, name and data.
+type Sse = (u64, String, Value);
+
+/// The SSE events of `response` until `done` says so (or the stream ends, as when the server
+/// is killed).
+async fn sse_until(mut response: reqwest::Response, done: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+    let mut text = String::new();
+    let mut events = Vec::new();
+    // A guard against a stream that never gets there, not a timing assumption.
+    let read = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find("\n\n") {
+                let block = text[..end].to_owned();
+                text.drain(..end + 2);
+                let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name));
+                if let (Some(id), Some(name), Some(data)) =
+                    (field("id: "), field("event: "), field("data: "))
+                {
+                    events.push((
+                        id.parse().unwrap(),
+                        name.to_owned(),
+                        serde_json::from_str(data).unwrap(),
+                    ));
+                    if done(&events) {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("the stream gets there");
+    events
+}
+
+fn names(events: &[Sse]) -> Vec<&str> {
+    events.iter().map(|(_, name, _)| name.as_str()).collect()
+}
+
+/// Wait (bounded) until `count` reaches `n`.
+async fn wait_for(count: &AtomicUsize, n: usize) {
+    for _ in 0..600 {
+        if count.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the count never reached {n}");
+}
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response.headers()[name].to_str().unwrap().to_owned()
+}
+
+/// The stored conversation's messages, checked valid.
+async fn stored_history(url: &str, conversation_id: &str) -> Vec<agentloop::Message> {
+    let stored: Value = reqwest::get(format!("{url}/v1/conversations/{conversation_id}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let messages: Vec<agentloop::Message> =
+        serde_json::from_value(stored["messages"].clone()).unwrap();
+    assert!(agentloop::history::is_valid(&messages), "{messages:?}");
+    messages
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_killed_during_a_slow_tool_goes_on_after_the_restart_without_running_a_tool_twice()
+ {
+    let (fast_url, fast) = counting_endpoint(false).await;
+    let (slow_url, slow) = counting_endpoint(true).await;
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("fast", json!({})).with_ids(["call_fast"]),
+            Turn::tool_call("slow", json!({})).with_ids(["call_slow"]),
+            Turn::text("Done."),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    http_tool(&tools, "fast", &fast_url);
+    http_tool(&tools, "slow", &slow_url);
+    let db = dir.path().join("chats.db");
+    let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
+        tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
+    };
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Deploy it"}))
+        .send()
+        .await
+        .unwrap();
+    let conversation_id = header(&response, "x-agentloop-conversation-id");
+    let message_id = header(&response, "x-agentloop-message-id");
+    let seen = sse_until(response, |events| {
+        events
+            .iter()
+            .any(|(_, name, data)| name == "tool_call_start" && data["id"] == "call_slow")
+    })
+    .await;
+    assert_eq!(
+        names(&seen),
+        [
+            "message_start",
+            "tool_call_start",
+            "tool_call_result",
+            "tool_call_start"
+        ]
+    );
+    // The slow tool has started: its step's checkpoint is saved before any tool runs.
+    wait_for(&slow, 1).await;
+    server.kill();
+
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let last_id = seen.last().unwrap().0;
+    let response = http
+        .get(format!("{url}/v1/chat/{message_id}/events"))
+        .header("last-event-id", last_id.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = sse_until(response, |events| {
+        events
+            .last()
+            .is_some_and(|(_, name, _)| name == "message_end")
+    })
+    .await;
+    assert_eq!(
+        names(&rest),
+        [
+            "tool_call_result",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "message_end"
+        ]
+    );
+    // The call that was running is answered as interrupted, not run again.
+    assert_eq!(rest[0].2["id"], "call_slow");
+    assert_eq!(rest[0].2["is_error"], true);
+    let content = rest[0].2["content"].as_str().unwrap();
+    assert!(content.contains("was interrupted"), "{content}");
+    assert_eq!(rest[4].2["stop_reason"], "end_turn");
+    // The resumed answer's ids are new: past any the killed process gave.
+    assert!(
+        rest.iter().all(|(id, _, _)| *id >= 1_000_000_000),
+        "{rest:?}"
+    );
+    assert_eq!(
+        fast.load(Ordering::SeqCst),
+        1,
+        "the completed tool ran once"
+    );
+    assert_eq!(
+        slow.load(Ordering::SeqCst),
+        1,
+        "the interrupted tool was not run again"
+    );
+    // The whole answer, read again from the start: what the first client saw, then the rest.
+    let all = sse_until(
+        http.get(format!("{url}/v1/chat/{message_id}/events"))
+            .send()
+            .await
+            .unwrap(),
+        |events| {
+            events
+                .last()
+                .is_some_and(|(_, name, _)| name == "message_end")
+        },
+    )
+    .await;
+    assert_eq!(all, [seen, rest].concat());
+    let messages = stored_history(&url, &conversation_id).await;
+    assert_eq!(messages.len(), 6, "{messages:?}");
+    assert_eq!(model.calls(), 3);
+    server.kill();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_killed_during_the_model_stream_goes_on_after_the_restart() {
+    let (endpoint, calls) = tool_endpoint().await;
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("deploy", json!({})).with_ids(["call_1"]),
+            // Killed in the middle of this one.
+            Turn::text("This answer is streamed slowly and never finishes.")
+                .with_text_pieces(20)
+                .with_chunk_delay(Duration::from_millis(200)),
+            Turn::text("Deployed."),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    http_tool(&tools, "deploy", &endpoint);
+    let db = dir.path().join("chats.db");
+    let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
+        tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
+    };
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Deploy it"}))
+        .send()
+        .await
+        .unwrap();
+    let conversation_id = header(&response, "x-agentloop-conversation-id");
+    let message_id = header(&response, "x-agentloop-message-id");
+    let seen = sse_until(response, |events| {
+        events
+            .iter()
+            .filter(|(_, name, _)| name == "text_delta")
+            .count()
+            == 2
+    })
+    .await;
+    assert_eq!(
+        names(&seen),
+        [
+            "message_start",
+            "tool_call_start",
+            "tool_call_result",
+            "text_delta",
+            "text_delta"
+        ]
+    );
+    server.kill();
+
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
+    // The deltas came after the last checkpoint: they are cut, and the server says from
+    // where to go on.
+    let response = http
+        .get(format!("{url}/v1/chat/{message_id}/events"))
+        .header("last-event-id", seen.last().unwrap().0.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 409);
+    let error: Value = response.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    let last_kept: u64 = message
+        .split("reconnect with Last-Event-ID ")
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (seen[2].0..seen[3].0).contains(&last_kept),
+        "{last_kept} {seen:?}"
+    );
+    let kept: Vec<Sse> = seen.iter().filter(|e| e.0 <= last_kept).cloned().collect();
+    let response = http
+        .get(format!("{url}/v1/chat/{message_id}/events"))
+        .header("last-event-id", last_kept.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = sse_until(response, |events| {
+        events
+            .last()
+            .is_some_and(|(_, name, _)| name == "message_end")
+    })
+    .await;
+    assert_eq!(
+        names(&rest),
+        ["text_delta", "text_delta", "text_delta", "message_end"]
+    );
+    let text: String = rest[..3]
+        .iter()
+        .map(|(_, _, data)| data["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Deployed.");
+    assert_eq!(rest[3].2["stop_reason"], "end_turn");
+    let all = sse_until(
+        http.get(format!("{url}/v1/chat/{message_id}/events"))
+            .send()
+            .await
+            .unwrap(),
+        |events| {
+            events
+                .last()
+                .is_some_and(|(_, name, _)| name == "message_end")
+        },
+    )
+    .await;
+    assert_eq!(all, [kept, rest].concat());
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the tool ran once");
+    let messages = stored_history(&url, &conversation_id).await;
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    assert_eq!(
+        messages[3],
+        agentloop::Message::assistant("Deployed."),
+        "{messages:?}"
+    );
+    assert_eq!(model.calls(), 3);
+    server.kill();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_killed_while_running_an_approved_call_goes_on_after_the_restart() {
+    let (slow_url, slow) = counting_endpoint(true).await;
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("deploy", json!({})).with_ids(["call_1"]),
+            Turn::text("Done."),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    std::fs::write(
+        tools.join("deploy.json"),
+        json!({
+            "name": "deploy",
+            "description": "Deploy the app",
+            "input_schema": {"type": "object", "properties": {}},
+            "mode": "http",
+            "http": {"url": slow_url},
+            "needs_approval": true,
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let db = dir.path().join("chats.db");
+    let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
+        tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
+    };
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Deploy it"}))
+        .send()
+        .await
+        .unwrap();
+    let conversation_id = header(&response, "x-agentloop-conversation-id");
+    let message_id = header(&response, "x-agentloop-message-id");
+    let seen = sse_until(response, |events| {
+        events
+            .last()
+            .is_some_and(|(_, name, _)| name == "approval_requested")
+    })
+    .await;
+    assert_eq!(
+        names(&seen),
+        ["message_start", "tool_call_start", "approval_requested"]
+    );
+    let decided = http
+        .post(format!("{url}/v1/chat/{message_id}/approvals"))
+        .json(&json!({"decisions": [{"id": "call_1", "decision": "approve"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 202);
+    // The approved call is running: the decisions were checkpointed before it started.
+    wait_for(&slow, 1).await;
+    server.kill();
+
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let response = http
+        .get(format!("{url}/v1/chat/{message_id}/events"))
+        .header("last-event-id", seen.last().unwrap().0.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = sse_until(response, |events| {
+        events
+            .last()
+            .is_some_and(|(_, name, _)| name == "message_end")
+    })
+    .await;
+    assert_eq!(
+        names(&rest),
+        [
+            "tool_call_result",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "message_end"
+        ]
+    );
+    assert_eq!(rest[0].2["is_error"], true);
+    assert_eq!(rest[4].2["stop_reason"], "end_turn");
+    assert_eq!(slow.load(Ordering::SeqCst), 1, "the call was not run again");
+    let all = sse_until(
+        http.get(format!("{url}/v1/chat/{message_id}/events"))
+            .send()
+            .await
+            .unwrap(),
+        |events| {
+            events
+                .last()
+                .is_some_and(|(_, name, _)| name == "message_end")
+        },
+    )
+    .await;
+    assert_eq!(all, [seen, rest].concat());
+    let messages = stored_history(&url, &conversation_id).await;
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    server.kill();
 }

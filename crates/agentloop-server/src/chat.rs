@@ -1,19 +1,45 @@
 //! Running one chat answer: the agent's run in a task of its own, its events recorded as they
 //! came (see [`Frame`]), and the history saved after every step.
+//!
+//! # Surviving a crash
+//!
+//! An answer (all but typed ones) is a durable run of the library (`Agent::run_durable_stream`,
+//! run id = the message id; after approval decisions `Agent::decide_run_stream`) whose
+//! [`RunStore`] is [`Durable`]: each checkpoint is written to the
+//! server's database together with the answer's `/v1/chat` events recorded since the previous
+//! one, in one transaction, so the stored log always ends exactly where the stored checkpoint
+//! stands. The save first lets the run's stream hand out every event sent before it (the
+//! stream delivers queued events before it polls the run again), so no event of the run up
+//! to the checkpoint is missing from the log. When the answer ends, its last events are
+//! written and it is marked finished; its rows go when its log is forgotten.
+//!
+//! At start-up every unfinished answer is registered again with its stored log, under the same
+//! event ids, and resumed from its checkpoint (`Agent::resume_run_stream`): a tool outcome
+//! recorded is never run again, a call that was running is answered as interrupted (unless
+//! its tool is idempotent), a model call in flight is made again. Events the dead process
+//! sent after its last checkpoint are **cut**: the log goes back to the checkpoint, and the
+//! resumed answer's events get new ids, from the next multiple of 1,000,000,000, so no id
+//! names two events. A client reconnecting with an id it got before the checkpoint gets the
+//! events after it; one whose id was cut gets 409 naming the last kept event to reconnect
+//! from (it must drop what it received after that one). The step's `tool_call_start` events
+//! are shown once, though the resumed run reports its calls ready again.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use agentloop::output::Output;
-use agentloop::run::{Decision, PausedRun, RunStopReason};
+use agentloop::run::{
+    Checkpoint, Decision, PausedRun, RunStatus, RunStopReason, RunStore, RunSummary,
+};
 use agentloop::{Agent, Message, RunEvent, Usage, history};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 
 use crate::error::ServerError;
 use crate::events::Frame;
-use crate::runs::{PausedChat, RunLog};
+use crate::runs::{Jump, PausedChat, RunLog};
 use crate::state::AppState;
-use crate::store::{PausedRow, RecordedEvents, Store};
+use crate::store::{ChatCheckpoint, CheckpointSaved, PausedRow, RecordedEvents, Store};
 
 /// A chat answer to start.
 pub(crate) struct ChatStart {
@@ -117,12 +143,197 @@ impl Saver {
     }
 }
 
+/// An answer's checkpoints and event log in the server's database: the [`RunStore`] of its
+/// durable run (see the module docs). Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Durable(Arc<DurableInner>);
+
+struct DurableInner {
+    store: Store,
+    run: Arc<RunLog>,
+    prompt_index: usize,
+    /// The log's frames before this index are stored.
+    flushed: std::sync::Mutex<usize>,
+}
+
+impl Durable {
+    /// `run`'s frames before index `flushed` are stored already.
+    fn new(store: Store, run: Arc<RunLog>, prompt_index: usize, flushed: usize) -> Self {
+        Self(Arc::new(DurableInner {
+            store,
+            run,
+            prompt_index,
+            flushed: std::sync::Mutex::new(flushed),
+        }))
+    }
+
+    fn flushed(&self) -> std::sync::MutexGuard<'_, usize> {
+        // Only a plain assignment is made under the lock.
+        self.0.flushed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The log's frames not stored yet: their events as `(id, JSON)`, the index after them
+    /// and the id after them.
+    fn unsaved(&self) -> (Vec<(usize, String)>, usize, usize) {
+        let from = *self.flushed();
+        let (len, end, events) = self.0.run.chat_events_from(from);
+        let events = events
+            .into_iter()
+            .filter_map(|(id, event)| Some((id, serde_json::to_string(&event).ok()?)))
+            .collect();
+        (events, len, end)
+    }
+
+    /// The answer is over: store its last events and mark it finished. The write is queued
+    /// now; awaiting the returned future waits for it.
+    fn finish(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (events, len, end) = self.unsaved();
+        *self.flushed() = len;
+        let message_id = self.0.run.message_id.clone();
+        let finished = self
+            .0
+            .store
+            .finish_chat_run(message_id.clone(), events, end);
+        async move {
+            if let Err(e) = finished.await {
+                tracing::warn!(message_id = %message_id, "could not record the end of the answer: {e}");
+            }
+        }
+    }
+}
+
+fn store_error(run_id: &str, error: ServerError) -> agentloop::Error {
+    agentloop::Error::Store {
+        run_id: run_id.to_owned(),
+        message: error.to_string(),
+    }
+}
+
+impl RunStore for Durable {
+    fn load<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, agentloop::Result<Option<Checkpoint>>> {
+        Box::pin(async move {
+            let found = self
+                .0
+                .store
+                .chat_checkpoint(run_id.to_owned())
+                .await
+                .map_err(|e| store_error(run_id, e))?;
+            found
+                .map(|(version, status, state)| {
+                    let status =
+                        RunStatus::parse(&status).ok_or_else(|| agentloop::Error::Store {
+                            run_id: run_id.to_owned(),
+                            message: format!("unknown run status `{status}`"),
+                        })?;
+                    Ok(Checkpoint {
+                        version,
+                        status,
+                        state,
+                    })
+                })
+                .transpose()
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        run_id: &'a str,
+        read: u64,
+        status: RunStatus,
+        state: String,
+    ) -> BoxFuture<'a, agentloop::Result<u64>> {
+        Box::pin(async move {
+            // The run's stream hands out the events queued before this save while the save
+            // is pending, and the answer's task records each before it polls again: after one
+            // yield, the log holds every event up to this checkpoint.
+            tokio::task::yield_now().await;
+            let (events, len, end) = self.unsaved();
+            let jumps = serde_json::to_string(&self.0.run.jumps())
+                .map_err(|e| store_error(run_id, ServerError::database(e)))?;
+            let saved = self
+                .0
+                .store
+                .save_chat_checkpoint(ChatCheckpoint {
+                    message_id: run_id.to_owned(),
+                    conversation_id: self.0.run.conversation_id.clone(),
+                    prompt_index: self.0.prompt_index,
+                    read,
+                    status: status.as_str().to_owned(),
+                    state,
+                    events,
+                    log_end: end,
+                    log_jumps: jumps,
+                })
+                .await
+                .map_err(|e| store_error(run_id, e))?;
+            match saved {
+                CheckpointSaved::Saved(version) => {
+                    *self.flushed() = len;
+                    Ok(version)
+                }
+                CheckpointSaved::Stale(found) => Err(agentloop::Error::StaleCheckpoint {
+                    run_id: run_id.to_owned(),
+                    expected: read,
+                    found,
+                }),
+            }
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, agentloop::Result<Vec<RunSummary>>> {
+        Box::pin(async move {
+            let runs = self
+                .0
+                .store
+                .chat_checkpoints()
+                .await
+                .map_err(|e| store_error("*", e))?;
+            Ok(runs
+                .into_iter()
+                .filter_map(|(run_id, version, status)| {
+                    Some(RunSummary {
+                        run_id,
+                        version,
+                        status: RunStatus::parse(&status)?,
+                    })
+                })
+                .collect())
+        })
+    }
+}
+
 /// Ends the log however the run ends (a panic included) and frees the conversation.
 struct Finisher {
     state: AppState,
     run: Arc<RunLog>,
     /// The answer paused for approval: it stays registered, its conversation busy.
     paused: bool,
+    /// The answer's stored log, until its end is recorded.
+    durable: Option<Durable>,
+}
+
+/// Forget a finished answer's log (in memory and stored) after the retention time.
+fn retire(state: &AppState, message_id: String) {
+    let inner = &state.inner;
+    let retain = inner.config.retain_finished;
+    let state = state.clone();
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            tokio::time::sleep(retain).await;
+            state.inner.runs.forget(&message_id);
+            if state.inner.store.keeps_chat_runs()
+                && let Err(e) = state.inner.store.delete_chat_run(message_id).await
+            {
+                tracing::warn!("could not remove a finished answer's log: {e}");
+            }
+        });
+    } else {
+        inner.runs.forget(&message_id);
+        if inner.store.keeps_chat_runs() {
+            // Queued: the worker writes it even though nobody waits.
+            drop(inner.store.delete_chat_run(message_id));
+        }
+    }
 }
 
 impl Drop for Finisher {
@@ -138,21 +349,14 @@ impl Drop for Finisher {
             self.run.push(Frame::Failed {
                 message: "the chat stopped unexpectedly".into(),
             });
+            if let Some(durable) = self.durable.take() {
+                // Queued now; nobody can wait here.
+                drop(durable.finish());
+            }
             self.run.finish();
         }
-        let inner = &self.state.inner;
-        inner.runs.release(&self.run);
-        let state = self.state.clone();
-        let message_id = self.run.message_id.clone();
-        let retain = inner.config.retain_finished;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(retain).await;
-                state.inner.runs.forget(&message_id);
-            });
-        } else {
-            inner.runs.forget(&message_id);
-        }
+        self.state.inner.runs.release(&self.run);
+        retire(&self.state, self.run.message_id.clone());
     }
 }
 
@@ -219,10 +423,11 @@ async fn drive(
     output_schema: Option<serde_json::Value>,
     creating: Option<impl Future<Output = Result<(), ServerError>>>,
 ) {
-    let finisher = Finisher {
+    let mut finisher = Finisher {
         state: state.clone(),
         run: run.clone(),
         paused: false,
+        durable: None,
     };
     let inner = &state.inner;
     let created = creating.is_some();
@@ -250,10 +455,17 @@ async fn drive(
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
     let events: Events = match output_schema {
+        // Typed answers are not durable runs: the library has no durable typed run.
         Some(schema) => Box::pin(agent.run_output_stream_with(
             history,
             Output::<serde_json::Value>::new().with_schema(schema),
         )),
+        None if inner.store.keeps_chat_runs() => {
+            let durable = Durable::new(inner.store.clone(), run.clone(), prompt_index, 0);
+            finisher.durable = Some(durable.clone());
+            Box::pin(agent.run_durable_stream(run.message_id.clone(), history, &durable))
+        }
+        // A shared database keeps no checkpoints yet (see `Store::keeps_chat_runs`).
         None => Box::pin(agent.run_stream(history)),
     };
     let answer = Answer {
@@ -261,6 +473,7 @@ async fn drive(
         prompt_index,
         earlier_usage: Usage::default(),
         created,
+        shown_calls: Vec::new(),
     };
     follow(finisher, answer, events).await;
 }
@@ -274,6 +487,9 @@ struct Answer {
     earlier_usage: Usage,
     /// The answer created its conversation (removed again when nothing was saved).
     created: bool,
+    /// Calls whose `tool_call_start` the log shows already (of an answer resumed after a
+    /// restart).
+    shown_calls: Vec<String>,
 }
 
 /// A run's events, typed answer or not.
@@ -307,7 +523,16 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
                     && failure.is_none()
                     && let Some(paused) = result.paused.take()
                 {
-                    let asked = std::mem::take(&mut asked);
+                    let mut asked = std::mem::take(&mut asked);
+                    if asked.is_empty() {
+                        // A run resumed at its paused checkpoint (the process died before the
+                        // pause was kept) asks again for what it waits on.
+                        asked = paused
+                            .pending()
+                            .iter()
+                            .map(|p| RunEvent::ApprovalRequested(Box::new(p.clone())))
+                            .collect();
+                    }
                     match pause(&state, &run, *paused, answer.prompt_index, usage, asked).await {
                         Ok(()) => {
                             finisher.paused = true;
@@ -348,6 +573,8 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
                     run.push(Frame::Failed { message });
                 }
             }
+            // A resumed run reports its step's calls ready again; the log has them.
+            RunEvent::ToolCallReady { call } if answer.shown_calls.contains(&call.id) => {}
             // The rest is recorded as it came; each wire protocol shows what it has names for.
             event => run.push(Frame::Run(event)),
         }
@@ -370,6 +597,9 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
         {
             tracing::warn!(conversation = %run.conversation_id, "could not remove an empty conversation: {e}");
         }
+    }
+    if let Some(durable) = finisher.durable.take() {
+        durable.finish().await;
     }
     run.finish();
     drop(finisher);
@@ -397,6 +627,7 @@ async fn pause(
     let recorded = RecordedEvents {
         len: len + asked.len() + 1,
         events,
+        jumps: run.jumps(),
     };
     let row = PausedRow {
         message_id: run.message_id.clone(),
@@ -473,19 +704,54 @@ pub(crate) async fn resume(
     };
     let agent = answer_agent(state, &run, &saver);
     let decided = decisions.iter().map(|(id, _)| id.clone()).collect();
-    // A typed answer keeps its schema while paused, and ends in its `output` event.
-    let resumed: agentloop::Result<Events> = if paused.run.is_typed() {
+    // Checked here, before anything runs, so a decision that does not fit gets 422. A typed
+    // answer keeps its schema while paused, and ends in its `output` event.
+    let plain: agentloop::Result<Events> = if paused.run.is_typed() {
         agent
-            .resume_output_stream_with(&paused.run, decisions, Output::<serde_json::Value>::new())
+            .resume_output_stream_with(
+                &paused.run,
+                decisions.clone(),
+                Output::<serde_json::Value>::new(),
+            )
             .map(|events| Box::pin(events) as Events)
     } else {
         agent
-            .resume_stream(&paused.run, decisions)
+            .resume_stream(&paused.run, decisions.clone())
             .map(|events| Box::pin(events) as Events)
     };
-    let events = match resumed {
+    let plain = match plain {
         Ok(events) => events,
         Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
+    };
+    // An answer run durably goes on from its paused checkpoint, durably; a typed one (never
+    // checkpointed) from the paused run in memory.
+    let checkpoint = if state.inner.store.keeps_chat_runs() {
+        state
+            .inner
+            .store
+            .chat_checkpoint(run.message_id.clone())
+            .await
+    } else {
+        Ok(None)
+    };
+    let durable = match checkpoint {
+        // Its whole log is written again with the next checkpoint (ids stored already are
+        // kept): the events of the pause were never written with one.
+        Ok(Some(_)) => Some(Durable::new(
+            state.inner.store.clone(),
+            run.clone(),
+            paused.prompt_index,
+            0,
+        )),
+        Ok(None) => None,
+        Err(e) => return give_back(paused, ResumeError::Store(e)),
+    };
+    let events: Events = match &durable {
+        Some(durable) => {
+            drop(plain);
+            Box::pin(agent.decide_run_stream(run.message_id.clone(), decisions, durable))
+        }
+        None => plain,
     };
     // Forgotten before anything runs: a crash from here on must not offer the calls again.
     match state
@@ -507,12 +773,14 @@ pub(crate) async fn resume(
         state: state.clone(),
         run,
         paused: false,
+        durable,
     };
     let answer = Answer {
         saver,
         prompt_index: paused.prompt_index,
         earlier_usage: paused.usage,
         created: false,
+        shown_calls: Vec::new(),
     };
     state.inner.tasks.spawn(follow(finisher, answer, events));
     Ok(())
@@ -532,6 +800,11 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
         Err(e) => {
             tracing::warn!(message_id = %run.message_id, "could not forget the paused answer: {e}")
         }
+    }
+    if store.keeps_chat_runs()
+        && let Err(e) = store.delete_chat_run(run.message_id.clone()).await
+    {
+        tracing::warn!(message_id = %run.message_id, "could not forget the paused checkpoint: {e}");
     }
     if let Err(e) = store
         .save_answer(
@@ -554,6 +827,7 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
         state: state.clone(),
         run,
         paused: false,
+        durable: None,
     });
 }
 
@@ -566,6 +840,7 @@ fn drop_stale(state: &AppState, run: &Arc<RunLog>) {
         state: state.clone(),
         run: run.clone(),
         paused: false,
+        durable: None,
     });
 }
 
@@ -697,12 +972,12 @@ fn restore(state: &AppState, row: crate::store::PausedRow) -> Option<Arc<RunLog>
     match serde_json::from_str::<RecordedEvents>(&row.events) {
         // The events at their old positions, so reconnects keep their `Last-Event-ID`.
         Ok(recorded) => {
-            let mut events = recorded.events.into_iter().peekable();
-            for position in 0..recorded.len.saturating_sub(1) {
-                match events.next_if(|(at, _)| *at == position) {
-                    Some((_, event)) => run.push(Frame::Replayed(event)),
-                    None => run.push(Frame::Hidden),
-                }
+            if let Err(e) = run.replay(
+                recorded.len.saturating_sub(1),
+                recorded.jumps,
+                recorded.events,
+            ) {
+                tracing::warn!(message_id = %row.message_id, "the events of a paused answer cannot be shown again: {e}");
             }
         }
         Err(e) => {
@@ -728,4 +1003,91 @@ fn restore(state: &AppState, row: crate::store::PausedRow) -> Option<Arc<RunLog>
     }));
     run.push(Frame::Paused);
     Some(run)
+}
+
+/// At start-up: every answer that was running when the process stopped goes on from its last
+/// checkpoint, its log restored under the same event ids (see the module docs); every answer
+/// that had finished shows its log again until it is forgotten.
+pub(crate) async fn restore_running(state: &AppState) -> Result<(), ServerError> {
+    let inner = &state.inner;
+    if !inner.store.keeps_chat_runs() {
+        return Ok(());
+    }
+    for row in inner.store.chat_runs().await? {
+        // Answers waiting for approval are restored from their pause (see `restore_paused`);
+        // one whose pause was not kept yet goes on below, and pauses again.
+        if inner.runs.get(&row.message_id).is_some() {
+            continue;
+        }
+        let run = match inner.runs.start(
+            row.message_id.clone(),
+            row.conversation_id.clone(),
+            inner.config.disconnect_grace,
+            inner.shutdown.child_token(),
+        ) {
+            Ok(run) => run,
+            Err(busy) => {
+                tracing::error!(message_id = %row.message_id, "another answer ({}) holds the conversation; this one is left in the database", busy.message_id);
+                continue;
+            }
+        };
+        let jumps: Vec<Jump> = serde_json::from_str(&row.log_jumps).unwrap_or_default();
+        let events: Vec<(usize, crate::events::ChatEvent)> = row
+            .events
+            .iter()
+            .filter_map(|(id, json)| Some((*id, serde_json::from_str(json).ok()?)))
+            .collect();
+        let shown_calls = events
+            .iter()
+            .filter_map(|(_, event)| match event {
+                crate::events::ChatEvent::ToolCallStart { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Err(e) = run.replay(row.log_end, jumps, events) {
+            tracing::warn!(message_id = %row.message_id, "the events of an answer cannot be shown again: {e}");
+        }
+        if row.finished {
+            run.finish();
+            inner.runs.release(&run);
+            retire(state, row.message_id);
+            continue;
+        }
+        tracing::info!(message_id = %row.message_id, status = %row.status, "resuming an answer that was running when the server stopped");
+        run.resumed();
+        let stored = state
+            .conversation(&row.conversation_id)
+            .await?
+            .map_or(0, |c| c.messages.len());
+        let saver = Saver {
+            store: inner.store.clone(),
+            conversation_id: row.conversation_id.clone(),
+            stored: Arc::new(tokio::sync::Mutex::new(stored)),
+        };
+        let durable = Durable::new(
+            inner.store.clone(),
+            run.clone(),
+            row.prompt_index,
+            run.len(),
+        );
+        let agent = answer_agent(state, &run, &saver);
+        let events = agent.resume_run_stream(row.message_id.clone(), &durable);
+        let finisher = Finisher {
+            state: state.clone(),
+            run,
+            paused: false,
+            durable: Some(durable),
+        };
+        let answer = Answer {
+            saver,
+            prompt_index: row.prompt_index,
+            earlier_usage: Usage::default(),
+            created: false,
+            shown_calls,
+        };
+        inner
+            .tasks
+            .spawn(follow(finisher, answer, Box::pin(events)));
+    }
+    Ok(())
 }

@@ -147,7 +147,8 @@
 //!   address) and only fail over when a server is gone. Turn off response buffering for
 //!   `text/event-stream` (the server sends `X-Accel-Buffering: no` for nginx) and keep idle
 //!   timeouts above the keep-alive interval (15 s).
-//! - **Not yet.** An answer in flight when its server dies is not taken over by another (its
+//! - **Not yet.** Answers are not durable runs on Postgres (the restarts described above are
+//!   SQLite's), so an answer in flight when its server dies is not taken over by another (its
 //!   history is saved up to the last finished step; send the message again), there is no lease
 //!   on an answer, a running answer's events cannot be followed through another server (a
 //!   stream that ends because the answer was decided elsewhere says nothing more: reload the
@@ -188,7 +189,7 @@
 //! Event ids increase (they may skip numbers). A client that lost the connection calls
 //! `GET /v1/chat/{message_id}/events` with `Last-Event-ID: <last id it saw>` and receives the
 //! events it missed, then the rest live — no duplicates. Without the header it gets the whole
-//! answer again; an id that is not a number, or past the last event sent, gets 400. A finished answer stays available for reconnects for a while (default 60 s).
+//! answer again; an id that is not a number, or past the last event sent, gets 400. A finished answer stays available for reconnects for a while (default 60 s), a restart included.
 //! When no client has followed an answer for the grace period (default 10 s) it is cancelled:
 //! the text produced so far is saved, unfinished tool calls get an error result saying they were
 //! not run, and the history stays valid.
@@ -196,7 +197,8 @@
 //! **Approvals.** A call needs the user's approval when its tool says so (a descriptor's
 //! `needs_approval: true`, [`agentloop::Tool::with_approval_required`]), when the sandbox's
 //! `write_file` is on ([`ServerConfig::sandbox_writes_need_approval()`], on by default), or when
-//! the server's policy asks ([`ServerConfig::approval_policy()`]). Each such call gets
+//! the server's policy asks ([`ServerConfig::approval_policy()`]; `agentloop serve
+//! --approve-tools all|none|NAME,...` sets both from the command line). Each such call gets
 //! `approval_requested` after its `tool_call_start`; once the step's other calls have run, the
 //! answer waits, its stream open (a paused answer is not cancelled when its listeners leave).
 //! `POST /v1/chat/{message_id}/approvals` with `{"decisions": [{"id": "call_1", "decision":
@@ -212,9 +214,32 @@
 //! ids: a reconnect with `Last-Event-ID` gets exactly what it missed, then the rest once
 //! decided). The conversation stays busy (409) while its answer waits.
 //!
-//! **Persistence.** The history is saved after every step (each model call and its tools), so
-//! a crash loses at most the step in flight. Continuing a conversation sends the model its whole
-//! stored history.
+//! **Persistence.** The history is saved after every step (each model call and its tools).
+//! Continuing a conversation sends the model its whole stored history.
+//!
+//! **Restarts.** With SQLite, every answer (but a typed one, with an `output_schema`) is a durable run of the
+//! library ([`agentloop::Agent::run_durable_stream`], run id = the message id) checkpointed in
+//! the database (table `chat_runs`), after each model response, before a step's tools start,
+//! after each tool outcome and at each step's end. Each checkpoint is written in one
+//! transaction with the answer's events since the previous one (table `chat_run_events`,
+//! under their event ids), so the stored log ends exactly at the stored checkpoint; a
+//! finished answer's last events are written when it ends. When the process dies, even by
+//! SIGKILL, the next start on the same database resumes every answer that was in flight from
+//! its last checkpoint ([`agentloop::Agent::resume_run_stream`]), with the same agent: a tool
+//! whose outcome was recorded is not run again, a call that was running gets an error result
+//! saying it was interrupted (or runs again when its tool is idempotent,
+//! [`agentloop::Tool::with_idempotent`]), a model call in flight is made again. Its log comes
+//! back under the same ids, **cut back to the checkpoint**: events sent after it (the deltas of
+//! a model call in flight, say) are dropped, and the resumed answer's events get new ids, from
+//! the next multiple of 1,000,000,000, so no id ever names two events. A reconnect with an id
+//! from before the checkpoint gets exactly the events it missed, then the rest live; one with
+//! an id that was cut gets 409 whose message names the last kept event: drop what came after
+//! it and reconnect from it. An answer waiting for approval waits again (see "Approvals"). A
+//! shutdown by Ctrl-C or SIGTERM is not a crash: it ends the answers in flight as
+//! `interrupted`, and nothing is resumed. An answer resumed by approval decisions goes on from
+//! its paused checkpoint ([`agentloop::Agent::decide_run_stream`]) and is checkpointed the same
+//! way. Typed answers are not checkpointed (the library has no durable typed run): a crash
+//! loses the answer in flight, and the history saved after each step stays valid.
 //!
 //! ## The AI SDK UI message stream
 //!

@@ -24,7 +24,68 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Log {
     frames: Vec<Arc<Frame>>,
     finished: bool,
+    /// Where event ids skip ahead: from frame `index` on, ids count up from `id`. Ids are
+    /// frame indexes until an answer is resumed after a restart; its new frames then get ids
+    /// past any the previous process can have sent (see [`RunLog::resumed`]).
+    jumps: Vec<Jump>,
 }
+
+/// From frame `index` on, event ids count up from `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Jump {
+    pub(crate) index: usize,
+    pub(crate) id: usize,
+}
+
+impl Log {
+    /// The event id of frame `index`.
+    fn id_of(&self, index: usize) -> usize {
+        match self.jumps.iter().rev().find(|j| j.index <= index) {
+            Some(jump) => jump.id + (index - jump.index),
+            None => index,
+        }
+    }
+
+    /// Where a follower that saw event `id` goes on: the index of the next frame.
+    fn after(&self, id: usize) -> Result<usize, After> {
+        let len = self.frames.len();
+        if id >= self.id_of(len) {
+            return Err(After::Past);
+        }
+        // The run of ids `id` falls in or after: (first index, first id, frames in it).
+        let mut run = (0, 0, self.jumps.first().map_or(len, |first| first.index));
+        for (i, jump) in self.jumps.iter().enumerate() {
+            if jump.id > id {
+                break;
+            }
+            let end = self.jumps.get(i + 1).map_or(len, |next| next.index);
+            run = (jump.index, jump.id, end - jump.index);
+        }
+        let (index, first_id, count) = run;
+        if id - first_id < count {
+            return Ok(index + (id - first_id) + 1);
+        }
+        // Ids past the end of a run, up to the next jump, were given by a process that stopped
+        // before a checkpoint recorded them.
+        Err(After::Lost {
+            last_kept: (first_id + count).saturating_sub(1),
+        })
+    }
+}
+
+/// Why a follower cannot go on after an event id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum After {
+    /// No event has that id yet.
+    Past,
+    /// The event was sent by a process that died before recording it; the answer went on from
+    /// its last checkpoint, whose last event is `last_kept`.
+    Lost { last_kept: usize },
+}
+
+/// How far ahead a resumed answer's ids start: past any id the dead process can have given
+/// (no step makes that many frames), on a round number so they read as a restart.
+const RESTART_ID_STEP: usize = 1_000_000_000;
 
 #[derive(Debug, Default)]
 struct Listeners {
@@ -102,16 +163,85 @@ impl RunLog {
         lock(&self.segment).clone()
     }
 
-    /// The `/v1/chat` events recorded so far, by position, and how many frames there are.
-    pub(crate) fn chat_events(&self) -> (usize, Vec<(usize, crate::events::ChatEvent)>) {
+    /// The `/v1/chat` events of the frames from index `from` on, by event id, and the index
+    /// and event id that follow them.
+    pub(crate) fn chat_events_from(
+        &self,
+        from: usize,
+    ) -> (usize, usize, Vec<(usize, crate::events::ChatEvent)>) {
         let log = self.log.borrow();
         let events = log
             .frames
             .iter()
             .enumerate()
-            .filter_map(|(i, frame)| Some((i, frame.chat_event()?)))
+            .skip(from)
+            .filter_map(|(i, frame)| Some((log.id_of(i), frame.chat_event()?)))
             .collect();
-        (log.frames.len(), events)
+        let len = log.frames.len();
+        (len, log.id_of(len), events)
+    }
+
+    /// The `/v1/chat` events recorded so far, by event id, and the id that follows them.
+    pub(crate) fn chat_events(&self) -> (usize, Vec<(usize, crate::events::ChatEvent)>) {
+        let (_, next, events) = self.chat_events_from(0);
+        (next, events)
+    }
+
+    /// Where the log's event ids skip ahead.
+    pub(crate) fn jumps(&self) -> Vec<Jump> {
+        self.log.borrow().jumps.clone()
+    }
+
+    /// Rebuild a stored log: the frames up to event id `end` with these `jumps`, `events` at
+    /// their ids and hidden frames between them. Refused (nothing pushed) when the ids would
+    /// need more frames than any answer makes.
+    pub(crate) fn replay(
+        &self,
+        end: usize,
+        jumps: Vec<Jump>,
+        events: Vec<(usize, crate::events::ChatEvent)>,
+    ) -> Result<(), String> {
+        const MAX_FRAMES: usize = 1 << 24;
+        let (index, id) = jumps.last().map_or((0, 0), |j| (j.index, j.id));
+        let frames = index.saturating_add(end.saturating_sub(id));
+        let ordered = jumps
+            .windows(2)
+            .all(|w| w[0].index < w[1].index && w[0].id < w[1].id);
+        if end < id || frames > MAX_FRAMES || !ordered {
+            return Err(format!(
+                "its log does not fit together (next id {end}, id jumps {jumps:?})"
+            ));
+        }
+        let mut events = events.into_iter().peekable();
+        self.log.send_modify(|log| {
+            log.jumps = jumps;
+            for i in 0..frames {
+                let at = log.id_of(i);
+                while events.next_if(|(id, _)| *id < at).is_some() {}
+                let frame = match events.next_if(|(id, _)| *id == at) {
+                    Some((_, event)) => Frame::Replayed(event),
+                    None => Frame::Hidden,
+                };
+                log.frames.push(Arc::new(frame));
+            }
+        });
+        Ok(())
+    }
+
+    /// The answer goes on after a restart: its next frames get ids past any the process that
+    /// died can have sent after the log's end.
+    pub(crate) fn resumed(&self) {
+        self.log.send_modify(|log| {
+            let index = log.frames.len();
+            let id = (log.id_of(index) / RESTART_ID_STEP + 1) * RESTART_ID_STEP;
+            log.jumps.retain(|j| j.index < index);
+            log.jumps.push(Jump { index, id });
+        });
+    }
+
+    /// Where a follower that saw event `id` goes on (see [`After`]).
+    pub(crate) fn after(&self, id: usize) -> Result<usize, After> {
+        self.log.borrow().after(id)
     }
 
     /// The answer waits for approval decisions.
@@ -159,7 +289,7 @@ impl RunLog {
         let _ = rx.wait_for(|log| log.finished).await;
     }
 
-    /// Follow the log from frame `from` on: `(index, frame)` pairs, ending when the run has
+    /// Follow the log from frame `from` on: `(event id, frame)` pairs, ending when the run has
     /// finished and everything was read. While the stream lives it counts as a listener.
     pub(crate) fn follow(
         self: &Arc<Self>,
@@ -175,7 +305,7 @@ impl RunLog {
                     {
                         let log = rx.borrow_and_update();
                         if let Some(frame) = log.frames.get(cursor) {
-                            let item = (cursor, frame.clone());
+                            let item = (log.id_of(cursor), frame.clone());
                             drop(log);
                             return Some((item, (rx, cursor + 1, listener)));
                         }
@@ -375,6 +505,65 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[tokio::test]
+    async fn ids_skip_ahead_after_a_restart_and_cut_ids_are_lost() {
+        let runs = Runs::default();
+        let run = runs
+            .start(
+                "m1".into(),
+                "c1".into(),
+                Duration::ZERO,
+                CancellationToken::new(),
+            )
+            .unwrap();
+        for t in ["a", "b", "c"] {
+            run.push(text(t));
+        }
+        // The process that died may have sent ids 3, 4, ... after its last checkpoint.
+        run.resumed();
+        assert_eq!(run.after(2), Ok(3));
+        assert_eq!(run.after(3), Err(After::Lost { last_kept: 2 }));
+        assert_eq!(run.after(999_999_999), Err(After::Lost { last_kept: 2 }));
+        assert_eq!(run.after(1_000_000_000), Err(After::Past));
+        run.push(text("d"));
+        run.push(text("e"));
+        assert_eq!(run.after(1), Ok(2));
+        assert_eq!(run.after(1_000_000_000), Ok(4));
+        assert_eq!(run.after(1_000_000_001), Ok(5));
+        assert_eq!(run.after(1_000_000_002), Err(After::Past));
+        let mut follow = Box::pin(run.follow(2));
+        assert_eq!(message(follow.next().await), (2, "c".into()));
+        assert_eq!(message(follow.next().await), (1_000_000_000, "d".into()));
+
+        // Stored and restored: the same ids, and a second restart skips ahead again.
+        let (end, events) = run.chat_events();
+        assert_eq!(end, 1_000_000_002);
+        let again = Runs::default()
+            .start(
+                "m1".into(),
+                "c1".into(),
+                Duration::ZERO,
+                CancellationToken::new(),
+            )
+            .unwrap();
+        again.replay(end, run.jumps(), events.clone()).unwrap();
+        assert_eq!(again.chat_events(), (end, events));
+        again.resumed();
+        assert_eq!(
+            again.after(1_000_000_002),
+            Err(After::Lost {
+                last_kept: 1_000_000_001
+            })
+        );
+        again.push(text("f"));
+        assert_eq!(again.after(2_000_000_000), Ok(6));
+        assert_eq!(again.after(2_000_000_001), Err(After::Past));
+        assert_eq!(again.after(1_000_000_001), Ok(5));
+        assert_eq!(again.chat_events().0, 2_000_000_001);
+        // Ids that would take more frames than any answer makes are refused.
+        assert!(again.replay(usize::MAX, Vec::new(), Vec::new()).is_err());
     }
 
     #[tokio::test(start_paused = true)]

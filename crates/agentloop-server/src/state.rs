@@ -117,6 +117,7 @@ impl AppState {
             }),
         };
         crate::chat::restore_paused(&state).await?;
+        crate::chat::restore_running(&state).await?;
         Ok(state)
     }
 

@@ -56,6 +56,28 @@ const MIGRATIONS: &[&str] = &[
     );",
     // What each answer cost (JSON of agentloop's `Cost`), NULL when its model has no price.
     "ALTER TABLE answers ADD COLUMN cost TEXT;",
+    // Answers run durably: the library's last checkpoint of each, where its `/v1/chat` event
+    // log stood then (`log_end`, the next event id, and `log_jumps`, where ids skip ahead after
+    // a restart, JSON `[[index, id], ...]`), and the log's events up to there. A restart
+    // resumes the unfinished ones; finished ones keep their log a while for reconnects.
+    "CREATE TABLE chat_runs (
+        message_id      TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        prompt_index    INTEGER NOT NULL,
+        version         INTEGER NOT NULL,
+        status          TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        log_end         INTEGER NOT NULL,
+        log_jumps       TEXT NOT NULL,
+        finished        INTEGER NOT NULL DEFAULT 0,
+        updated_at      INTEGER NOT NULL
+    );
+    CREATE TABLE chat_run_events (
+        message_id TEXT NOT NULL REFERENCES chat_runs(message_id) ON DELETE CASCADE,
+        id         INTEGER NOT NULL,
+        event      TEXT NOT NULL,
+        PRIMARY KEY (message_id, id)
+    );",
 ];
 
 /// An answer waiting for approval, as stored.
@@ -76,10 +98,57 @@ pub(crate) struct PausedRow {
 /// restart keeps their ids.
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub(crate) struct RecordedEvents {
-    /// How many frames the log had, the pause included.
+    /// The event id after the pause (the number of frames, the pause included, when the ids
+    /// never jumped).
     pub(crate) len: usize,
-    /// Each event with its position.
+    /// Each event with its id.
     pub(crate) events: Vec<(usize, crate::events::ChatEvent)>,
+    /// Where the ids skip ahead (after a restart resumed the answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) jumps: Vec<crate::runs::Jump>,
+}
+
+/// A checkpoint of an answer run durably, with its log's events since the last one.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatCheckpoint {
+    pub(crate) message_id: String,
+    pub(crate) conversation_id: String,
+    pub(crate) prompt_index: usize,
+    /// The version this writer read (0 for a new run).
+    pub(crate) read: u64,
+    /// [`agentloop::run::RunStatus::as_str`].
+    pub(crate) status: String,
+    /// The library's checkpoint JSON.
+    pub(crate) state: String,
+    /// The log's events since the last save: `(event id, ChatEvent JSON)`.
+    pub(crate) events: Vec<(usize, String)>,
+    /// The log's next event id.
+    pub(crate) log_end: usize,
+    /// Where the log's ids skip ahead, JSON.
+    pub(crate) log_jumps: String,
+}
+
+/// What a checkpoint save did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CheckpointSaved {
+    /// Saved as this version.
+    Saved(u64),
+    /// Not saved: the stored version is this one, not the one read.
+    Stale(u64),
+}
+
+/// An answer run durably, as stored: what a restart needs to resume it or show its log.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatRunRow {
+    pub(crate) message_id: String,
+    pub(crate) conversation_id: String,
+    pub(crate) prompt_index: usize,
+    pub(crate) status: String,
+    pub(crate) finished: bool,
+    pub(crate) log_end: usize,
+    pub(crate) log_jumps: String,
+    /// `(event id, ChatEvent JSON)`, by id.
+    pub(crate) events: Vec<(usize, String)>,
 }
 
 /// A conversation in the list: no messages, just what a picker shows.
@@ -438,6 +507,13 @@ impl Store {
         return self.pg.is_some();
         #[cfg(not(feature = "postgres"))]
         false
+    }
+
+    /// Whether answers run durably here (checkpoints and event logs, resumed at start-up). Not
+    /// on a shared database yet: without a lease on an answer, a starting server would resume
+    /// the answers other servers are running.
+    pub(crate) fn keeps_chat_runs(&self) -> bool {
+        !self.is_shared()
     }
 
     /// With a shared database, the message ids of paused answers decided or cancelled by any
@@ -851,6 +927,188 @@ impl Store {
         })
         .await
     }
+
+    // --- Answers run durably (checkpoints and event logs; see `chat.rs`) ---
+
+    /// Save an answer's checkpoint and its log's events since the last one, in one
+    /// transaction, unless another writer saved since `read`.
+    pub(crate) fn save_chat_checkpoint(
+        &self,
+        checkpoint: ChatCheckpoint,
+    ) -> impl Future<Output = Result<CheckpointSaved, ServerError>> + Send + 'static {
+        self.call(move |conn| {
+            let c = checkpoint;
+            let tx = conn.transaction()?;
+            let found: u64 = tx
+                .query_row(
+                    "SELECT version FROM chat_runs WHERE message_id = ?1",
+                    params![c.message_id],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .map_or(0, |v| u64::try_from(v).unwrap_or_default());
+            if found != c.read {
+                return Ok(CheckpointSaved::Stale(found));
+            }
+            let version = c.read + 1;
+            tx.execute(
+                "INSERT INTO chat_runs (message_id, conversation_id, prompt_index, version, status,
+                     state, log_end, log_jumps, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (message_id) DO UPDATE SET version = ?4, status = ?5, state = ?6,
+                     log_end = ?7, log_jumps = ?8, updated_at = ?9",
+                params![
+                    c.message_id,
+                    c.conversation_id,
+                    c.prompt_index as i64,
+                    version as i64,
+                    c.status,
+                    c.state,
+                    c.log_end as i64,
+                    c.log_jumps,
+                    now_millis()
+                ],
+            )?;
+            insert_chat_events(&tx, &c.message_id, &c.events)?;
+            tx.commit()?;
+            Ok(CheckpointSaved::Saved(version))
+        })
+    }
+
+    /// An answer's last checkpoint: `(version, status, state)`.
+    pub(crate) async fn chat_checkpoint(
+        &self,
+        message_id: String,
+    ) -> Result<Option<(u64, String, String)>, ServerError> {
+        self.call(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT version, status, state FROM chat_runs WHERE message_id = ?1",
+                    params![message_id],
+                    |row| {
+                        Ok((
+                            u64::try_from(row.get::<_, i64>(0)?).unwrap_or_default(),
+                            row.get(1)?,
+                            row.get(2)?,
+                        ))
+                    },
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    /// Every answer run durably: `(message id, version, status)`.
+    pub(crate) async fn chat_checkpoints(&self) -> Result<Vec<(String, u64, String)>, ServerError> {
+        self.call(|conn| {
+            let mut stmt = conn
+                .prepare("SELECT message_id, version, status FROM chat_runs ORDER BY message_id")?;
+            let rows = stmt.query_map([], |row| {
+                Ok((
+                    row.get(0)?,
+                    u64::try_from(row.get::<_, i64>(1)?).unwrap_or_default(),
+                    row.get(2)?,
+                ))
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// The answer is over: keep the last events of its log and mark it finished (nothing
+    /// when it never saved a checkpoint). The queued write goes ahead even when the returned
+    /// future is dropped.
+    pub(crate) fn finish_chat_run(
+        &self,
+        message_id: String,
+        events: Vec<(usize, String)>,
+        log_end: usize,
+    ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
+        self.call(move |conn| {
+            let tx = conn.transaction()?;
+            let n = tx.execute(
+                "UPDATE chat_runs SET finished = 1, log_end = ?2, state = '', updated_at = ?3
+                 WHERE message_id = ?1",
+                params![message_id, log_end as i64, now_millis()],
+            )?;
+            if n > 0 {
+                insert_chat_events(&tx, &message_id, &events)?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Every answer run durably with its stored log, oldest first.
+    pub(crate) async fn chat_runs(&self) -> Result<Vec<ChatRunRow>, ServerError> {
+        self.call(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT message_id, conversation_id, prompt_index, status, finished, log_end,
+                     log_jumps
+                 FROM chat_runs ORDER BY updated_at, message_id",
+            )?;
+            let rows = stmt.query_map([], |row| {
+                Ok(ChatRunRow {
+                    message_id: row.get(0)?,
+                    conversation_id: row.get(1)?,
+                    prompt_index: usize::try_from(row.get::<_, i64>(2)?).unwrap_or_default(),
+                    status: row.get(3)?,
+                    finished: row.get::<_, i64>(4)? != 0,
+                    log_end: usize::try_from(row.get::<_, i64>(5)?).unwrap_or_default(),
+                    log_jumps: row.get(6)?,
+                    events: Vec::new(),
+                })
+            })?;
+            let mut runs = rows.collect::<Result<Vec<_>, _>>()?;
+            let mut stmt = conn.prepare(
+                "SELECT id, event FROM chat_run_events WHERE message_id = ?1 ORDER BY id",
+            )?;
+            for run in &mut runs {
+                let rows = stmt.query_map(params![run.message_id], |row| {
+                    Ok((
+                        usize::try_from(row.get::<_, i64>(0)?).unwrap_or_default(),
+                        row.get(1)?,
+                    ))
+                })?;
+                run.events = rows.collect::<Result<Vec<_>, _>>()?;
+            }
+            Ok(runs)
+        })
+        .await
+    }
+
+    /// Forget an answer's checkpoint and log. The queued write goes ahead even when the
+    /// returned future is dropped.
+    pub(crate) fn delete_chat_run(
+        &self,
+        message_id: String,
+    ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
+        self.call(move |conn| {
+            conn.execute(
+                "DELETE FROM chat_runs WHERE message_id = ?1",
+                params![message_id],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+/// Add `events` (`(id, JSON)`) to an answer's stored log; an id stored already is kept.
+fn insert_chat_events(
+    tx: &rusqlite::Transaction<'_>,
+    message_id: &str,
+    events: &[(usize, String)],
+) -> Result<(), ServerError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let mut insert = tx.prepare_cached(
+        "INSERT OR IGNORE INTO chat_run_events (message_id, id, event) VALUES (?1, ?2, ?3)",
+    )?;
+    for (id, event) in events {
+        insert.execute(params![message_id, *id as i64, event])?;
+    }
+    Ok(())
 }
 
 /// The title of a conversation: the start of its first prompt, on one line; a long prompt is

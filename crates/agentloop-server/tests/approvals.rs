@@ -733,3 +733,55 @@ async fn a_typed_chat_paused_for_approval_ends_in_its_output_event() {
     assert_eq!(*ran.lock().unwrap(), ["prod"]);
     model.assert_complete();
 }
+
+#[tokio::test]
+async fn a_pause_not_kept_before_a_crash_is_asked_again_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("chats.db");
+    let ran = Ran::default();
+    let model = model();
+    let server = TestServer::start(config(&model, &ran).database(&db)).await;
+    let (reader, conversation_id, message_id, first) = start_paused_events(&server).await;
+    drop(reader);
+    server.stop().await;
+    // As if the process died after the run's paused checkpoint and before the pause was kept.
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("DELETE FROM paused_answers", [])
+        .unwrap();
+
+    let server = TestServer::start(config(&model, &ran).database(&db)).await;
+    let response = client()
+        .get(server.url(&format!("/v1/chat/{message_id}/events")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut reader = EventReader::new(response);
+    let again: Vec<Received> = reader.read_until(|e| e.event == "approval_requested").await;
+    assert_eq!(named(&again), named(&first));
+    // The request is asked again by the resumed run, under a new id.
+    assert!(again.last().unwrap().id_number() >= 1_000_000_000);
+    let response = decide(
+        &server,
+        &message_id,
+        json!({"decisions": [{"id": "call_1", "decision": "approve"}]}),
+    )
+    .await;
+    assert_eq!(response.status(), 202);
+    assert_eq!(
+        named(&reader.rest().await),
+        rest_events(json!({"id": "call_1", "content": "deployed to prod", "is_error": false}))
+    );
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+    check_history(
+        &server,
+        &model,
+        &conversation_id,
+        history_after(
+            json!({"env": "prod"}),
+            ToolResult::text("call_1", "deployed to prod"),
+        ),
+    )
+    .await;
+}

@@ -175,7 +175,7 @@ async fn a_database_from_a_newer_server_is_refused() {
     assert_eq!(
         error.to_string(),
         format!(
-            "database error: `{}` has schema version 99, newer than this server knows (4); use a newer agentloop",
+            "database error: `{}` has schema version 99, newer than this server knows (5); use a newer agentloop",
             db.display()
         )
     );
@@ -317,4 +317,65 @@ async fn each_answer_keeps_its_cost_after_a_restart() {
                       "cache_read": "0", "cache_write": "0"}},
         ])
     );
+}
+
+#[tokio::test]
+async fn a_finished_answers_events_can_be_read_again_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("chats.db");
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::text("It is 18 °C in Paris."),
+    ]);
+    let first = TestServer::start(server_config(&model, &db)).await;
+    let events = chat(&first, json!({"message": "Weather in Paris?"})).await;
+    assert_eq!(events.last().unwrap().event, "message_end");
+    let message_id = events[0].data["message_id"].as_str().unwrap().to_owned();
+    first.stop().await;
+
+    // The log, terminal events included, was stored as the answer ended.
+    let second = TestServer::start(server_config(&ScriptedModel::new([]), &db)).await;
+    let again = client()
+        .get(second.url(&format!("/v1/chat/{message_id}/events")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(EventReader::new(again).rest().await, events);
+    let rest = client()
+        .get(second.url(&format!("/v1/chat/{message_id}/events")))
+        .header("last-event-id", events[1].id.clone().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(EventReader::new(rest).rest().await, events[2..]);
+    assert_eq!(model.requests().len(), 2, "nothing ran again");
+}
+
+#[tokio::test]
+async fn durable_answers_run_with_an_in_memory_database() {
+    let model = ScriptedModel::new([
+        Turn::tool_call("get_weather", json!({"city": "Paris"})),
+        Turn::text("It is 18 °C in Paris."),
+    ]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).tool(weather_tool()).build())
+            .in_memory_database(),
+    )
+    .await;
+    let events = chat(&server, json!({"message": "Weather in Paris?"})).await;
+    let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "tool_call_start",
+            "tool_call_result",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "message_end"
+        ]
+    );
+    server.stop().await;
 }

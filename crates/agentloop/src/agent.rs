@@ -329,6 +329,33 @@ impl Agent {
         )
     }
 
+    /// [`Self::decide_run`], streaming the run's events from where it paused as
+    /// [`Self::resume_stream`] does, with the same checkpoints. A decision that cannot apply
+    /// ends the stream with an `error` event before anything runs; a run not in the store, with
+    /// an `error` event ([`Error::RunNotFound`]).
+    pub fn decide_run_stream<S: RunStore + Clone, D: Into<String>>(
+        &self,
+        run_id: impl Into<String>,
+        decisions: impl IntoIterator<Item = (D, Decision)>,
+        store: &S,
+    ) -> RunStream {
+        let decisions: Vec<(String, Decision)> = decisions
+            .into_iter()
+            .map(|(id, decision)| (id.into(), decision))
+            .collect();
+        let agent = self.clone();
+        let decide: run::Decide =
+            Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions));
+        run::resume_durable_stream_set(
+            self.provider.clone(),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            Arc::new(store.clone()),
+            run_id.into(),
+            Some(decide),
+        )
+    }
+
     /// Continue durable run `run_id` from its last checkpoint in `store`, to its end (a run
     /// that is over, or paused for approval, returns its result as it stands). The agent must
     /// have the definition the run was started with. A tool call that had started and has no

@@ -963,3 +963,63 @@ async fn a_heartbeat_keeps_a_postgres_lease_past_its_expiry() {
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     assert_eq!(second.claim().await.unwrap().as_deref(), Some("r1"));
 }
+
+#[tokio::test]
+async fn a_paused_run_is_decided_in_the_store_as_a_stream() {
+    let store = MemoryStore::new();
+    let log = Log::default();
+    let approving = |log: &Log, model: ScriptedModel| {
+        Agent::builder(model)
+            .model("m")
+            .tool(logging_tool("a", log, true).with_approval_required(true))
+            .tool(logging_tool("b", log, false).with_approval_required(true))
+            .build()
+    };
+    let paused = approving(&log, model())
+        .run_durable("r1", "Go", &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        paused.stop_reason,
+        agentloop::RunStopReason::AwaitingApproval
+    );
+    let (events, messages) = events_of(approving(&log, model()).decide_run_stream(
+        "r1",
+        [("c1", Decision::Approve), ("c2", Decision::deny("not now"))],
+        &store,
+    ))
+    .await;
+    let results: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call_result")
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(results, ["c1", "c2"]);
+    assert_eq!(events[0]["type"], "run_start");
+    assert_eq!(*log.lock().unwrap(), ["r1/c1"]);
+    assert_eq!(
+        tool_results(&messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            (
+                "c2".into(),
+                "Error: the call to `b` was denied: not now".into(),
+                true
+            )
+        ]
+    );
+    assert_eq!(
+        store.load("r1").await.unwrap().unwrap().status,
+        RunStatus::Done
+    );
+    // A decision that no longer applies ends the stream with the error; nothing runs.
+    let (events, _) = events_of(approving(&log, model()).decide_run_stream(
+        "r1",
+        [("c2", Decision::Approve)],
+        &store,
+    ))
+    .await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["type"], "error");
+    assert_eq!(*log.lock().unwrap(), ["r1/c1"]);
+}

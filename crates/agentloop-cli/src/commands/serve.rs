@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use agentloop::Agent;
+use agentloop::run::{Approval, ApprovalPolicy};
 use agentloop_server::{Database, ServerConfig, TOKEN_ENV};
 
 use crate::cli::ServeArgs;
@@ -77,6 +79,62 @@ fn check_origin(origin: &str) -> Result<(), String> {
     }
 }
 
+/// The names of the sandbox's file skills (see `agentloop_server::skills`).
+const SANDBOX_TOOLS: [&str; 4] = ["read_file", "list_dir", "write_file", "search_files"];
+
+/// Apply `--approve-tools` to `config`: `all`, `none`, or tool names that must each be a tool
+/// the chats have.
+fn approve_tools(
+    config: ServerConfig,
+    value: &str,
+    agent: &Agent,
+    sandbox: bool,
+) -> Result<ServerConfig, String> {
+    match value.trim() {
+        "all" => {
+            return Ok(config.approval_policy(ApprovalPolicy::always(
+                "every tool call needs approval on this server (--approve-tools all)",
+            )));
+        }
+        "none" => return Ok(config.sandbox_writes_need_approval(false)),
+        _ => {}
+    }
+    let mut known: Vec<String> = agent.tools().iter().map(|t| t.name().to_owned()).collect();
+    if sandbox {
+        known.extend(SANDBOX_TOOLS.iter().map(|name| (*name).to_owned()));
+    }
+    let mut names = Vec::new();
+    for name in value.split(',').map(str::trim) {
+        if name.is_empty() {
+            return Err(format!(
+                "--approve-tools {value}: give `all`, `none`, or tool names separated by commas"
+            ));
+        }
+        if !known.iter().any(|k| k == name) {
+            let listed = if known.is_empty() {
+                "the chats have no tools".to_owned()
+            } else {
+                format!("the tools are {}", known.join(", "))
+            };
+            return Err(format!(
+                "--approve-tools: no tool `{name}` ({listed}); give `all`, `none`, or tool names \
+                 separated by commas"
+            ));
+        }
+        names.push(name.to_owned());
+    }
+    Ok(config.approval_policy(ApprovalPolicy::new(move |context| {
+        if names.contains(&context.call.name) {
+            Approval::Require(format!(
+                "tool `{}` needs approval on this server (--approve-tools)",
+                context.call.name
+            ))
+        } else {
+            Approval::Allow
+        }
+    })))
+}
+
 /// Serve until the process ends.
 pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     let token = token(&args)?;
@@ -105,7 +163,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
     }
     let agent = model::agent(&args.model, &resolved)?;
     let authenticated = token.is_some();
-    let mut config = ServerConfig::new(agent)
+    let mut config = ServerConfig::new(agent.clone())
         .database_at(Database::parse(&args.db))
         .token(token)
         .max_tool_iterations(args.model.max_tool_iterations)
@@ -117,6 +175,9 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
             .sandbox(dir)
             .protect_paths(args.model.tools.clone())
             .allow_broad_sandbox(args.allow_broad_sandbox);
+    }
+    if let Some(value) = &args.approve_tools {
+        config = approve_tools(config, value, &agent, args.sandbox.is_some())?;
     }
     // Like a listener bound to a host name: the first address that binds.
     let mut last_error = String::new();

@@ -18,7 +18,7 @@ use serde_json::json;
 use super::{ApiError, CONVERSATION_HEADER, MESSAGE_HEADER, check_conversation_id};
 use crate::chat::{self, ChatStart, ResumeError, new_id};
 use crate::events::{PROTOCOL_HEADER, PROTOCOL_VERSION};
-use crate::runs::RunLog;
+use crate::runs::{After, RunLog};
 use crate::state::AppState;
 use crate::store::title_from;
 
@@ -95,17 +95,31 @@ pub(crate) async fn get_events(
     let from = match headers.get("last-event-id") {
         None => 0,
         Some(value) => {
-            let from =
+            let next =
                 resume_after(value.as_bytes()).map_err(|e| ApiError::bad_request(e.to_string()))?;
             // Ids only name frames already recorded, so one past the log is none this stream
             // ever sent.
-            if from > run.len() {
-                return Err(ApiError::bad_request(format!(
-                    "Last-Event-ID {} is past the last event of this answer",
-                    from - 1
-                )));
+            match run.after(next - 1) {
+                Ok(from) => from,
+                Err(After::Past) => {
+                    return Err(ApiError::bad_request(format!(
+                        "Last-Event-ID {} is past the last event of this answer",
+                        next - 1
+                    )));
+                }
+                Err(After::Lost { last_kept }) => {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "event {} was lost when the server restarted: the answer went on \
+                             from its last checkpoint, whose last event is {last_kept}; drop \
+                             the events after {last_kept} and reconnect with Last-Event-ID \
+                             {last_kept}",
+                            next - 1
+                        ),
+                    ));
+                }
             }
-            from
         }
     };
     Ok(event_stream(&state, run, from))
@@ -230,16 +244,17 @@ pub(super) fn resume_error(message_id: &str, error: ResumeError) -> ApiError {
     }
 }
 
-/// The protocol's SSE response following `run` from frame `from` on. Event ids are frame
-/// indexes: increasing, not contiguous (frames the protocol does not show are skipped).
+/// The protocol's SSE response following `run` from frame `from` on. Event ids increase, not
+/// contiguously (frames the protocol does not show are skipped, and an answer resumed after a
+/// restart skips ahead).
 fn event_stream(state: &AppState, run: Arc<RunLog>, from: usize) -> Response {
     let headers = stream_headers(&run);
-    let events = run.follow(from).filter_map(|(index, frame)| async move {
+    let events = run.follow(from).filter_map(|(id, frame)| async move {
         let event = frame.chat_event()?;
         Some(Ok::<_, Infallible>(
             Event::default()
                 .event(event.name())
-                .id(index.to_string())
+                .id(id.to_string())
                 .data(event.data().to_string()),
         ))
     });
