@@ -1,25 +1,32 @@
-//! What checkpoints cost: the client CPU of one scripted multi-step run (three steps of one
+//! What checkpoints cost: the client CPU of one multi-step run (three steps of one
 //! `get_weather` call each, arguments in 8 fragments, then a 155-word answer in 60 deltas: the
 //! peer benchmark's workload, three times over) with no store (`Agent::run`) and durably
 //! (`Agent::run_durable`) in a `MemoryStore`, a `SqliteStore` (a file on disk, WAL) and, when
-//! `AGENTLOOP_TEST_POSTGRES` names a server, a `PostgresStore`. No network: the model is the
-//! testkit's scripted one, so the figures are the run loop's own cost plus the checkpoints'.
+//! `AGENTLOOP_TEST_POSTGRES` names a server, a `PostgresStore`. Two tables, one per model:
 //!
-//! CPU is the process's (`CLOCK_PROCESS_CPUTIME_ID`: every thread, SQLite's blocking-pool
-//! thread included; not the Postgres server's). Each round runs every store's batch in turn,
-//! the order rotating; the table gives each store's median over the rounds, per run and per
-//! checkpoint over the no-store run.
+//! - **scripted**: the testkit's scripted model, no network, so the figures are the run loop's
+//!   own cost plus the checkpoints' (the floor: nothing else hides a checkpoint's cost);
+//! - **HTTP**: an OpenAI-compatible provider streaming from the testkit's pre-rendered wire
+//!   server over loopback, in a child process (this binary re-executed with `--serve`), as a
+//!   user's run talks to a real provider: the client's HTTP and decoding are in the figures.
+//!
+//! CPU is this process's (`CLOCK_PROCESS_CPUTIME_ID`: every thread, SQLite's thread included;
+//! not the server child's, nor the Postgres server's). Each round runs every store's batch in
+//! turn, the order rotating; a table gives each store's median over the rounds, per run and
+//! per checkpoint over the no-store run.
 //!
 //! ```text
 //! cargo bench -p agentloop --features sqlite,postgres --bench durable
 //! DURABLE_BENCH_RUNS=2000 DURABLE_BENCH_ROUNDS=7 taskset -c 1 target/release/deps/durable-* --bench
 //! ```
 
+use std::process::Stdio;
 use std::time::Duration;
 
+use agentloop::provider::openai::OpenAi;
 use agentloop::run::{MemoryStore, RunStore, SqliteStore};
-use agentloop::{Agent, ContentBlock, Request, Tool};
-use agentloop_testkit::{ScriptedModel, Turn};
+use agentloop::{Agent, AgentBuilder, ContentBlock, Request, Tool};
+use agentloop_testkit::{MockServer, ScriptedModel, Turn, Wire};
 use nix::time::{ClockId, clock_gettime};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -55,14 +62,27 @@ fn answered(request: &Request) -> usize {
         .count()
 }
 
-fn agent() -> Agent {
-    let text = answer();
-    let model = ScriptedModel::from_fn(move |request, _| match CITIES.get(answered(request)) {
+/// The model's turn once `done` tool results are in the history.
+fn turn(done: usize) -> Turn {
+    match CITIES.get(done) {
         Some(city) => Turn::tool_call("get_weather", json!({"city": city})).with_argument_pieces(8),
-        None => Turn::text(text.clone()).with_text_pieces(60),
-    })
-    .unrecorded();
-    Agent::builder(model)
+        None => Turn::text(answer()).with_text_pieces(60),
+    }
+}
+
+/// The agent on the scripted model.
+fn scripted() -> Agent {
+    let model = ScriptedModel::from_fn(|request, _| turn(answered(request))).unrecorded();
+    with_tool(Agent::builder(model))
+}
+
+/// The agent on an OpenAI-compatible server at `base_url`.
+fn over_http(base_url: &str) -> Agent {
+    with_tool(Agent::builder(OpenAi::compatible(base_url).unwrap()))
+}
+
+fn with_tool(builder: AgentBuilder) -> Agent {
+    builder
         .model("m")
         .tool(Tool::function(
             "get_weather",
@@ -101,11 +121,11 @@ async fn one_run<S: RunStore + Clone>(agent: &Agent, id: &str, store: &S) {
     assert!(result.error.is_none(), "{:?}", result.error);
 }
 
-/// `runs` runs on `store`; the CPU time they took.
-async fn batch(agent: &Agent, store: &Store, round: usize, runs: usize) -> Duration {
+/// `runs` runs on `store`; the CPU time they took. Run ids start with `prefix`.
+async fn batch(agent: &Agent, store: &Store, prefix: &str, runs: usize) -> Duration {
     let started = cpu();
     for n in 0..runs {
-        let id = format!("run-{round}-{n}");
+        let id = format!("{prefix}-{n}");
         match store {
             Store::None => {
                 let result = agent.run("Weather?").await.unwrap();
@@ -137,7 +157,101 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// The child process (`--serve`): the pre-rendered OpenAI server playing the workload, its
+/// base URL on stdout, until killed.
+async fn serve() {
+    let turns = (0..=CITIES.len()).map(turn);
+    let server = MockServer::prerendered(Wire::OpenAi, turns).await.unwrap();
+    println!("{}", server.base_url());
+    std::future::pending::<()>().await;
+}
+
+/// The server child, killed when dropped, and its base URL.
+fn spawn_server() -> (ChildGuard, String) {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .arg("--serve")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut url = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut url).unwrap();
+    (ChildGuard(child), url.trim().to_owned())
+}
+
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Measure every store with `agent` and print the table.
+fn table(
+    runtime: &tokio::runtime::Runtime,
+    title: &str,
+    agent: &Agent,
+    stores: &[Store],
+    runs: usize,
+    rounds: usize,
+) {
+    // Checkpoints per run, from a durable run's last version.
+    let checkpoints = runtime.block_on(async {
+        let store = MemoryStore::new();
+        one_run(agent, "count", &store).await;
+        store.load("count").await.unwrap().unwrap().version
+    });
+    // Warm-up: caches, connections, the SQLite file's pages, Postgres's plans.
+    for store in stores {
+        runtime.block_on(batch(
+            agent,
+            store,
+            &format!("{title}-warm"),
+            runs.div_ceil(10),
+        ));
+    }
+    let mut taken: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
+    for round in 0..rounds {
+        for at in 0..stores.len() {
+            let at = (at + round) % stores.len();
+            let prefix = format!("{title}-{round}");
+            let took = runtime.block_on(batch(agent, &stores[at], &prefix, runs));
+            taken[at].push(took.as_secs_f64() * 1e6 / runs as f64);
+        }
+    }
+    let per_run: Vec<f64> = taken.into_iter().map(median).collect();
+    println!(
+        "{title}: {runs} runs x {rounds} rounds, {checkpoints} checkpoints per durable run; medians\n"
+    );
+    println!("| store | CPU µs / run | × no store | CPU µs / checkpoint |");
+    println!("|---|---:|---:|---:|");
+    for (store, us) in stores.iter().zip(&per_run) {
+        let extra = match store {
+            Store::None => "".to_owned(),
+            _ => format!("{:.1}", (us - per_run[0]) / checkpoints as f64),
+        };
+        println!(
+            "| {} | {us:.1} | {:.2} | {extra} |",
+            store.name(),
+            us / per_run[0]
+        );
+    }
+    println!();
+}
+
 fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if std::env::args().any(|a| a == "--serve") {
+        runtime.block_on(serve());
+        return;
+    }
     // `cargo test --benches` runs this with `--test`: once, briefly.
     let quick = !std::env::args().any(|a| a == "--bench");
     let runs = if quick {
@@ -150,10 +264,6 @@ fn main() {
     } else {
         env("DURABLE_BENCH_ROUNDS", 5)
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     // Postgres joins when the feature and a database are there.
     #[cfg_attr(not(feature = "postgres"), expect(unused_mut))]
@@ -185,39 +295,8 @@ fn main() {
         });
         stores.push(Store::Postgres(store));
     }
-    let agent = agent();
-
-    // Checkpoints per run, from a durable run's last version.
-    let checkpoints = runtime.block_on(async {
-        let store = MemoryStore::new();
-        one_run(&agent, "count", &store).await;
-        store.load("count").await.unwrap().unwrap().version
-    });
-    // Warm-up: caches, the SQLite file's pages, Postgres's plans.
-    for store in &stores {
-        runtime.block_on(batch(&agent, store, usize::MAX, runs.div_ceil(10)));
-    }
-    let mut taken: Vec<Vec<f64>> = vec![Vec::new(); stores.len()];
-    for round in 0..rounds {
-        for at in 0..stores.len() {
-            let at = (at + round) % stores.len();
-            let took = runtime.block_on(batch(&agent, &stores[at], round, runs));
-            taken[at].push(took.as_secs_f64() * 1e6 / runs as f64);
-        }
-    }
-    let per_run: Vec<f64> = taken.into_iter().map(median).collect();
-    println!("{runs} runs x {rounds} rounds, {checkpoints} checkpoints per durable run; medians\n");
-    println!("| store | CPU µs / run | × no store | CPU µs / checkpoint |");
-    println!("|---|---:|---:|---:|");
-    for (store, us) in stores.iter().zip(&per_run) {
-        let extra = match store {
-            Store::None => "".to_owned(),
-            _ => format!("{:.1}", (us - per_run[0]) / checkpoints as f64),
-        };
-        println!(
-            "| {} | {us:.1} | {:.2} | {extra} |",
-            store.name(),
-            us / per_run[0]
-        );
-    }
+    table(&runtime, "scripted", &scripted(), &stores, runs, rounds);
+    let (_server, base_url) = spawn_server();
+    let http = over_http(&base_url);
+    table(&runtime, "http", &http, &stores, runs, rounds);
 }

@@ -880,6 +880,74 @@ async fn a_sqlite_store_keeps_runs_in_one_wal_file_that_another_store_reopens() 
     ));
 }
 
+/// The store writes on a thread of its own, not on Tokio's blocking pool: any executor can
+/// await it.
+#[cfg(feature = "sqlite")]
+#[test]
+fn a_sqlite_store_is_awaited_outside_a_tokio_runtime() {
+    let store = sqlite_store();
+    futures::executor::block_on(async {
+        assert_eq!(
+            store
+                .save("r1", 0, RunStatus::Running, "{}".into())
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            store
+                .save("r1", 1, RunStatus::Done, "[]".into())
+                .await
+                .unwrap(),
+            2
+        );
+        let checkpoint = store.load("r1").await.unwrap().unwrap();
+        assert_eq!(
+            (checkpoint.version, checkpoint.status),
+            (2, RunStatus::Done)
+        );
+        assert_eq!(checkpoint.state, "[]");
+        assert_eq!(store.list().await.unwrap().len(), 1);
+    });
+}
+
+/// Saves that arrive together are committed together; each is still checked on its own: of
+/// two first saves of a run, one wins and the other is stale, and nothing else is lost.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_saves_that_arrive_together_each_keep_their_version_check() {
+    let store = sqlite_store();
+    let ids: Vec<String> = (0..40).map(|n| format!("r{}", n / 2)).collect();
+    let saves = ids
+        .iter()
+        .map(|id| store.save(id, 0, RunStatus::Running, format!("{{\"id\":\"{id}\"}}")));
+    let saved = futures::future::join_all(saves).await;
+    for pair in saved.chunks(2) {
+        let won = pair.iter().filter(|s| matches!(s, Ok(1))).count();
+        let stale = pair
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s,
+                    Err(Error::StaleCheckpoint {
+                        expected: 0,
+                        found: 1,
+                        ..
+                    })
+                )
+            })
+            .count();
+        assert_eq!((won, stale), (1, 1), "{pair:?}");
+    }
+    let runs = store.list().await.unwrap();
+    assert_eq!(runs.len(), 20);
+    for run in runs {
+        let checkpoint = store.load(&run.run_id).await.unwrap().unwrap();
+        assert_eq!(checkpoint.version, 1);
+        assert_eq!(checkpoint.state, format!("{{\"id\":\"{}\"}}", run.run_id));
+    }
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_postgres_worker_that_stops_loses_its_run_to_another_and_cannot_write() {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use super::store::{Checkpoint, RunStatus, RunStore, RunSummary};
 use crate::error::{Error, Result};
@@ -34,8 +34,46 @@ const MIGRATIONS: &[&str] = &["
 #[derive(Clone)]
 pub struct PostgresStore {
     client: Arc<Client>,
+    /// Prepared once at connect: a statement given as text is prepared again at every call,
+    /// one more round trip per checkpoint.
+    statements: Arc<Statements>,
     worker: Arc<str>,
     lease: Duration,
+}
+
+/// The statements a run's checkpoints use.
+struct Statements {
+    load: Statement,
+    insert: Statement,
+    update: Statement,
+}
+
+impl Statements {
+    async fn prepare(client: &Client) -> std::result::Result<Self, tokio_postgres::Error> {
+        Ok(Self {
+            load: client
+                .prepare("SELECT version, status, state FROM agentloop_runs WHERE run_id = $1")
+                .await?,
+            // A run that is over keeps no lease.
+            insert: client
+                .prepare(
+                    "INSERT INTO agentloop_runs
+                         (run_id, version, status, state, lease_owner, lease_until)
+                     VALUES ($1, 1, $2, $3, $4, now() + $5::float8 * interval '1 millisecond')
+                     ON CONFLICT (run_id) DO NOTHING",
+                )
+                .await?,
+            update: client
+                .prepare(
+                    "UPDATE agentloop_runs
+                     SET version = version + 1, status = $2, state = $3, updated_at = now(),
+                         lease_until = CASE WHEN $2 = 'running'
+                             THEN now() + $5::float8 * interval '1 millisecond' END
+                     WHERE run_id = $1 AND version = $4",
+                )
+                .await?,
+        })
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -65,6 +103,50 @@ fn status(run_id: &str, name: &str) -> Result<RunStatus> {
     })
 }
 
+/// Apply the migrations the database lacks, one transaction, one migrator at a time.
+async fn migrate(client: &Client) -> Result<()> {
+    let failed = pg_error("");
+    client
+        .batch_execute("CREATE TABLE IF NOT EXISTS agentloop_migrations (version INT PRIMARY KEY);")
+        .await
+        .map_err(&failed)?;
+    client
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(7283911);")
+        .await
+        .map_err(&failed)?;
+    let applied = async {
+        let row = client
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM agentloop_migrations",
+                &[],
+            )
+            .await?;
+        let done: i32 = row.try_get(0)?;
+        for (at, sql) in MIGRATIONS.iter().enumerate() {
+            let version = at as i32 + 1;
+            if version <= done {
+                continue;
+            }
+            client.batch_execute(sql).await?;
+            client
+                .execute(
+                    "INSERT INTO agentloop_migrations (version) VALUES ($1)",
+                    &[&version],
+                )
+                .await?;
+        }
+        Ok::<(), tokio_postgres::Error>(())
+    }
+    .await;
+    let end = if applied.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    client.batch_execute(end).await.map_err(&failed)?;
+    applied.map_err(&failed)
+}
+
 impl PostgresStore {
     /// Connect to `url` (`postgres://user@host:port/db`, no TLS) as worker `worker` (a name
     /// unique among the workers) whose leases last `lease`, and apply the migrations the
@@ -80,60 +162,14 @@ impl PostgresStore {
                 tracing::warn!(%error, "the run store's postgres connection ended");
             }
         });
-        let store = Self {
+        migrate(&client).await?;
+        let statements = Statements::prepare(&client).await.map_err(pg_error(""))?;
+        Ok(Self {
             client: Arc::new(client),
+            statements: Arc::new(statements),
             worker: worker.into().into(),
             lease,
-        };
-        store.migrate().await?;
-        Ok(store)
-    }
-
-    /// Apply the migrations the database lacks, one transaction, one migrator at a time.
-    async fn migrate(&self) -> Result<()> {
-        let failed = pg_error("");
-        self.client
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS agentloop_migrations (version INT PRIMARY KEY);",
-            )
-            .await
-            .map_err(&failed)?;
-        self.client
-            .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(7283911);")
-            .await
-            .map_err(&failed)?;
-        let applied = async {
-            let row = self
-                .client
-                .query_one(
-                    "SELECT COALESCE(MAX(version), 0) FROM agentloop_migrations",
-                    &[],
-                )
-                .await?;
-            let done: i32 = row.try_get(0)?;
-            for (at, sql) in MIGRATIONS.iter().enumerate() {
-                let version = at as i32 + 1;
-                if version <= done {
-                    continue;
-                }
-                self.client.batch_execute(sql).await?;
-                self.client
-                    .execute(
-                        "INSERT INTO agentloop_migrations (version) VALUES ($1)",
-                        &[&version],
-                    )
-                    .await?;
-            }
-            Ok::<(), tokio_postgres::Error>(())
-        }
-        .await;
-        let end = if applied.is_ok() {
-            "COMMIT"
-        } else {
-            "ROLLBACK"
-        };
-        self.client.batch_execute(end).await.map_err(&failed)?;
-        applied.map_err(&failed)
+        })
     }
 
     /// This worker's name.
@@ -218,10 +254,7 @@ impl RunStore for PostgresStore {
         Box::pin(async move {
             let row = self
                 .client
-                .query_opt(
-                    "SELECT version, status, state FROM agentloop_runs WHERE run_id = $1",
-                    &[&run_id],
-                )
+                .query_opt(&self.statements.load, &[&run_id])
                 .await
                 .map_err(pg_error(run_id))?;
             row.map(|row| {
@@ -257,15 +290,11 @@ impl RunStore for PostgresStore {
                     message: format!("version {read} is out of range"),
                 });
             };
-            // One statement each way: the version check and the write are atomic. A run that
-            // is over keeps no lease.
+            // One statement each way: the version check and the write are atomic.
             let written = if read == 0 {
                 self.client
                     .execute(
-                        "INSERT INTO agentloop_runs
-                             (run_id, version, status, state, lease_owner, lease_until)
-                         VALUES ($1, 1, $2, $3, $4, now() + $5::float8 * interval '1 millisecond')
-                         ON CONFLICT (run_id) DO NOTHING",
+                        &self.statements.insert,
                         &[
                             &run_id,
                             &status.as_str(),
@@ -278,11 +307,7 @@ impl RunStore for PostgresStore {
             } else {
                 self.client
                     .execute(
-                        "UPDATE agentloop_runs
-                         SET version = version + 1, status = $2, state = $3, updated_at = now(),
-                             lease_until = CASE WHEN $2 = 'running'
-                                 THEN now() + $5::float8 * interval '1 millisecond' END
-                         WHERE run_id = $1 AND version = $4",
+                        &self.statements.update,
                         &[
                             &run_id,
                             &status.as_str(),

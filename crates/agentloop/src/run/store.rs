@@ -2,7 +2,7 @@
 //! process that ran it. The semantics are documented on [`RunStore`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -227,18 +227,25 @@ impl RunStore for MemoryStore {
     }
 }
 
-/// The machine in the checkpoint format (that of [`PausedRun`]), without copying it.
-pub(crate) fn state_json(machine: &Machine) -> Result<String> {
+/// The machine in the checkpoint format (that of [`PausedRun`]), without copying it, in a
+/// buffer of `capacity` bytes to start with.
+pub(crate) fn state_json(machine: &Machine, capacity: usize) -> Result<String> {
     #[derive(Serialize)]
     struct Saved<'a> {
         version: u32,
         machine: &'a Machine,
     }
-    serde_json::to_string(&Saved {
-        version: PAUSED_RUN_VERSION,
-        machine,
-    })
-    .map_err(|e| Error::parse("run checkpoint", e))
+    let mut json = Vec::with_capacity(capacity);
+    serde_json::to_writer(
+        &mut json,
+        &Saved {
+            version: PAUSED_RUN_VERSION,
+            machine,
+        },
+    )
+    .map_err(|e| Error::parse("run checkpoint", e))?;
+    // serde_json writes UTF-8 only; the check is cheap next to the serializing.
+    String::from_utf8(json).map_err(|e| Error::parse("run checkpoint", e))
 }
 
 /// What a durable run's driver needs to checkpoint: its store, its id, and the version it
@@ -247,6 +254,9 @@ pub(crate) struct Durable {
     store: Arc<dyn RunStore>,
     pub(crate) run_id: Arc<str>,
     version: AtomicU64,
+    /// The last checkpoint's size: a run's state only grows, so the next one starts in a
+    /// buffer that holds it instead of doubling its way there.
+    size: AtomicUsize,
 }
 
 impl Durable {
@@ -255,6 +265,7 @@ impl Durable {
             store,
             run_id,
             version: AtomicU64::new(version),
+            size: AtomicUsize::new(0),
         }
     }
 
@@ -266,13 +277,16 @@ impl Durable {
         if self.failed() {
             return;
         }
+        let capacity = self.size.load(Ordering::Relaxed) + 1024;
         let (state, status) = if machine.failed_call() {
-            (state_json(&machine.before_failed_call()), RunStatus::Failed)
+            let before = machine.before_failed_call();
+            (state_json(&before, capacity), RunStatus::Failed)
         } else {
-            (state_json(machine), RunStatus::of(machine))
+            (state_json(machine, capacity), RunStatus::of(machine))
         };
         let saved = match state {
             Ok(state) => {
+                self.size.store(state.len(), Ordering::Relaxed);
                 let read = self.version.load(Ordering::Acquire);
                 self.store.save(&self.run_id, read, status, state).await
             }
