@@ -32,6 +32,8 @@ use crate::message::{StopReason, Usage};
 use crate::provider::http::{BodyDecoder, excerpt};
 use crate::stream::StreamEvent;
 
+mod fast;
+
 /// The `ConverseStream` decoder (one per response): frames in, events out.
 #[derive(Debug, Default)]
 pub struct BedrockDecoder {
@@ -58,7 +60,7 @@ enum Block {
     },
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct DeltaEvent<'a> {
     #[serde(rename = "contentBlockIndex", default)]
     index: u64,
@@ -66,7 +68,7 @@ struct DeltaEvent<'a> {
     delta: Option<Delta<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Delta<'a> {
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
@@ -78,13 +80,13 @@ struct Delta<'a> {
     tool_result: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct ToolUseDelta<'a> {
     #[serde(borrow, default)]
     input: Option<Cow<'a, str>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct ReasoningDelta<'a> {
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
@@ -92,6 +94,16 @@ struct ReasoningDelta<'a> {
     signature: Option<Cow<'a, str>>,
     #[serde(rename = "redactedContent", borrow, default)]
     redacted: Option<Cow<'a, str>>,
+}
+
+/// A raw tool result compares by its text (what [`fast::read`] is checked against serde with).
+impl PartialEq for Delta<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+            && self.tool_use == other.tool_use
+            && self.reasoning == other.reasoning
+            && self.tool_result.map(RawValue::get) == other.tool_result.map(RawValue::get)
+    }
 }
 
 impl BedrockDecoder {
@@ -136,8 +148,18 @@ impl BedrockDecoder {
     ) -> Result<()> {
         match kind {
             "contentBlockDelta" => {
-                let event: DeltaEvent<'_> = serde_json::from_slice(payload)
-                    .map_err(|e| Error::parse("Bedrock contentBlockDelta event", e))?;
+                let event = match fast::read(payload) {
+                    Some(event) => {
+                        #[cfg(any(debug_assertions, fuzzing))]
+                        crate::provider::scan::check_against_serde(
+                            std::str::from_utf8(payload).unwrap_or_default(),
+                            &event,
+                        );
+                        event
+                    }
+                    None => serde_json::from_slice::<DeltaEvent<'_>>(payload)
+                        .map_err(|e| Error::parse("Bedrock contentBlockDelta event", e))?,
+                };
                 self.start(out);
                 if let Some(delta) = event.delta {
                     self.delta(event.index, delta, out)?;

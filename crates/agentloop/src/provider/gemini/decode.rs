@@ -4,8 +4,10 @@
 //! "models.streamGenerateContent"): the first candidate's `content.parts` carry this chunk's
 //! text, `thought` summaries, `functionCall`s and tool parts; `finishReason` may come more than
 //! once (code execution sends an intermediate `STOP`), so the message ends with the body, not
-//! with the first finish reason. Chunks are read through [`Value`]: Google adds fields often,
-//! and a lenient reader must not fail on one it has not seen.
+//! with the first finish reason. Text chunks, most of a stream, are read in one pass by
+//! `fast`; other chunks of the documented shape by borrowed structs; anything else through a
+//! [`Value`]: Google adds fields often, and a lenient reader must not fail on one it has not
+//! seen.
 //!
 //! Quirks handled here, each seen in a recording (`shared/conformance/streams-batch2/gemini`):
 //! - `thoughtSignature` sits on whatever part it signs (a thought, the first answer text, the
@@ -34,6 +36,8 @@ use crate::message::{StopReason, Usage};
 use crate::provider::http::{SseDecoder, excerpt};
 use crate::sse::SseEvent;
 use crate::stream::StreamEvent;
+
+mod fast;
 
 /// Tool-call ids this crate made up for Gemini calls that came without one. The request
 /// builder leaves such ids out, so Gemini sees the calls as it sent them.
@@ -219,20 +223,20 @@ impl GeminiDecoder {
             .flatten()
             .find(|c| c.index.unwrap_or(0) == 0);
         if let Some(candidate) = candidate {
-            for raw in candidate
+            for part in candidate
                 .content
                 .iter()
                 .flat_map(|c| c.parts.iter().flatten())
             {
-                match serde_json::from_str::<WireTextPart<'_>>(raw.get()) {
-                    Ok(part) => self.text_part(
+                match part {
+                    WirePart::Text(part) => self.text_part(
                         &part.text,
                         part.thought == Some(true),
                         part.thought_signature.as_deref(),
                         out,
                     ),
                     // Calls and the rarer kinds go through a Value; a `RawValue` is valid JSON.
-                    Err(_) => {
+                    WirePart::Other(raw) => {
                         let part: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
                         self.part(&part, out);
                     }
@@ -399,6 +403,11 @@ impl SseDecoder for GeminiDecoder {
         // Chunks of the documented shape are read into borrowed structs; anything else (a
         // field of another type, an array of chunks) goes through a `Value`, which reads every
         // shape the same way, only slower.
+        if let Some(chunk) = fast::read(data) {
+            #[cfg(any(debug_assertions, fuzzing))]
+            crate::provider::scan::check_against_serde(data, &chunk);
+            return self.typed(&chunk, out);
+        }
         if let Ok(chunk) = serde_json::from_str::<WireChunk<'_>>(data) {
             return self.typed(&chunk, out);
         }
@@ -497,7 +506,7 @@ fn synthetic_id(response_id: Option<&str>, index: usize) -> String {
 }
 
 /// The counts of a `usageMetadata`.
-#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct UsageCounts {
     #[serde(default, rename = "promptTokenCount")]
@@ -543,7 +552,7 @@ impl UsageCounts {
 }
 
 /// The chunk members the decoder reads; the rare or nested ones stay raw until used.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireChunk<'a> {
     #[serde(default, borrow)]
@@ -560,7 +569,7 @@ struct WireChunk<'a> {
     prompt_feedback: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireCandidate<'a> {
     #[serde(default, borrow)]
@@ -577,14 +586,31 @@ struct WireCandidate<'a> {
     safety_ratings: Option<&'a RawValue>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct WireContent<'a> {
     #[serde(default, borrow)]
-    parts: Option<Vec<&'a RawValue>>,
+    parts: Option<Vec<WirePart<'a>>>,
+}
+
+/// A part: plain text or a thought, or any other kind kept raw for the `Value` reader.
+#[derive(Debug)]
+enum WirePart<'a> {
+    Text(WireTextPart<'a>),
+    Other(&'a RawValue),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WirePart<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = <&'de RawValue>::deserialize(deserializer)?;
+        Ok(match serde_json::from_str::<WireTextPart<'de>>(raw.get()) {
+            Ok(part) => WirePart::Text(part),
+            Err(_) => WirePart::Other(raw),
+        })
+    }
 }
 
 /// A plain text or thought part; any other member makes it a part for the `Value` reader.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct WireTextPart<'a> {
     #[serde(borrow)]
@@ -595,8 +621,45 @@ struct WireTextPart<'a> {
     thought_signature: Option<Cow<'a, str>>,
 }
 
+/// Raw members compare by their text (what [`fast::read`] is checked against serde with).
+fn raw_text(raw: Option<&RawValue>) -> Option<&str> {
+    raw.map(RawValue::get)
+}
+
+impl PartialEq for WireChunk<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.candidates == other.candidates
+            && self.usage_metadata == other.usage_metadata
+            && self.model_version == other.model_version
+            && self.response_id == other.response_id
+            && raw_text(self.error) == raw_text(other.error)
+            && raw_text(self.prompt_feedback) == raw_text(other.prompt_feedback)
+    }
+}
+
+impl PartialEq for WireCandidate<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.content == other.content
+            && self.finish_reason == other.finish_reason
+            && self.finish_message == other.finish_message
+            && self.index == other.index
+            && raw_text(self.grounding_metadata) == raw_text(other.grounding_metadata)
+            && raw_text(self.safety_ratings) == raw_text(other.safety_ratings)
+    }
+}
+
+impl PartialEq for WirePart<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (WirePart::Text(a), WirePart::Text(b)) => a == b,
+            (WirePart::Other(a), WirePart::Other(b)) => a.get() == b.get(),
+            _ => false,
+        }
+    }
+}
+
 /// `usageMetadata`, read through [`UsageCounts`] (its other members are skipped).
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(transparent)]
 struct WireUsage(UsageCounts);
 

@@ -42,6 +42,8 @@ use crate::provider::http::{SseDecoder, excerpt};
 use crate::sse::SseEvent;
 use crate::stream::StreamEvent;
 
+mod fast;
+
 /// The Responses stream decoder (one per response).
 #[derive(Debug, Default)]
 pub struct ResponsesDecoder {
@@ -75,6 +77,11 @@ impl ResponsesDecoder {
 
     /// One event's data text.
     fn data(&mut self, data: &str, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+        if let Some(wire) = fast::read(data) {
+            #[cfg(any(debug_assertions, fuzzing))]
+            crate::provider::scan::check_against_serde(data, &wire);
+            return self.wire(&wire, out);
+        }
         match serde_json::from_str::<WireEvent<'_>>(data) {
             Ok(wire) => self.wire(&wire, out),
             Err(typed) => {
@@ -232,7 +239,8 @@ impl ResponsesDecoder {
                     self.item_done(output_index, &item, out);
                 }
             }
-            "response.created" | "response.in_progress" | "response.queued" => {
+            // Only the first event's response object is read: the others repeat it.
+            "response.created" | "response.in_progress" | "response.queued" if !self.started => {
                 let response = event.response.and_then(raw_value);
                 self.start(response.as_ref(), out);
             }
@@ -536,7 +544,7 @@ pub(super) fn stream_error(error: &Value) -> Error {
 
 /// The members of a stream event the decoder reads; items and response objects stay raw until
 /// used (they are rare next to the deltas).
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct WireEvent<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
@@ -558,6 +566,25 @@ struct WireEvent<'a> {
     code: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     message: Option<Cow<'a, str>>,
+}
+
+/// Raw members compare by their text (what [`fast::read`] is checked against serde with).
+impl PartialEq for WireEvent<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        fn raw(r: Option<&RawValue>) -> Option<&str> {
+            r.map(RawValue::get)
+        }
+        self.kind == other.kind
+            && self.output_index == other.output_index
+            && self.summary_index == other.summary_index
+            && self.delta == other.delta
+            && self.arguments == other.arguments
+            && raw(self.item) == raw(other.item)
+            && raw(self.response) == raw(other.response)
+            && raw(self.error) == raw(other.error)
+            && self.code == other.code
+            && self.message == other.message
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,192 @@
+//! A hand-written reader for `contentBlockDelta` payloads, nearly every frame of a stream:
+//! text, reasoning and tool-input deltas with their `"p"` padding.
+//!
+//! serde's derived reading dispatches on every member and was the decoder's main cost; this
+//! reads the same payloads in one pass. It answers `None` on anything rarer (a tool result,
+//! duplicate members, escaped keys, numbers where strings belong, invalid JSON) and the caller
+//! falls back to serde. Where it answers, it answers what serde would: debug builds and fuzzing
+//! check every payload against serde.
+
+use super::{Delta, DeltaEvent, ReasoningDelta, ToolUseDelta};
+use crate::provider::scan::{Scanner, first, null_only};
+
+/// Read one `contentBlockDelta` payload, or `None` to let serde read it.
+pub(super) fn read(payload: &[u8]) -> Option<DeltaEvent<'_>> {
+    // serde_json reads bytes as UTF-8 text too, and rejects what is not.
+    let data = std::str::from_utf8(payload).ok()?;
+    let mut s = Scanner::new(data);
+    let mut index = None;
+    let mut delta = None;
+    let mut seen = [false; 2];
+    s.object(|s, key| {
+        match key {
+            "contentBlockIndex" => {
+                first(&mut seen[0])?;
+                index = Some(s.count()?);
+            }
+            "delta" => {
+                first(&mut seen[1])?;
+                delta = s.optional(read_delta)?;
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    s.finish()?;
+    Some(DeltaEvent {
+        index: index.unwrap_or_default(),
+        delta,
+    })
+}
+
+fn read_delta<'a>(s: &mut Scanner<'a>) -> Option<Delta<'a>> {
+    let mut delta = Delta {
+        text: None,
+        tool_use: None,
+        reasoning: None,
+        tool_result: None,
+    };
+    let mut seen = [false; 4];
+    s.object(|s, key| {
+        match key {
+            "text" => {
+                first(&mut seen[0])?;
+                delta.text = s.optional(Scanner::string)?;
+            }
+            "toolUse" => {
+                first(&mut seen[1])?;
+                delta.tool_use = s.optional(|s| {
+                    let mut input = None;
+                    let mut seen = false;
+                    s.object(|s, key| {
+                        if key == "input" {
+                            first(&mut seen)?;
+                            input = s.optional(Scanner::string)?;
+                            Some(())
+                        } else {
+                            s.skip()
+                        }
+                    })?;
+                    Some(ToolUseDelta { input })
+                })?;
+            }
+            "reasoningContent" => {
+                first(&mut seen[2])?;
+                delta.reasoning = s.optional(read_reasoning)?;
+            }
+            "toolResult" => null_only(s, &mut seen[3])?,
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    Some(delta)
+}
+
+fn read_reasoning<'a>(s: &mut Scanner<'a>) -> Option<ReasoningDelta<'a>> {
+    let mut reasoning = ReasoningDelta {
+        text: None,
+        signature: None,
+        redacted: None,
+    };
+    let mut seen = [false; 3];
+    s.object(|s, key| {
+        let (slot, at) = match key {
+            "text" => (&mut reasoning.text, 0),
+            "signature" => (&mut reasoning.signature, 1),
+            "redactedContent" => (&mut reasoning.redacted, 2),
+            _ => return s.skip(),
+        };
+        first(&mut seen[at])?;
+        *slot = s.optional(Scanner::string)?;
+        Some(())
+    })?;
+    Some(reasoning)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn serde(data: &str) -> Option<DeltaEvent<'_>> {
+        serde_json::from_str(data).ok()
+    }
+
+    #[test]
+    fn reads_the_hot_deltas_and_leaves_the_rest_to_serde() {
+        for hot in [
+            r#"{"contentBlockIndex":0,"delta":{"text":" The \"borrow\""},"p":"abcdefg"}"#,
+            r#"{"contentBlockIndex":3,"delta":{"toolUse":{"input":"{\"a\":"}},"p":"ab"}"#,
+            r#"{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"Hm","signature":null}}}"#,
+            r#"{"delta":null}"#,
+        ] {
+            let event = read(hot.as_bytes()).expect(hot);
+            assert_eq!(Some(&event), serde(hot).as_ref(), "{hot}");
+        }
+        for rare in [
+            r#"{"contentBlockIndex":0,"delta":{"toolResult":[{"text":"x"}]}}"#,
+            r#"{"contentBlockIndex":-1,"delta":{"text":"x"}}"#,
+            r#"{"contentBlockIndex":null,"delta":{"text":"x"}}"#,
+            r#"{"contentBlockIndex":0,"delta":{"text":5}}"#,
+            r#"{"contentBlockIndex":0,"contentBlockIndex":1}"#,
+            r#"{"contentBlockIndex":0} trailing"#,
+        ] {
+            assert!(read(rare.as_bytes()).is_none(), "{rare}");
+        }
+        assert!(read(b"{\"p\":\"\xff\"}").is_none());
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("[]".to_owned()),
+            Just("{}".to_owned()),
+            Just("-1".to_owned()),
+            Just("0.5".to_owned()),
+            (0u64..u64::MAX).prop_map(|n| n.to_string()),
+            ".{0,8}".prop_map(|s| serde_json::to_string(&s).expect("a string")),
+        ]
+    }
+
+    fn object(
+        keys: &'static [&'static str],
+        inner: BoxedStrategy<String>,
+    ) -> BoxedStrategy<String> {
+        proptest::collection::vec(
+            (proptest::sample::select(keys), prop_oneof![value(), inner]),
+            0..4,
+        )
+        .prop_map(|members| {
+            let body: Vec<String> = members
+                .iter()
+                .map(|(k, v)| format!("\"{k}\":{v}"))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        })
+        .boxed()
+    }
+
+    fn payload() -> BoxedStrategy<String> {
+        let inner = object(
+            &["input", "text", "signature", "redactedContent", "x"],
+            value().boxed(),
+        );
+        let delta = object(
+            &["text", "toolUse", "reasoningContent", "toolResult", "p"],
+            inner,
+        );
+        object(&["contentBlockIndex", "delta", "p"], delta)
+    }
+
+    proptest! {
+        /// Wherever the reader answers, it answers what serde does.
+        #[test]
+        fn agrees_with_serde(data in payload()) {
+            if let Some(event) = read(data.as_bytes()) {
+                let serde = serde(&data);
+                prop_assert_eq!(Some(&event), serde.as_ref());
+            }
+        }
+    }
+}
