@@ -26,7 +26,9 @@
 //!
 //! The `otel` feature adds [`init_from_env`], which exports these spans and the conventions'
 //! metrics (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration`,
-//! `gen_ai.execute_tool.duration`, `gen_ai.invoke_agent.duration`) over OTLP/HTTP.
+//! `gen_ai.execute_tool.duration`, `gen_ai.invoke_agent.duration`) over OTLP/HTTP, and its
+//! parts for a subscriber and exporters of your own: [`layer`] (the spans) and
+//! [`record_metrics`] (the metrics).
 //!
 //! ```
 //! # use agentloop::Agent;
@@ -57,7 +59,7 @@ use crate::run::RunResult;
 use crate::tool::{ToolCall, ToolError, ToolOutput};
 
 #[cfg(feature = "otel")]
-pub use otel::{InitError, TelemetryGuard, init_from_env};
+pub use otel::{InitError, TelemetryGuard, init_from_env, layer, record_metrics};
 
 /// What a run's telemetry records (see the module docs).
 #[derive(Debug, Clone, Default)]
