@@ -129,7 +129,7 @@ pub fn init_from_env() -> Result<Option<TelemetryGuard>, InitError> {
             .with_resource(resource)
             .with_periodic_exporter(exporter)
             .build();
-        let _ = INSTRUMENTS.set(Instruments::new(&meter));
+        let _ = record_metrics(&meter);
         Some(meter)
     } else {
         None
