@@ -1,32 +1,59 @@
-//! What a run's spans cost: the peer benchmark's workload (a `get_weather` call in 8 argument
-//! fragments, the tool, a 60-delta answer) on the scripted model, streamed, with
+//! What a run's spans cost: the client CPU of the peer benchmark's workload (a `get_weather`
+//! call in 8 argument fragments, the tool, a 155-word answer in 60 deltas, streamed, one run at
+//! a time) on two models:
+//!
+//! - `http`: the OpenAI provider over loopback HTTP against the testkit's pre-rendered server
+//!   (one SSE event per write), which runs in a child process so that its CPU is not counted:
+//!   the peer matrix's `event / stream / 1` cell;
+//! - `scripted`: the testkit's scripted model, no network (the run layer alone);
+//!
+//! each with
 //!
 //! - `off`: no subscriber (what every untraced program pays: a callsite check per span);
 //! - `filtered`: a subscriber that does not want `agentloop`'s spans;
-//! - `otel_noop` (feature `otel`): `tracing-opentelemetry` with an SDK tracer provider whose batch exporter
-//!   drops every span (the cost of building and handing over the spans, without the network).
+//! - `otel_noop` (feature `otel`): [`agentloop::telemetry::layer`] on an SDK tracer provider
+//!   whose batch exporter drops every span, and the GenAI metrics recorded
+//!   ([`agentloop::telemetry::record_metrics`]) by a periodic reader whose exporter drops them: the cost of
+//!   building the spans and metrics and handing them over, without the network;
+//!
+//! CPU is the process's (`CLOCK_PROCESS_CPUTIME_ID`: every thread, the span processor's
+//! included). Each round runs every variant's batch in turn, the order rotating; the table gives
+//! each variant's median over the rounds, per run and as a ratio to `off`.
+//!
+//! ```text
+//! cargo bench -p agentloop --features otel --bench telemetry
+//! TELEMETRY_BENCH_RUNS=2000 TELEMETRY_BENCH_ROUNDS=11 taskset -c 1 target/release/deps/telemetry-* --bench
+//! ```
 
-use std::hint::black_box;
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
+use agentloop::provider::openai::OpenAi;
 use agentloop::run::RunEvent;
 use agentloop::stream::StreamEvent;
-use agentloop::{Agent, ContentBlock, Request, Tool};
-use agentloop_testkit::{ScriptedModel, Turn};
-use criterion::{Criterion, criterion_group, criterion_main};
+use agentloop::{Agent, ContentBlock, Provider, Request, Tool};
+use agentloop_testkit::{ScriptedModel, Turn, Wire};
 use futures::StreamExt;
+use nix::time::{ClockId, clock_gettime};
 #[cfg(feature = "otel")]
 use opentelemetry::trace::TracerProvider as _;
 #[cfg(feature = "otel")]
 use opentelemetry_sdk::{
     error::OTelSdkResult,
+    metrics::{SdkMeterProvider, Temporality, data::ResourceMetrics, exporter::PushMetricExporter},
     trace::{SdkTracerProvider, SpanData, SpanExporter},
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use tracing::Dispatch;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
+
+/// Set in the child process that serves the model.
+const SERVE: &str = "TELEMETRY_BENCH_SERVE";
 
 /// Current weather for a city.
 #[derive(Deserialize, JsonSchema)]
@@ -45,6 +72,18 @@ fn answer() -> String {
     text
 }
 
+/// The peer matrix's two turns.
+fn turns() -> [Turn; 2] {
+    [
+        Turn::tool_call_raw("get_weather", r#"{"city":"Paris"}"#)
+            .with_argument_pieces(8)
+            .with_usage(120, 18),
+        Turn::text(answer())
+            .with_text_pieces(60)
+            .with_usage(160, 210),
+    ]
+}
+
 fn answered_tool(request: &Request) -> bool {
     request.messages.iter().any(|message| {
         message
@@ -54,16 +93,7 @@ fn answered_tool(request: &Request) -> bool {
     })
 }
 
-fn agent() -> Agent {
-    let text = answer();
-    let model = ScriptedModel::from_fn(move |request, _| {
-        if answered_tool(request) {
-            Turn::text(text.clone()).with_text_pieces(60)
-        } else {
-            Turn::tool_call("get_weather", json!({"city": "Paris"})).with_argument_pieces(8)
-        }
-    })
-    .unrecorded();
+fn agent(model: impl Provider) -> Agent {
     Agent::builder(model)
         .model("m")
         .tool(Tool::function(
@@ -76,15 +106,30 @@ fn agent() -> Agent {
         .build()
 }
 
-async fn streamed(agent: &Agent) -> usize {
+fn scripted() -> Agent {
+    let [call, text] = turns();
+    let model = ScriptedModel::from_fn(move |request, _| {
+        if answered_tool(request) {
+            text.clone()
+        } else {
+            call.clone()
+        }
+    })
+    .unrecorded();
+    agent(model)
+}
+
+async fn streamed(agent: &Agent) {
     let mut events = agent.run_stream("What's the weather in Paris?");
     let mut text = 0;
     while let Some(event) = events.next().await {
-        if let RunEvent::Model(StreamEvent::TextDelta { text: delta }) = event {
-            text += delta.len();
+        match event {
+            RunEvent::Model(StreamEvent::TextDelta { text: delta }) => text += delta.len(),
+            RunEvent::RunFinish { result } => assert!(result.error.is_none(), "{result:?}"),
+            _ => {}
         }
     }
-    text
+    assert!(text > 500, "the answer arrived");
 }
 
 /// Drops every span it is given.
@@ -95,61 +140,203 @@ struct Discard;
 #[cfg(feature = "otel")]
 impl SpanExporter for Discard {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        black_box(batch);
+        std::hint::black_box(batch);
         Ok(())
     }
 }
 
-fn bench(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let agent = agent();
-    let mut group = c.benchmark_group("telemetry");
-    group.bench_function("off", |b| {
-        b.iter(|| runtime.block_on(streamed(black_box(&agent))))
-    });
+#[cfg(feature = "otel")]
+impl PushMetricExporter for Discard {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        std::hint::black_box(metrics);
+        Ok(())
+    }
 
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
+
+/// A variant: its name and the subscriber its batches run under (`None`: no subscriber).
+struct Variant {
+    name: &'static str,
+    dispatch: Option<Dispatch>,
+}
+
+fn variants() -> Vec<Variant> {
     let filtered = tracing_subscriber::registry().with(
         tracing_subscriber::fmt::layer()
             .with_filter(Targets::new().with_target("nothing", tracing::Level::INFO)),
     );
-    tracing::subscriber::with_default(filtered, || {
-        group.bench_function("filtered", |b| {
-            b.iter(|| runtime.block_on(streamed(black_box(&agent))))
-        });
-    });
-
+    #[cfg_attr(not(feature = "otel"), expect(unused_mut))]
+    let mut variants = vec![
+        Variant {
+            name: "off",
+            dispatch: None,
+        },
+        Variant {
+            name: "filtered",
+            dispatch: Some(Dispatch::new(filtered)),
+        },
+    ];
     #[cfg(feature = "otel")]
-    otel_noop(&mut group, &runtime, &agent);
-    group.finish();
+    {
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(Discard)
+            .build();
+        let meter = SdkMeterProvider::builder()
+            .with_periodic_exporter(Discard)
+            .build();
+        assert!(agentloop::telemetry::record_metrics(&meter));
+        // Kept for the process: the span processor's thread and the instruments.
+        std::mem::forget(meter);
+        let traced = tracing_subscriber::registry()
+            .with(agentloop::telemetry::layer(provider.tracer("agentloop")));
+        std::mem::forget(provider);
+        variants.push(Variant {
+            name: "otel_noop",
+            dispatch: Some(Dispatch::new(traced)),
+        });
+    }
+    variants
 }
 
-#[cfg(feature = "otel")]
-fn otel_noop(
-    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+/// `runs` streamed runs; the CPU time they took.
+fn batch(
     runtime: &tokio::runtime::Runtime,
     agent: &Agent,
-) {
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(Discard)
-        .build();
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(provider.tracer("agentloop"))
-        .with_location(false)
-        .with_threads(false)
-        .with_level(false)
-        .with_target(false)
-        .with_tracked_inactivity(false);
-    let traced = tracing_subscriber::registry().with(layer);
-    tracing::subscriber::with_default(traced, || {
-        group.bench_function("otel_noop", |b| {
-            b.iter(|| runtime.block_on(streamed(black_box(agent))))
+    variant: &Variant,
+    runs: usize,
+) -> Duration {
+    let run_all = || {
+        let started = cpu();
+        runtime.block_on(async {
+            for _ in 0..runs {
+                streamed(agent).await;
+            }
         });
-    });
-    let _ = provider.shutdown();
+        cpu() - started
+    };
+    match &variant.dispatch {
+        Some(dispatch) => tracing::dispatcher::with_default(dispatch, run_all),
+        None => run_all(),
+    }
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+fn cpu() -> Duration {
+    let now = clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID).expect("the process's CPU clock");
+    Duration::new(now.tv_sec() as u64, now.tv_nsec() as u32)
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The child process: serve the turns on a loopback port, print it, serve until killed.
+fn serve() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        println!("{}", listener.local_addr().expect("its address"));
+        agentloop_testkit::serve_prerendered_on(listener, Wire::OpenAi, turns())
+            .await
+            .expect("the server runs");
+    });
+}
+
+/// The server in a child process (this binary again), and its base URL.
+fn server() -> (Child, String) {
+    let mut child = Command::new(std::env::current_exe().expect("this binary's path"))
+        .env(SERVE, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the server process starts");
+    let stdout = child.stdout.take().expect("its stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("its address");
+    (child, format!("http://{}/v1", line.trim()))
+}
+
+fn main() {
+    if std::env::var_os(SERVE).is_some() {
+        return serve();
+    }
+    // `cargo test --benches` runs this with `--test`: once, briefly.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let runs = if quick {
+        3
+    } else {
+        env("TELEMETRY_BENCH_RUNS", 1000)
+    };
+    let rounds = if quick {
+        1
+    } else {
+        env("TELEMETRY_BENCH_ROUNDS", 7)
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let (mut child, base_url) = server();
+    let http = agent(OpenAi::compatible(base_url).expect("the provider"));
+    let workloads = [("http", http), ("scripted", scripted())];
+    let mut variants = variants();
+    // For a profile of one variant: `TELEMETRY_BENCH_ONLY=otel_noop` (`off` stays, as the base).
+    if let Ok(only) = std::env::var("TELEMETRY_BENCH_ONLY") {
+        variants.retain(|v| v.name == "off" || v.name == only);
+    }
+    for (workload, agent) in &workloads {
+        // Warm up: connections, allocator, price table.
+        for variant in &variants {
+            batch(&runtime, agent, variant, runs.min(50));
+        }
+        let mut per_run: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+        for round in 0..rounds {
+            for i in 0..variants.len() {
+                let v = (i + round) % variants.len();
+                let took = batch(&runtime, agent, &variants[v], runs);
+                per_run[v].push(took.as_secs_f64() * 1e6 / runs as f64);
+            }
+        }
+        let off = median(per_run[0].clone());
+        println!("{workload}: {runs} runs x {rounds} rounds, process CPU per run (median)");
+        for (variant, samples) in variants.iter().zip(per_run) {
+            let mut sorted = samples.clone();
+            sorted.sort_by(f64::total_cmp);
+            let m = median(samples);
+            println!(
+                "  {:<14} {:>8.1} us  x{:.3}  (rounds: {:.1} .. {:.1})",
+                variant.name,
+                m,
+                m / off,
+                sorted[0],
+                sorted[sorted.len() - 1]
+            );
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -24,6 +24,8 @@
 //!
 //! Anthropic's own context management (the API clears old tool uses, or compacts the
 //! conversation, on its side) is a request field: [`anthropic_context_management`] builds it.
+//! So is OpenAI Responses' server-side compaction ([`responses_compaction`]): its encrypted
+//! `compaction` item stays in the history as a native block and goes back as it came.
 //!
 //! ```
 //! use agentloop::context::{ContextPolicy, Strategy};
@@ -598,6 +600,26 @@ pub fn anthropic_context_management(request: &mut Request, edits: &[AnthropicEdi
         .extensions
         .get_or_insert_default()
         .insert("context_management".into(), json!({"edits": edits}));
+}
+
+/// Ask OpenAI's Responses API to compact the conversation on its side: sets the request's
+/// `context_management` field (in [`Request::extensions`]) to
+/// `[{"type": "compaction", "compact_threshold": n}]`, `compact_threshold` left out when
+/// `None` (the API's default). Once the rendered input passes the threshold, the answer
+/// carries an encrypted `compaction` output item; the run keeps it in the assistant's message
+/// (a [`ContentBlock::Native`] of `openai-responses`) and sends it back as it came, and the
+/// API reads it in place of what it summarizes. Other providers send the field as is, so set it
+/// only on Responses runs (a prepare-step hook or the agent's request).
+pub fn responses_compaction(request: &mut Request, compact_threshold: Option<u64>) {
+    let mut entry = Map::new();
+    entry.insert("type".into(), json!("compaction"));
+    if let Some(n) = compact_threshold {
+        entry.insert("compact_threshold".into(), json!(n));
+    }
+    request
+        .extensions
+        .get_or_insert_default()
+        .insert("context_management".into(), json!([entry]));
 }
 
 /// The error a request that cannot be made to fit ends the run with.

@@ -26,7 +26,9 @@
 //!
 //! The `otel` feature adds [`init_from_env`], which exports these spans and the conventions'
 //! metrics (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration`,
-//! `gen_ai.execute_tool.duration`, `gen_ai.invoke_agent.duration`) over OTLP/HTTP.
+//! `gen_ai.execute_tool.duration`, `gen_ai.invoke_agent.duration`) over OTLP/HTTP, and its
+//! parts for a subscriber and exporters of your own: [`layer`] (the spans) and
+//! [`record_metrics`] (the metrics).
 //!
 //! ```
 //! # use agentloop::Agent;
@@ -57,7 +59,7 @@ use crate::run::RunResult;
 use crate::tool::{ToolCall, ToolError, ToolOutput};
 
 #[cfg(feature = "otel")]
-pub use otel::{InitError, TelemetryGuard, init_from_env};
+pub use otel::{InitError, TelemetryGuard, init_from_env, layer, record_metrics};
 
 /// What a run's telemetry records (see the module docs).
 #[derive(Debug, Clone, Default)]
@@ -188,10 +190,10 @@ fn chat_span(
         gen_ai.provider.name = provider_name(provider),
         gen_ai.request.model = request.model.as_str(),
         gen_ai.request.stream = streamed,
-        gen_ai.request.max_tokens = Empty,
-        gen_ai.request.temperature = Empty,
-        gen_ai.request.top_p = Empty,
-        gen_ai.request.top_k = Empty,
+        gen_ai.request.max_tokens = request.max_tokens.map(u64::from),
+        gen_ai.request.temperature = request.temperature.map(f64::from),
+        gen_ai.request.top_p = request.top_p.map(f64::from),
+        gen_ai.request.top_k = request.top_k.map(f64::from),
         gen_ai.response.model = Empty,
         gen_ai.response.id = Empty,
         gen_ai.response.finish_reasons = Empty,
@@ -206,18 +208,6 @@ fn chat_span(
     );
     if span.is_disabled() {
         return span;
-    }
-    if let Some(n) = request.max_tokens {
-        span.record("gen_ai.request.max_tokens", u64::from(n));
-    }
-    if let Some(t) = request.temperature {
-        span.record("gen_ai.request.temperature", f64::from(t));
-    }
-    if let Some(p) = request.top_p {
-        span.record("gen_ai.request.top_p", f64::from(p));
-    }
-    if let Some(k) = request.top_k {
-        span.record("gen_ai.request.top_k", f64::from(k));
     }
     if telemetry.record_content {
         if let Some(system) = &request.system {
@@ -244,15 +234,18 @@ fn chat_end(
     }
     match answer {
         Ok(response) => {
-            if !response.model.is_empty() {
-                span.record("gen_ai.response.model", response.model.as_str());
-            }
-            if !response.id.is_empty() {
-                span.record("gen_ai.response.id", response.id.as_str());
-            }
-            span.record(
-                "gen_ai.response.finish_reasons",
-                response.stop_reason.as_str(),
+            let model = (!response.model.is_empty()).then_some(response.model.as_str());
+            let id = (!response.id.is_empty()).then_some(response.id.as_str());
+            record_fields(
+                span,
+                [
+                    ("gen_ai.response.model", &model),
+                    ("gen_ai.response.id", &id),
+                    (
+                        "gen_ai.response.finish_reasons",
+                        &response.stop_reason.as_str(),
+                    ),
+                ],
             );
             record_usage(span, provider, &response.usage);
             if record_content {
@@ -279,20 +272,37 @@ fn record_usage(span: &Span, provider: &str, usage: &Usage) {
     } else {
         usage.input_tokens
     };
-    span.record("gen_ai.usage.input_tokens", input);
-    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
-    if usage.cache_read_tokens > 0 {
-        span.record(
-            "gen_ai.usage.cache_read.input_tokens",
-            usage.cache_read_tokens,
-        );
-    }
-    if usage.cache_write_tokens > 0 {
-        span.record(
-            "gen_ai.usage.cache_creation.input_tokens",
-            usage.cache_write_tokens,
-        );
-    }
+    let read = (usage.cache_read_tokens > 0).then_some(usage.cache_read_tokens);
+    let write = (usage.cache_write_tokens > 0).then_some(usage.cache_write_tokens);
+    record_fields(
+        span,
+        [
+            ("gen_ai.usage.input_tokens", &input),
+            ("gen_ai.usage.output_tokens", &usage.output_tokens),
+            ("gen_ai.usage.cache_read.input_tokens", &read),
+            ("gen_ai.usage.cache_creation.input_tokens", &write),
+        ],
+    );
+}
+
+/// Record several of a span's fields at once (a `None` value records nothing): a subscriber
+/// handles one record, not one per field, and exporting layers pay per record.
+fn record_fields<const N: usize>(span: &Span, values: [(&str, &dyn tracing::Value); N]) {
+    let Some(metadata) = span.metadata() else {
+        return;
+    };
+    let fields = metadata.fields();
+    let found = values.map(|(name, value)| (fields.field(name), value));
+    // A name the span lacks records nothing: it takes a field that exists, with no value.
+    let Some(any) = found.iter().find_map(|(field, _)| field.clone()) else {
+        return;
+    };
+    let found = found.map(|(field, value)| match field {
+        Some(field) => (field, Some(value)),
+        None => (any.clone(), None),
+    });
+    let pairs = found.each_ref().map(|(field, value)| (field, *value));
+    span.record_all(&fields.value_set(&pairs));
 }
 
 /// The span of a tool call.

@@ -356,3 +356,65 @@ fn kept_citations_are_not_sent_back_as_items() {
         ])
     );
 }
+
+/// Server-side compaction. OpenAI's "Context management" guide
+/// (developers.openai.com/api/docs/guides/context-management): a create request with
+/// `context_management: [{"type": "compaction", "compact_threshold": n}]` makes the server
+/// compact once the rendered input passes `n`, and the stream carries an encrypted
+/// `compaction` output item (`ResponseCompactionItem`: `type`, `id`, `encrypted_content`,
+/// optional `created_by`) that the next request's `input` carries back with the other output
+/// items.
+#[test]
+fn server_side_compaction_is_requested_and_its_item_goes_back_as_it_came() {
+    use agentloop::context::responses_compaction;
+    use agentloop::provider::replay::{WireFormat, assemble};
+
+    let compaction = json!({"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-compacted", "created_by": "server"});
+    let message = json!({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": "Done.", "annotations": []}]});
+    let events = [
+        json!({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "model": "gpt-5"}}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "compaction", "id": "cmp_1"}}),
+        json!({"type": "response.output_item.done", "output_index": 0, "item": compaction}),
+        json!({"type": "response.output_item.added", "output_index": 1, "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}}),
+        json!({"type": "response.output_text.delta", "output_index": 1, "content_index": 0, "delta": "Done."}),
+        json!({"type": "response.output_item.done", "output_index": 1, "item": message}),
+        json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "model": "gpt-5",
+            "usage": {"input_tokens": 900, "output_tokens": 3}}}),
+    ];
+    let stream: String = events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect();
+    let replayed = assemble(WireFormat::OpenAiResponses, stream.as_bytes());
+    assert!(replayed.error.is_none(), "{:?}", replayed.error);
+    assert_eq!(
+        replayed.response.content,
+        vec![
+            ContentBlock::Native {
+                provider: "openai-responses".into(),
+                value: compaction,
+            },
+            ContentBlock::text("Done."),
+        ]
+    );
+
+    let mut request = Request::new(
+        "gpt-5",
+        vec![
+            Message::user("Read the whole repository."),
+            Message::new(Role::Assistant, replayed.response.content),
+            Message::user("Now fix the bug."),
+        ],
+    );
+    responses_compaction(&mut request, Some(200_000));
+    assert_golden(
+        &body(&provider(ResponsesOptions::default()), &request),
+        "compaction",
+    );
+    responses_compaction(&mut request, None);
+    assert_eq!(
+        body(&provider(ResponsesOptions::default()), &request)["context_management"],
+        json!([{"type": "compaction"}])
+    );
+}

@@ -9,9 +9,11 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
 
 use super::provider_name;
 use crate::error::Error;
@@ -127,26 +129,48 @@ pub fn init_from_env() -> Result<Option<TelemetryGuard>, InitError> {
             .with_resource(resource)
             .with_periodic_exporter(exporter)
             .build();
-        let _ = INSTRUMENTS.set(Instruments::new(&meter));
+        let _ = record_metrics(&meter);
         Some(meter)
     } else {
         None
     };
-    // Only the conventions' attributes: no source locations, threads, levels or busy times.
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(tracer.tracer("agentloop"))
+    let subscriber = tracing_subscriber::registry().with(layer(tracer.tracer("agentloop")));
+    tracing::subscriber::set_global_default(subscriber).map_err(|_| InitError::SubscriberSet)?;
+    Ok(Some(TelemetryGuard { tracer, meter }))
+}
+
+/// The layer [`init_from_env`] installs, for a subscriber of your own: it hands `agentloop`'s
+/// spans (level INFO and up, and nothing else) to `tracer`, with the conventions' attributes
+/// only (no source locations, threads, levels, targets or busy times).
+///
+/// ```no_run
+/// use opentelemetry::trace::TracerProvider as _;
+/// use tracing_subscriber::layer::SubscriberExt as _;
+/// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+/// let subscriber = tracing_subscriber::registry()
+///     .with(agentloop::telemetry::layer(provider.tracer("agentloop")));
+/// tracing::subscriber::set_global_default(subscriber).unwrap();
+/// ```
+pub fn layer<S>(tracer: SdkTracer) -> impl Layer<S>
+where
+    S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+{
+    tracing_opentelemetry::layer()
+        .with_tracer(tracer)
         .with_location(false)
         .with_threads(false)
         .with_level(false)
         .with_target(false)
         .with_tracked_inactivity(false)
-        .with_filter(Targets::new().with_target("agentloop", tracing::Level::INFO));
-    let subscriber = tracing_subscriber::registry().with(layer);
-    tracing::subscriber::set_global_default(subscriber).map_err(|_| InitError::SubscriberSet)?;
-    Ok(Some(TelemetryGuard { tracer, meter }))
+        .with_filter(Targets::new().with_target("agentloop", tracing::Level::INFO))
 }
 
-use tracing_subscriber::Layer as _;
+/// Record the conventions' metrics (token usage, operation, tool and agent durations) with
+/// `provider`, as [`init_from_env`] does with its own. The first provider set stays: `false`
+/// when one was set already.
+pub fn record_metrics(provider: &SdkMeterProvider) -> bool {
+    INSTRUMENTS.set(Instruments::new(provider)).is_ok()
+}
 
 /// The conventions' histograms, set once the metrics exporter is.
 struct Instruments {
