@@ -149,9 +149,12 @@ impl Agent {
     /// call tools first; its answer is checked against `T`'s schema and sent back with the
     /// problems until it passes or the retries run out ([`Error::InvalidOutput`]). The
     /// strategy is the provider's for the request ([`Provider::output_strategy_for`]); to
-    /// choose one, or add a validator, use [`Self::run_output_with`].
+    /// choose one, or add a validator, use [`Self::run_output_with`]. A run that pauses for
+    /// approval ends in [`Error::AwaitingApproval`], which holds the paused run to decide and
+    /// resume with [`Self::resume_output`].
     ///
     /// [`Error::InvalidOutput`]: crate::Error::InvalidOutput
+    /// [`Error::AwaitingApproval`]: crate::Error::AwaitingApproval
     pub fn run_output<T>(
         &self,
         input: impl Into<RunInput>,

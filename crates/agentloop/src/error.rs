@@ -219,6 +219,13 @@ pub enum Error {
         /// The run's stop reason.
         reason: String,
     },
+    /// A typed run paused for approval of some of its calls before it answered: decide them
+    /// and resume the paused run ([`crate::Agent::resume_output`]).
+    #[error("{}", awaiting_message(paused))]
+    AwaitingApproval {
+        /// The paused run, to resume with the decisions.
+        paused: Box<crate::run::PausedRun>,
+    },
     /// A typed run's answer still broke its output's schema or validator when the retries
     /// ran out (see [`crate::output`]).
     #[error(
@@ -370,6 +377,7 @@ impl Error {
             Self::Config { .. } => "config",
             Self::InvalidHistory { .. } => "invalid_history",
             Self::Incomplete { .. } => "incomplete",
+            Self::AwaitingApproval { .. } => "awaiting_approval",
             Self::InvalidOutput { .. } => "invalid_output",
             Self::LimitExceeded { .. } => "limit_exceeded",
             Self::UnsupportedVersion { .. } => "unsupported_version",
@@ -393,6 +401,22 @@ impl Error {
             message: message.to_string(),
         }
     }
+}
+
+/// `the run paused for approval of 2 calls (`a`, `b`): decide them and resume the paused run`.
+fn awaiting_message(paused: &crate::run::PausedRun) -> String {
+    let pending = paused.pending();
+    let tools: Vec<String> = pending.iter().map(|p| format!("`{}`", p.tool)).collect();
+    let (calls, them) = if pending.len() == 1 {
+        ("call", "it")
+    } else {
+        ("calls", "them")
+    };
+    format!(
+        "the run paused for approval of {} {calls} ({}): decide {them} and resume the paused run",
+        pending.len(),
+        tools.join(", ")
+    )
 }
 
 /// `file:line:column: tool `name`: message`, leaving out what is unknown.

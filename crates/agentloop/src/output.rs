@@ -423,9 +423,10 @@ pub struct Typed<T> {
 /// The typed answer of a finished run, or why there is none.
 pub(crate) fn typed<T: DeserializeOwned>(result: RunResult) -> Result<Typed<T>> {
     let Some(value) = result.output.clone() else {
-        return Err(match result.error {
-            Some(error) => error,
-            None => Error::Incomplete {
+        return Err(match (result.error, result.paused) {
+            (Some(error), _) => error,
+            (None, Some(paused)) => Error::AwaitingApproval { paused },
+            (None, None) => Error::Incomplete {
                 reason: result.stop_reason.to_string(),
             },
         });

@@ -1193,3 +1193,37 @@ async fn an_unsigned_field_keeps_anthropic_strict_and_its_bound_is_checked_on_ou
     );
     server.assert_complete();
 }
+
+/// The blocking typed run hands over its pause: the error carries the paused run, which
+/// resumes as a typed run to the checked value.
+#[tokio::test]
+async fn a_blocking_typed_run_that_pauses_returns_the_paused_run_to_resume() {
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+            Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": 18})),
+        ],
+    )
+    .await
+    .unwrap();
+    let agent = approving_agent(&server);
+    let error = agent
+        .run_output::<Report>("Weather in Paris?")
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), "awaiting_approval");
+    assert_eq!(
+        error.to_string(),
+        "the run paused for approval of 1 call (`send_email`): decide it and resume the paused run"
+    );
+    let agentloop::Error::AwaitingApproval { paused } = error else {
+        unreachable!()
+    };
+    let typed = agent
+        .resume_output::<Report>(&paused, [("e", agentloop::run::Decision::Approve)])
+        .await
+        .unwrap();
+    assert_eq!(typed.value.temp_c, 18);
+    server.assert_complete();
+}
