@@ -1,65 +1,20 @@
 //! `agentloop serve --approve-tools`: the server's own approval policy, from the command line.
 
-use std::io::BufRead;
+mod serve_support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
-use serde_json::{Value, json};
-
-fn command(db: &Path, tools: &Path, base_url: &str, approve: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agentloop"));
-    command
-        .env_remove("AGENTLOOP_MODEL")
-        .env_remove("AGENTLOOP_TOKEN")
-        .env("NO_COLOR", "1")
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .args(["--model", "openai-compatible/demo", "--base-url", base_url])
-        .arg("--db")
-        .arg(db)
-        .arg("--tools")
-        .arg(tools)
-        .args(["--approve-tools", approve]);
-    command
-}
-
-/// A running `agentloop serve`, killed (SIGKILL) when dropped, so a failing test leaves no
-/// server behind.
-struct Served(Child);
-
-impl Served {
-    /// SIGKILL: nothing is saved on the way out.
-    fn kill(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use serde_json::json;
+use serve_support::{Served, command, read_events, start};
 
 /// `agentloop serve` with `--approve-tools approve`; the process and its URL.
 fn serve(db: &Path, tools: &Path, base_url: &str, approve: &str) -> (Served, String) {
-    let mut child = command(db, tools, base_url, approve)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the agentloop binary runs");
-    let stdout = child.stdout.take().unwrap();
-    let line = std::io::BufReader::new(stdout)
-        .lines()
-        .next()
-        .expect("serve prints its address")
-        .unwrap();
-    let url = line.trim_start_matches("serving on ").to_owned();
-    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    (Served(child), url)
+    let mut command = command(db, tools, base_url);
+    command.args(["--approve-tools", approve]);
+    start(command)
 }
 
 /// A tools directory with two mock tools that need no approval of their own.
@@ -80,34 +35,6 @@ fn tools(dir: &Path) -> std::path::PathBuf {
         .unwrap();
     }
     tools
-}
-
-/// `(event, data)` of each SSE event up to the first `stop` event.
-async fn read_events(mut response: reqwest::Response, stop: &str) -> Vec<(String, Value)> {
-    let mut text = String::new();
-    let mut events = Vec::new();
-    // A guard against a stream that never sends `stop`, not a timing assumption.
-    let read = async {
-        while let Some(chunk) = response.chunk().await.unwrap() {
-            text.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = text.find("\n\n") {
-                let block = text[..end].to_owned();
-                text.drain(..end + 2);
-                let name = block.lines().find_map(|l| l.strip_prefix("event: "));
-                let data = block.lines().find_map(|l| l.strip_prefix("data: "));
-                if let (Some(name), Some(data)) = (name, data) {
-                    events.push((name.to_owned(), serde_json::from_str(data).unwrap()));
-                    if name == stop {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), read)
-        .await
-        .expect("the stream reaches its event");
-    events
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -168,9 +95,11 @@ fn an_unknown_tool_name_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let tools = tools(dir.path());
     let db = dir.path().join("chats.db");
-    let output = command(&db, &tools, "http://127.0.0.1:9/v1", "deploy,deplyo")
-        .output()
-        .unwrap();
+    let mut command = command(&db, &tools, "http://127.0.0.1:9/v1");
+    command
+        .args(["--approve-tools", "deploy,deplyo"])
+        .stderr(Stdio::piped());
+    let output = command.output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -5,41 +5,25 @@
 //!
 //! Needs `AGENTLOOP_TEST_POSTGRES` (CI starts a server; without it, a skip notice).
 
+mod serve_support;
+
 use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
 
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
+use serve_support::{Served, command, read_events, start, tool_endpoint};
 
 /// `agentloop serve --db URL` on a free port with the tools in `tools` against the mock model
 /// at `base_url`; its URL and what it said about its database.
-fn serve(db: &str, tools: &std::path::Path, base_url: &str) -> (Child, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .env_remove("AGENTLOOP_MODEL")
-        .env_remove("AGENTLOOP_TOKEN")
-        .env("NO_COLOR", "1")
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .args(["--model", "openai-compatible/demo", "--base-url", base_url])
-        .args(["--db", db])
-        .arg("--tools")
-        .arg(tools)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the agentloop binary runs");
-    let line = std::io::BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .next()
-        .expect("serve prints its address")
-        .unwrap();
-    let url = line.trim_start_matches("serving on ").to_owned();
-    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+fn serve(db: &str, tools: &std::path::Path, base_url: &str) -> (Served, String, String) {
+    let mut command = command(db, tools, base_url);
+    command.stderr(Stdio::piped());
+    let (mut served, url) = start(command);
     // Read to the end on a thread of its own: a closed pipe would fail the server's next log.
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let stderr = std::io::BufReader::new(served.0.stderr.take().unwrap());
     let (said, database) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in stderr.lines().map_while(Result::ok) {
@@ -49,52 +33,7 @@ fn serve(db: &str, tools: &std::path::Path, base_url: &str) -> (Child, String, S
         }
     });
     let database = database.recv().expect("serve names its database");
-    (child, url, database)
-}
-
-/// A tool endpoint on loopback that counts its calls and answers `{"deployed": true}`.
-async fn tool_endpoint() -> (String, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/deploy", listener.local_addr().unwrap());
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counted = calls.clone();
-    let app = axum::Router::new().route(
-        "/deploy",
-        axum::routing::post(move || {
-            counted.fetch_add(1, Ordering::SeqCst);
-            async { axum::Json(json!({"deployed": true})) }
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, calls)
-}
-
-/// `(event, data)` of each SSE event of `response` up to the first `stop` event.
-async fn read_events(mut response: reqwest::Response, stop: &str) -> Vec<(String, Value)> {
-    let mut text = String::new();
-    let mut events = Vec::new();
-    // A guard against a stream that never sends `stop`, not a timing assumption.
-    let read = async {
-        while let Some(chunk) = response.chunk().await.unwrap() {
-            text.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = text.find("\n\n") {
-                let block = text[..end].to_owned();
-                text.drain(..end + 2);
-                let name = block.lines().find_map(|l| l.strip_prefix("event: "));
-                let data = block.lines().find_map(|l| l.strip_prefix("data: "));
-                if let (Some(name), Some(data)) = (name, data) {
-                    events.push((name.to_owned(), serde_json::from_str(data).unwrap()));
-                    if name == stop {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), read)
-        .await
-        .expect("the stream reaches its event");
-    events
+    (served, url, database)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -148,9 +87,9 @@ async fn an_answer_paused_through_a_killed_server_is_approved_through_another() 
         tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
     };
     // Both up before anything is written: B learns of A's work from the database only.
-    let (mut a, a_url, said) = start().await.unwrap();
+    let (a, a_url, said) = start().await.unwrap();
     assert_eq!(said, format!("agentloop: database {db}"));
-    let (mut b, b_url, _) = start().await.unwrap();
+    let (b, b_url, _) = start().await.unwrap();
 
     let http = reqwest::Client::new();
     let response = http
@@ -180,8 +119,7 @@ async fn an_answer_paused_through_a_killed_server_is_approved_through_another() 
     assert_eq!(list["conversations"][0]["title"], "Deploy it");
 
     // SIGKILL: A is gone; B follows the answer from the database and decides it.
-    a.kill().unwrap();
-    a.wait().unwrap();
+    a.kill();
     let response = http
         .get(format!("{b_url}/v1/chat/{message_id}/events"))
         .send()
@@ -225,6 +163,5 @@ async fn an_answer_paused_through_a_killed_server_is_approved_through_another() 
         serde_json::from_value(stored["messages"].clone()).unwrap();
     assert!(agentloop::history::is_valid(&messages));
     assert_eq!(messages.len(), 4);
-    b.kill().unwrap();
-    b.wait().unwrap();
+    b.kill();
 }

@@ -4,154 +4,21 @@
 //! start-up, runs no completed tool again, and a client reconnecting with `Last-Event-ID` gets
 //! the events it missed and the rest.
 
-use std::io::BufRead;
+mod serve_support;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use serve_support::{Served, command, counting_endpoint, read_events, start, tool_endpoint};
 
-/// A running `agentloop serve`, killed (SIGKILL) when dropped, so a failing test leaves no
-/// server behind.
-struct Served(Child);
-
-impl Served {
-    /// SIGKILL: nothing is saved on the way out.
-    fn kill(mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `agentloop serve` on a free port with the tools in `tools` against the mock model at
+/// `agentloop serve` with database `db` and the tools in `tools` against the mock model at
 /// `base_url`; its URL.
 fn serve(db: &Path, tools: &Path, base_url: &str) -> (Served, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentloop"))
-        .env_remove("AGENTLOOP_MODEL")
-        .env_remove("AGENTLOOP_TOKEN")
-        .env("NO_COLOR", "1")
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .args(["--model", "openai-compatible/demo", "--base-url", base_url])
-        .arg("--db")
-        .arg(db)
-        .arg("--tools")
-        .arg(tools)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the agentloop binary runs");
-    let stdout = child.stdout.take().unwrap();
-    let line = std::io::BufReader::new(stdout)
-        .lines()
-        .next()
-        .expect("serve prints its address")
-        .unwrap();
-    let url = line.trim_start_matches("serving on ").to_owned();
-    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-    (Served(child), url)
-}
-
-/// A tool endpoint on loopback that counts its calls and answers `{"deployed": true}`.
-async fn tool_endpoint() -> (String, Arc<AtomicUsize>) {
-    counting_endpoint(false).await
-}
-
-/// A tool endpoint that counts its calls; `hang`: it never answers (a slow tool).
-async fn counting_endpoint(hang: bool) -> (String, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/deploy", listener.local_addr().unwrap());
-    let calls = Arc::new(AtomicUsize::new(0));
-    let counted = calls.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            let counted = counted.clone();
-            tokio::spawn(async move {
-                // One request per connection: read its head and its body, then answer.
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let Ok(n) = stream.read(&mut buf).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    request.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&request).to_string();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let length = text[..end]
-                            .lines()
-                            .find_map(|l| {
-                                let (name, value) = l.split_once(':')?;
-                                name.eq_ignore_ascii_case("content-length")
-                                    .then(|| value.trim().parse::<usize>().ok())?
-                            })
-                            .unwrap_or(0);
-                        if request.len() >= end + 4 + length {
-                            break;
-                        }
-                    }
-                }
-                counted.fetch_add(1, Ordering::SeqCst);
-                if hang {
-                    // Held open until the server dies; the test ends long before.
-                    tokio::time::sleep(Duration::from_secs(600)).await;
-                    return;
-                }
-                let body = r#"{"deployed": true}"#;
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    (url, calls)
-}
-
-/// `(event, data)` of each SSE event in `body` up to the first `stop` event.
-async fn read_events(response: reqwest::Response, stop: &str) -> Vec<(String, Value)> {
-    let mut response = response;
-    let mut text = String::new();
-    let mut events = Vec::new();
-    // A guard against a stream that never sends `stop`, not a timing assumption.
-    let read = async {
-        while let Some(chunk) = response.chunk().await.unwrap() {
-            text.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = text.find("\n\n") {
-                let block = text[..end].to_owned();
-                text.drain(..end + 2);
-                let name = block.lines().find_map(|l| l.strip_prefix("event: "));
-                let data = block.lines().find_map(|l| l.strip_prefix("data: "));
-                if let (Some(name), Some(data)) = (name, data) {
-                    events.push((name.to_owned(), serde_json::from_str(data).unwrap()));
-                    if name == stop {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), read)
-        .await
-        .expect("the stream reaches its event");
-    events
+    start(command(db, tools, base_url))
 }
 
 #[tokio::test(flavor = "multi_thread")]
