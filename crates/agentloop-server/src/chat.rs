@@ -321,18 +321,14 @@ fn retire(state: &AppState, message_id: String) {
         runtime.spawn(async move {
             tokio::time::sleep(retain).await;
             state.inner.runs.forget(&message_id);
-            if state.inner.store.keeps_chat_runs()
-                && let Err(e) = state.inner.store.delete_chat_run(message_id).await
-            {
+            if let Err(e) = state.inner.store.delete_chat_run(message_id).await {
                 tracing::warn!("could not remove a finished answer's log: {e}");
             }
         });
     } else {
         inner.runs.forget(&message_id);
-        if inner.store.keeps_chat_runs() {
-            // Queued: the worker writes it even though nobody waits.
-            drop(inner.store.delete_chat_run(message_id));
-        }
+        // Queued: the worker writes it even though nobody waits.
+        drop(inner.store.delete_chat_run(message_id));
     }
 }
 
@@ -725,16 +721,12 @@ pub(crate) async fn resume(
     };
     // An answer run durably goes on from its paused checkpoint, durably; a typed one (never
     // checkpointed) from the paused run in memory.
-    let checkpoint = if state.inner.store.keeps_chat_runs() {
-        state
-            .inner
-            .store
-            .chat_checkpoint(run.message_id.clone())
-            .await
-    } else {
-        Ok(None)
-    };
-    let durable = match checkpoint {
+    let durable = match state
+        .inner
+        .store
+        .chat_checkpoint(run.message_id.clone())
+        .await
+    {
         // Its whole log is written again with the next checkpoint (ids stored already are
         // kept): the events of the pause were never written with one.
         Ok(Some(_)) => Some(Durable::new(
@@ -801,9 +793,7 @@ pub(crate) async fn end_paused(state: &AppState, run: Arc<RunLog>, paused: Box<P
             tracing::warn!(message_id = %run.message_id, "could not forget the paused answer: {e}")
         }
     }
-    if store.keeps_chat_runs()
-        && let Err(e) = store.delete_chat_run(run.message_id.clone()).await
-    {
+    if let Err(e) = store.delete_chat_run(run.message_id.clone()).await {
         tracing::warn!(message_id = %run.message_id, "could not forget the paused checkpoint: {e}");
     }
     if let Err(e) = store
@@ -1010,9 +1000,6 @@ fn restore(state: &AppState, row: crate::store::PausedRow) -> Option<Arc<RunLog>
 /// that had finished shows its log again until it is forgotten.
 pub(crate) async fn restore_running(state: &AppState) -> Result<(), ServerError> {
     let inner = &state.inner;
-    if !inner.store.keeps_chat_runs() {
-        return Ok(());
-    }
     for row in inner.store.chat_runs().await? {
         // Answers waiting for approval are restored from their pause (see `restore_paused`);
         // one whose pause was not kept yet goes on below, and pauses again.

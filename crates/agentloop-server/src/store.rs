@@ -980,6 +980,9 @@ impl Store {
         &self,
         message_id: String,
     ) -> Result<Option<(u64, String, String)>, ServerError> {
+        if !self.keeps_chat_runs() {
+            return Ok(None);
+        }
         self.call(move |conn| {
             Ok(conn
                 .query_row(
@@ -1041,6 +1044,9 @@ impl Store {
 
     /// Every answer run durably with its stored log, oldest first.
     pub(crate) async fn chat_runs(&self) -> Result<Vec<ChatRunRow>, ServerError> {
+        if !self.keeps_chat_runs() {
+            return Ok(Vec::new());
+        }
         self.call(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT message_id, conversation_id, prompt_index, status, finished, log_end,
@@ -1083,13 +1089,22 @@ impl Store {
         &self,
         message_id: String,
     ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
-        self.call(move |conn| {
-            conn.execute(
-                "DELETE FROM chat_runs WHERE message_id = ?1",
-                params![message_id],
-            )?;
-            Ok(())
-        })
+        // Queued now (a caller may drop the future); nothing to delete where none are kept.
+        let call = self.keeps_chat_runs().then(|| {
+            self.call(move |conn| {
+                conn.execute(
+                    "DELETE FROM chat_runs WHERE message_id = ?1",
+                    params![message_id],
+                )?;
+                Ok(())
+            })
+        });
+        async move {
+            match call {
+                Some(call) => call.await,
+                None => Ok(()),
+            }
+        }
     }
 }
 
