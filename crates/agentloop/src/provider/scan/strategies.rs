@@ -92,6 +92,35 @@ pub fn array(item: impl Strategy<Value = String>) -> impl Strategy<Value = Strin
     prop::collection::vec(item, 0..3).prop_map(|items| format!("[{}]", items.join(",")))
 }
 
+/// A valid JSON scalar or empty container (no invalid text: for shapes serde must read).
+pub fn plain_value() -> BoxedStrategy<String> {
+    prop_oneof![
+        one_of(vec![
+            "null", "true", "false", "[]", "{}", "-1", "0.5", "2.5"
+        ]),
+        (0u64..u64::MAX).prop_map(|n| n.to_string()),
+        ".{0,8}".prop_map(|s| serde_json::to_string(&s).expect("a string")),
+    ]
+    .boxed()
+}
+
+/// An object of up to four members keyed by `keys` (repeats included), each a
+/// [`plain_value`] or `inner`: nested event shapes built from the inside out.
+pub fn members(
+    keys: &'static [&'static str],
+    inner: BoxedStrategy<String>,
+) -> BoxedStrategy<String> {
+    prop::collection::vec(
+        (
+            prop::sample::select(keys).prop_map(str::to_owned),
+            prop_oneof![plain_value(), inner],
+        ),
+        0..5,
+    )
+    .prop_map(|fields| object(&fields))
+    .boxed()
+}
+
 /// Values made of the keys a reader knows (and a few it must not be fooled by).
 #[derive(Clone, Copy)]
 pub struct Keys(pub &'static [&'static str]);

@@ -106,6 +106,7 @@ fn read_reasoning<'a>(s: &mut Scanner<'a>) -> Option<ReasoningDelta<'a>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::scan::strategies::{members, plain_value};
     use proptest::prelude::*;
 
     fn serde(data: &str) -> Option<DeltaEvent<'_>> {
@@ -136,47 +137,16 @@ mod tests {
         assert!(read(b"{\"p\":\"\xff\"}").is_none());
     }
 
-    fn value() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just("null".to_owned()),
-            Just("true".to_owned()),
-            Just("[]".to_owned()),
-            Just("{}".to_owned()),
-            Just("-1".to_owned()),
-            Just("0.5".to_owned()),
-            (0u64..u64::MAX).prop_map(|n| n.to_string()),
-            ".{0,8}".prop_map(|s| serde_json::to_string(&s).expect("a string")),
-        ]
-    }
-
-    fn object(
-        keys: &'static [&'static str],
-        inner: BoxedStrategy<String>,
-    ) -> BoxedStrategy<String> {
-        proptest::collection::vec(
-            (proptest::sample::select(keys), prop_oneof![value(), inner]),
-            0..4,
-        )
-        .prop_map(|members| {
-            let body: Vec<String> = members
-                .iter()
-                .map(|(k, v)| format!("\"{k}\":{v}"))
-                .collect();
-            format!("{{{}}}", body.join(","))
-        })
-        .boxed()
-    }
-
     fn payload() -> BoxedStrategy<String> {
-        let inner = object(
+        let inner = members(
             &["input", "text", "signature", "redactedContent", "x"],
-            value().boxed(),
+            plain_value(),
         );
-        let delta = object(
+        let delta = members(
             &["text", "toolUse", "reasoningContent", "toolResult", "p"],
             inner,
         );
-        object(&["contentBlockIndex", "delta", "p"], delta)
+        members(&["contentBlockIndex", "delta", "p"], delta)
     }
 
     proptest! {

@@ -189,6 +189,7 @@ fn usage(s: &mut Scanner<'_>) -> Option<UsageCounts> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::scan::strategies::{array, members, plain_value};
     use proptest::prelude::*;
 
     fn serde(data: &str) -> Option<WireChunk<'_>> {
@@ -217,51 +218,13 @@ mod tests {
         }
     }
 
-    fn value() -> impl Strategy<Value = String> {
-        prop_oneof![
-            Just("null".to_owned()),
-            Just("true".to_owned()),
-            Just("false".to_owned()),
-            Just("[]".to_owned()),
-            Just("{}".to_owned()),
-            Just("-1".to_owned()),
-            Just("2.5".to_owned()),
-            (0u64..u64::MAX).prop_map(|n| n.to_string()),
-            ".{0,8}".prop_map(|s| serde_json::to_string(&s).expect("a string")),
-        ]
-    }
-
-    fn object(
-        keys: &'static [&'static str],
-        inner: BoxedStrategy<String>,
-    ) -> BoxedStrategy<String> {
-        proptest::collection::vec(
-            (proptest::sample::select(keys), prop_oneof![value(), inner]),
-            0..5,
-        )
-        .prop_map(|members| {
-            let body: Vec<String> = members
-                .iter()
-                .map(|(k, v)| format!("\"{k}\":{v}"))
-                .collect();
-            format!("{{{}}}", body.join(","))
-        })
-        .boxed()
-    }
-
-    fn array(item: BoxedStrategy<String>) -> BoxedStrategy<String> {
-        proptest::collection::vec(item, 0..3)
-            .prop_map(|items| format!("[{}]", items.join(",")))
-            .boxed()
-    }
-
     fn chunk() -> BoxedStrategy<String> {
-        let part = object(
+        let part = members(
             &["text", "thought", "thoughtSignature", "functionCall"],
-            value().boxed(),
+            plain_value(),
         );
-        let content = object(&["parts", "role"], array(part));
-        let candidate = object(
+        let content = members(&["parts", "role"], array(part).boxed());
+        let candidate = members(
             &[
                 "content",
                 "finishReason",
@@ -272,16 +235,16 @@ mod tests {
             ],
             content,
         );
-        let usage = object(
+        let usage = members(
             &[
                 "promptTokenCount",
                 "thoughtsTokenCount",
                 "totalTokenCount",
                 "x",
             ],
-            value().boxed(),
+            plain_value(),
         );
-        object(
+        members(
             &[
                 "candidates",
                 "usageMetadata",
