@@ -1413,6 +1413,23 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(ended.len(), 2, "the store's connection and its listener's");
+        // Termination is a signal the backends act on later: wait until they are gone, or the
+        // first call below could still be answered by the old connection.
+        for _ in 0..500 {
+            let left: i64 = admin
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         // Postgres's notice of the termination, or the closed connection, whichever the call
         // meets first.
         if let Err(error) = store.list().await {
