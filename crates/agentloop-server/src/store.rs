@@ -1406,8 +1406,10 @@ mod tests {
         tokio::spawn(connection);
         let ended = admin
             .query(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                "WITH others AS MATERIALIZED (
+                     SELECT pid FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid())
+                 SELECT pid, pg_terminate_backend(pid) FROM others",
                 &[],
             )
             .await
@@ -1416,11 +1418,11 @@ mod tests {
         // Termination is a signal the backends act on later: wait until they are gone, or the
         // first call below could still be answered by the old connection.
         for _ in 0..500 {
+            let pids: Vec<i32> = ended.iter().map(|row| row.get(0)).collect();
             let left: i64 = admin
                 .query_one(
-                    "SELECT COUNT(*) FROM pg_stat_activity
-                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
-                    &[],
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ANY($1)",
+                    &[&pids],
                 )
                 .await
                 .unwrap()
