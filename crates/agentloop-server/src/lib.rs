@@ -234,9 +234,10 @@
 //! the next multiple of 1,000,000,000, so no id ever names two events. A reconnect with an id
 //! from before the checkpoint gets exactly the events it missed, then the rest live; one with
 //! an id that was cut gets 409 whose message names the last kept event: drop what came after
-//! it and reconnect from it. An answer waiting for approval waits again (see "Approvals"). A
-//! shutdown by Ctrl-C or SIGTERM is not a crash: it ends the answers in flight as
-//! `interrupted`, and nothing is resumed. An answer resumed by approval decisions goes on from
+//! it and reconnect from it (the page reconnects by itself for about 20 s, and on that 409 shows
+//! the answer again from its first event). An answer waiting for approval waits again (see
+//! "Approvals"). A shutdown by Ctrl-C or SIGTERM is not a crash: it ends the answers in flight
+//! as `interrupted`, and nothing is resumed. An answer resumed by approval decisions goes on from
 //! its paused checkpoint ([`agentloop::Agent::decide_run_stream`]) and is checkpointed the same
 //! way. Typed answers are not checkpointed (the library has no durable typed run): a crash
 //! loses the answer in flight, and the history saved after each step stays valid.

@@ -352,6 +352,18 @@ class AssistantView {
     }
   }
 
+  // Start over empty, for an answer about to be shown again from its first event.
+  reset() {
+    if (this.pending) cancelAnimationFrame(this.pending);
+    this.root.replaceChildren();
+    this.bubble = null;
+    this.thinkingBubble = null;
+    this.pending = null;
+    this.answer = '';
+    this.approvals = new Map();
+    this.askers = new Map();
+  }
+
   render(bubble) {
     renderMarkdown(bubble, bubble.source);
     scrollDown();
@@ -527,30 +539,54 @@ function handle(event, view, session) {
   }
 }
 
-// Read an answer to its end, reconnecting with Last-Event-ID if the connection drops.
+// How long to wait before each reconnect: a restarting server needs a few seconds.
+const RECONNECT_DELAYS_MS = [250, 500, 1000, 2000, 4000, 4000, 4000, 4000];
+
+// Read an answer to its end, reconnecting with Last-Event-ID if the connection drops. A server
+// that restarted meanwhile may have cut the events after its last checkpoint (409 for an id it
+// no longer has): the answer is then shown again from its first event.
 async function follow(response, view, session) {
   let messageId = state.messageId;
   let lastEventId = null;
   for (let attempt = 0; ; attempt += 1) {
     let ended = false;
-    try {
-      for await (const event of readEvents(response)) {
-        if (event.id !== null) lastEventId = event.id;
-        if (event.event === 'message_start') messageId = event.data.message_id;
-        if (event.event === 'message_end') ended = true;
-        handle(event, view, session);
+    if (response) {
+      try {
+        for await (const event of readEvents(response)) {
+          if (event.id !== null) lastEventId = event.id;
+          if (event.event === 'message_start') messageId = event.data.message_id;
+          if (event.event === 'message_end') ended = true;
+          handle(event, view, session);
+        }
+        if (ended) return;
+      } catch (error) {
+        if (ended) return;
+        if (attempt >= RECONNECT_DELAYS_MS.length) throw error;
       }
-      if (ended) return;
-    } catch (error) {
-      if (ended) return;
-      if (attempt >= 3) throw error;
     }
-    if (attempt >= 3 || !messageId) throw new Error('the connection was lost');
+    if (attempt >= RECONNECT_DELAYS_MS.length || !messageId) throw new Error('the connection was lost');
     if (session === state.session) setStatus('Reconnecting…');
-    const headers = lastEventId === null ? {} : { 'Last-Event-ID': lastEventId };
-    response = await api(`/v1/chat/${encodeURIComponent(messageId)}/events`, { headers });
-    if (session === state.session) setStatus('Answering… (Escape stops)');
+    await new Promise((resolve) => setTimeout(resolve, RECONNECT_DELAYS_MS[attempt]));
+    response = null;
+    try {
+      response = await reconnect(messageId, lastEventId);
+    } catch (error) {
+      if (error.status === 409 && lastEventId !== null) {
+        view.reset();
+        lastEventId = null;
+        response = await reconnect(messageId, null);
+      } else if (error.status !== undefined && error.status < 500) {
+        throw error; // the answer is unknown, or the request is refused: retrying will not help
+      }
+      // Otherwise the server is not back yet: the loop waits and tries again.
+    }
+    if (response && session === state.session) setStatus('Answering… (Escape stops)');
   }
+}
+
+function reconnect(messageId, lastEventId) {
+  const headers = lastEventId === null ? {} : { 'Last-Event-ID': lastEventId };
+  return api(`/v1/chat/${encodeURIComponent(messageId)}/events`, { headers });
 }
 
 async function send(text) {

@@ -908,6 +908,93 @@ async fn escape_stops_an_answer_and_enter_on_an_empty_box_does_nothing() {
     );
 }
 
+/// The answer's stream drops; the first reconnect finds no server (restarting), the second
+/// gets 409 because the restarted server cut the events after its last checkpoint. The page
+/// shows the answer again from its first event, once, without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_answer_reconnects_and_a_cut_log_is_shown_again_from_its_start() {
+    if no_browser() {
+        return;
+    }
+    let answer = (1..=30)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let model = ScriptedModel::new([Turn::text(answer.clone())
+        .with_text_pieces(30)
+        .with_chunk_delay(Duration::from_millis(20))]);
+    let server = TestServer::start(
+        ServerConfig::new(Agent::builder(model.clone()).build()).in_memory_database(),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.open(&server.url("/")).await;
+    // The network as the page meets it: `/v1/chat`'s body breaks off after three reads, the
+    // first reconnect fails like a refused connection, the second gets the restarted server's
+    // 409; after that the real server answers.
+    browser
+        .script(
+            "const real = window.fetch;
+             window.chatCalls = [];
+             let reconnects = 0;
+             window.fetch = async (path, options = {}) => {
+               const url = String(path);
+               if (!url.startsWith('/v1/chat')) return real(path, options);
+               const lastId = (options.headers || {})['Last-Event-ID'] ?? null;
+               window.chatCalls.push([url.replace(/[^/]+\\/events$/, 'ID/events'), lastId]);
+               if (url.endsWith('/events') && lastId !== null) {
+                 reconnects += 1;
+                 if (reconnects === 1) throw new TypeError('Failed to fetch');
+                 if (reconnects === 2) {
+                   return new Response('{\"error\":{\"message\":\"event 4 was cut\"}}',
+                     {status: 409, headers: {'Content-Type': 'application/json'}});
+                 }
+               }
+               const response = await real(path, options);
+               if (url !== '/v1/chat') return response;
+               const reader = response.body.getReader();
+               let reads = 0;
+               const body = new ReadableStream({
+                 async pull(controller) {
+                   if (reads === 3) {
+                     reader.cancel();
+                     controller.error(new TypeError('network error'));
+                     return;
+                   }
+                   reads += 1;
+                   const { value, done } = await reader.read();
+                   if (done) controller.close(); else controller.enqueue(value);
+                 },
+               });
+               return new Response(body, {status: response.status, headers: response.headers});
+             };
+             return null;",
+        )
+        .await;
+    browser.ask("Count to thirty").await;
+    let shown = browser
+        .script(
+            "return {answers: [...document.querySelectorAll('.bubble.answer')].map((b) => b.textContent.trim()),
+                     alerts: document.querySelectorAll('.alert').length,
+                     calls: window.chatCalls.map(([url, id]) => [url, id !== null])};",
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!({
+            "answers": [answer],
+            "alerts": 0,
+            "calls": [
+                ["/v1/chat", false],
+                ["/v1/chat/ID/events", true],
+                ["/v1/chat/ID/events", true],
+                ["/v1/chat/ID/events", false],
+            ],
+        })
+    );
+    model.assert_complete();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_are_renamed_and_deleted_from_the_list() {
     if no_browser() {
