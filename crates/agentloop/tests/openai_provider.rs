@@ -1,5 +1,5 @@
-//! The OpenAI provider type: names, secrets in Debug output, non-streamed parsing, and a live
-//! check that only runs on request.
+//! The OpenAI provider type: names, secrets in Debug output, non-streamed parsing (its live
+//! checks are in `live.rs`).
 
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::provider::openai::{OpenAi, Preset, parse_completion};
@@ -137,70 +137,4 @@ fn non_streamed_errors() {
     );
     let error = parse_completion(&json!({"choices": "nope"}), "openai").unwrap_err();
     assert!(matches!(error, Error::Parse { .. }), "{error:?}");
-}
-
-/// Run with `OPENAI_API_KEY=... cargo test -p agentloop --test openai_provider -- --ignored`.
-#[tokio::test]
-#[ignore = "calls the real OpenAI API; needs OPENAI_API_KEY"]
-async fn live_openai_answers_and_calls_a_tool() {
-    use futures::StreamExt;
-
-    let openai = OpenAi::from_env().expect("OPENAI_API_KEY is set");
-    let mut request = Request::new(
-        "gpt-4.1-mini",
-        vec![Message::user("What is the weather in Paris? Use the tool.")],
-    );
-    request.max_tokens = Some(200);
-    request.tools = vec![agentloop::ToolDefinition::from(
-        agentloop::FunctionDefinition {
-            name: "get_weather".into(),
-            description: "Current weather for a city".into(),
-            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-            strict: true,
-        },
-    )];
-    request.tool_choice = Some(agentloop::ToolChoice::Required);
-    let response = openai.complete(&request).await.expect("a response");
-    assert_eq!(response.stop_reason, StopReason::ToolUse);
-    assert_eq!(response.tool_uses()[0].name, "get_weather");
-
-    let mut events = openai.stream(&request);
-    let mut acc = agentloop::Accumulator::new();
-    while let Some(event) = events.next().await {
-        acc.push(&event.expect("no stream error"));
-    }
-    let streamed = acc.finish();
-    assert_eq!(streamed.tool_uses()[0].name, "get_weather");
-    assert!(streamed.usage.input_tokens > 0);
-}
-
-/// DeepSeek's thinking mode with a tool: the second request only succeeds if the first
-/// answer's reasoning goes back as `reasoning_content`. Run with
-/// `DEEPSEEK_API_KEY=... cargo test -p agentloop --test openai_provider -- --ignored`.
-#[tokio::test]
-#[ignore = "calls the real DeepSeek API; needs DEEPSEEK_API_KEY"]
-async fn live_deepseek_thinks_calls_a_tool_and_answers() {
-    #[derive(serde::Deserialize, schemars::JsonSchema)]
-    struct GetWeather {
-        /// City name.
-        city: String,
-    }
-    let deepseek = OpenAi::preset("deepseek").expect("DEEPSEEK_API_KEY is set");
-    let agent = agentloop::Agent::builder(deepseek)
-        .model("deepseek-v4-flash")
-        .max_tool_iterations(3)
-        .tool(agentloop::Tool::function(
-            "get_weather",
-            "Current weather for a city",
-            |args: GetWeather| async move {
-                Ok::<_, std::convert::Infallible>(format!("18 °C and sunny in {}", args.city))
-            },
-        ))
-        .build();
-    let result = agent
-        .run("What is the weather in Paris? Use the tool, then answer in one sentence.")
-        .await
-        .expect("the run succeeds");
-    assert!(result.tool_calls >= 1, "{result:?}");
-    assert!(result.text().contains("18"), "{}", result.text());
 }
