@@ -2,9 +2,10 @@
 //! blocking and streamed runs with tool calls in the middle, retries of 429/529, typed errors,
 //! errors inside a stream, a cut connection.
 
-use std::collections::VecDeque;
+mod common;
+
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::provider::anthropic::Anthropic;
@@ -13,117 +14,16 @@ use agentloop::{
     Agent, ContentBlock, Error, Message, Provider, Request, RunEvent, StopReason, StreamEvent,
     Tool, Usage,
 };
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Bytes;
+use common::scripted_http::{self, Reply, Script, Seen, json_reply};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use tokio::time::Instant;
-
-/// What the server answers to one request.
-enum Reply {
-    /// A whole body with a status and extra headers.
-    Full {
-        status: u16,
-        headers: Vec<(&'static str, String)>,
-        body: String,
-    },
-    /// An SSE body sent in these pieces.
-    Sse(Vec<Bytes>),
-    /// These SSE pieces; once `cut` is notified, the connection drops.
-    SseThenCut(Vec<Bytes>, Arc<Notify>),
-}
-
-#[derive(Debug, Clone)]
-struct Seen {
-    at: Instant,
-    headers: HeaderMap,
-    body: Value,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
-#[derive(Clone, Default)]
-struct Script {
-    replies: Arc<Mutex<VecDeque<Reply>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Script {
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-async fn answer(
-    axum::extract::State(script): axum::extract::State<Script>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> axum::response::Response {
-    script.seen.lock().unwrap().push(Seen {
-        at: Instant::now(),
-        headers,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-    });
-    let reply = script.replies.lock().unwrap().pop_front();
-    let mut builder = axum::response::Response::builder();
-    match reply {
-        None => builder
-            .status(StatusCode::INTERNAL_SERVER_ERROR)
-            .body(Body::from("no scripted reply left"))
-            .unwrap(),
-        Some(Reply::Full {
-            status,
-            headers,
-            body,
-        }) => {
-            builder = builder
-                .status(status)
-                .header("content-type", "application/json");
-            for (name, value) in headers {
-                builder = builder.header(name, value);
-            }
-            builder.body(Body::from(body)).unwrap()
-        }
-        Some(Reply::Sse(pieces)) => builder
-            .header("content-type", "text/event-stream")
-            .body(Body::from_stream(futures::stream::iter(
-                pieces.into_iter().map(Ok::<_, Infallible>),
-            )))
-            .unwrap(),
-        Some(Reply::SseThenCut(pieces, cut)) => {
-            // The cut waits for the test's signal, so the pieces are surely delivered first.
-            let cut = futures::stream::once(async move {
-                cut.notified().await;
-                Err(std::io::Error::other("connection cut"))
-            });
-            let items = futures::stream::iter(pieces.into_iter().map(Ok)).chain(cut);
-            builder
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(items))
-                .unwrap()
-        }
-    }
-}
 
 /// Serve `replies` in order on 127.0.0.1 (any port); returns the script and the base URL
 /// (the bare host, as Anthropic clients expect).
 async fn serve(replies: Vec<Reply>) -> (Script, String) {
-    let script = Script {
-        replies: Arc::new(Mutex::new(replies.into())),
-        ..Script::default()
-    };
-    let app = axum::Router::new()
-        .route("/v1/messages", axum::routing::post(answer))
-        .with_state(script.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (script, url)
+    scripted_http::serve("/v1/messages", replies).await
 }
 
 fn provider(url: &str, retry: RetryPolicy) -> Anthropic {
@@ -137,14 +37,6 @@ fn fast_retries(max_retries: u32) -> RetryPolicy {
     RetryPolicy {
         max_retries,
         ..RetryPolicy::default()
-    }
-}
-
-fn json_reply(body: Value) -> Reply {
-    Reply::Full {
-        status: 200,
-        headers: vec![],
-        body: body.to_string(),
     }
 }
 

@@ -3,135 +3,26 @@
 
 mod common;
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentloop::provider::http::{ApiKey, HttpConfig, RetryPolicy};
 use agentloop::provider::openai::{OpenAi, Preset};
 use agentloop::stream::StreamEvent;
 use agentloop::{Agent, Error, Message, Provider, Request, StopReason, Tool, Usage};
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Bytes;
+use common::scripted_http::{self, Reply, Script, Seen, json_reply};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// What the server answers to one request.
-enum Reply {
-    /// A whole body with a status and extra headers.
-    Full {
-        status: u16,
-        headers: Vec<(&'static str, String)>,
-        body: String,
-    },
-    /// An SSE body sent in these pieces.
-    Sse(Vec<Bytes>),
-    /// These SSE pieces; once `cut` is notified, the connection drops.
-    SseThenCut(Vec<Bytes>, Arc<Notify>),
-    /// These SSE pieces, `gap` apart, then nothing more on an open connection.
-    SseThenStall(Vec<Bytes>, Duration),
-}
-
-#[derive(Debug, Clone)]
-struct Seen {
-    at: Instant,
-    authorization: Option<String>,
-    body: Value,
-}
-
-#[derive(Clone, Default)]
-struct Script {
-    replies: Arc<Mutex<VecDeque<Reply>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Script {
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-async fn answer(
-    axum::extract::State(script): axum::extract::State<Script>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> axum::response::Response {
-    script.seen.lock().unwrap().push(Seen {
-        at: Instant::now(),
-        authorization: headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-    });
-    let reply = script.replies.lock().unwrap().pop_front();
-    let mut builder = axum::response::Response::builder();
-    match reply {
-        None => builder
-            .status(StatusCode::INTERNAL_SERVER_ERROR)
-            .body(Body::from("no scripted reply left"))
-            .unwrap(),
-        Some(Reply::Full {
-            status,
-            headers,
-            body,
-        }) => {
-            builder = builder
-                .status(status)
-                .header("content-type", "application/json");
-            for (name, value) in headers {
-                builder = builder.header(name, value);
-            }
-            builder.body(Body::from(body)).unwrap()
-        }
-        Some(Reply::Sse(pieces)) => builder
-            .header("content-type", "text/event-stream")
-            .body(Body::from_stream(futures::stream::iter(
-                pieces.into_iter().map(Ok::<_, Infallible>),
-            )))
-            .unwrap(),
-        Some(Reply::SseThenCut(pieces, cut)) => {
-            // The cut waits for the test's signal, so the pieces are surely delivered first.
-            let cut = futures::stream::once(async move {
-                cut.notified().await;
-                Err(std::io::Error::other("connection cut"))
-            });
-            let items = futures::stream::iter(pieces.into_iter().map(Ok)).chain(cut);
-            builder
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(items))
-                .unwrap()
-        }
-        Some(Reply::SseThenStall(pieces, gap)) => {
-            let paced = futures::stream::iter(pieces).then(move |piece| async move {
-                tokio::time::sleep(gap).await;
-                Ok::<_, Infallible>(piece)
-            });
-            let stall = futures::stream::pending();
-            builder
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(paced.chain(stall)))
-                .unwrap()
-        }
-    }
-}
-
-/// Serve `replies` in order on 127.0.0.1 (any port); returns the script and the base URL.
+/// Serve `replies` in order on 127.0.0.1 (any port); returns the script and the base URL
+/// (with `/v1`, as OpenAI clients expect).
 async fn serve(replies: Vec<Reply>) -> (Script, String) {
-    let script = Script {
-        replies: Arc::new(Mutex::new(replies.into())),
-        ..Script::default()
-    };
-    let app = axum::Router::new()
-        .route("/v1/chat/completions", axum::routing::post(answer))
-        .with_state(script.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (script, url)
+    let (script, url) = scripted_http::serve("/v1/chat/completions", replies).await;
+    (script, format!("{url}/v1"))
 }
 
 fn provider(url: &str, retry: RetryPolicy) -> OpenAi {
@@ -139,14 +30,6 @@ fn provider(url: &str, retry: RetryPolicy) -> OpenAi {
     config.api_key = Some(ApiKey::new("sk-test-123"));
     config.retry = retry;
     OpenAi::new(config).unwrap()
-}
-
-fn json_reply(body: Value) -> Reply {
-    Reply::Full {
-        status: 200,
-        headers: vec![],
-        body: body.to_string(),
-    }
 }
 
 fn error_reply(
@@ -222,7 +105,7 @@ fn assert_second_request_has_the_tool_turn(seen: &[Seen], arguments: &str) {
         ])
     );
     for request in seen {
-        assert_eq!(request.authorization.as_deref(), Some("Bearer sk-test-123"));
+        assert_eq!(request.header("authorization"), Some("Bearer sk-test-123"));
         assert_eq!(request.body["model"], "gpt-4o");
         assert_eq!(request.body["tools"][0]["function"]["name"], "get_weather");
     }
@@ -704,6 +587,10 @@ async fn complete_maps_a_non_streamed_answer() {
         }
     );
     let seen = script.seen();
-    assert_eq!(seen[0].authorization, None, "no key configured, no header");
+    assert_eq!(
+        seen[0].header("authorization"),
+        None,
+        "no key configured, no header"
+    );
     assert_eq!(seen[0].body["max_tokens"], 100);
 }

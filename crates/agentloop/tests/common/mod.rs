@@ -165,3 +165,4 @@ pub fn wire_agent(
         }
     }
 }
+pub mod scripted_http;
