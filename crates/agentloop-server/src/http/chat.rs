@@ -175,6 +175,15 @@ pub(crate) async fn cancel(
             format!("the answer `{message_id}` has finished already"),
         ));
     }
+    if run.is_remote() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "the answer `{message_id}` runs on another server sharing the database; send \
+                 the cancel there (the server whose stream carries its events)"
+            ),
+        ));
+    }
     if let Some(paused) = run.take_paused() {
         chat::end_paused(&state, run, paused).await;
     } else {

@@ -340,9 +340,14 @@ async fn decide(state: &AppState, request: &UiChatRequest) -> Result<Response, A
 /// answer of the chat from its start (the transport's default `resumeStreamIsReplay`), or
 /// answers 204 when none is running.
 pub(crate) async fn resume(State(state): State<AppState>, Path(chat_id): Path<String>) -> Response {
-    match state.inner.runs.active_in(&chat_id) {
+    // On a shared database the answer may run on another server: it is followed from there.
+    let active = match chat::active_in(&state, &chat_id).await {
+        Ok(active) => active,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    match active {
         // A paused answer has nothing to stream until the client decides.
-        Some(run) if !run.is_paused() => ui_event_stream(&state, run),
+        Some(run) if !run.is_paused() && !run.is_finished() => ui_event_stream(&state, run),
         _ => StatusCode::NO_CONTENT.into_response(),
     }
 }
