@@ -357,3 +357,101 @@ async fn a_stream_waiting_on_one_server_ends_when_another_decides_the_answer() {
     assert!(b.state.wait_for_message(&message_id).await);
     assert_eq!(*ran.lock().unwrap(), ["prod"]);
 }
+
+/// An answer running on A (not paused) is followed live through B, from a `Last-Event-ID`
+/// and from the start, with A's event ids; while it runs its conversation is busy through B
+/// (409), and B shows it as the conversation's active answer.
+#[tokio::test]
+async fn a_running_answer_is_followed_through_another_server_and_keeps_its_conversation_busy() {
+    let Some(url) = database(
+        "a_running_answer_is_followed_through_another_server_and_keeps_its_conversation_busy",
+    )
+    .await
+    else {
+        return;
+    };
+    let model = ScriptedModel::new([Turn::text("one two three four five six seven eight")
+        .with_text_pieces(8)
+        .with_chunk_delay(Duration::from_millis(60))]);
+    let config = || ServerConfig::new(Agent::builder(model.clone()).build()).postgres(url.clone());
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+
+    let mut through_a = EventReader::new(post_chat(&a, json!({"message": "Count"})).await);
+    let conversation_id = through_a.headers()["x-agentloop-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let message_id = through_a.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let deltas = std::cell::Cell::new(0);
+    let seen = through_a
+        .read_until(|e| {
+            deltas.set(deltas.get() + usize::from(e.event == "text_delta"));
+            deltas.get() == 2
+        })
+        .await;
+    assert_eq!(seen.last().unwrap().event, "text_delta", "{seen:?}");
+
+    // Busy through B while it runs on A: a unique row in the database, not B's memory.
+    let response = post_chat(
+        &b,
+        json!({"conversation_id": conversation_id, "message": "Again"}),
+    )
+    .await;
+    assert_eq!(response.status(), 409);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("(message `{message_id}`)")),
+        "{error}"
+    );
+    let (_, stored) = get_json(&b, &format!("/v1/conversations/{conversation_id}")).await;
+    assert_eq!(stored["active_message_id"], message_id);
+
+    // Followed through B: what came after the last event the client saw, then the rest live.
+    let last = seen.last().unwrap().id.clone().unwrap();
+    let response = client()
+        .get(b.url(&format!("/v1/chat/{message_id}/events")))
+        .header("last-event-id", &last)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let through_b = EventReader::new(response);
+    let from_start = EventReader::new(
+        client()
+            .get(b.url(&format!("/v1/chat/{message_id}/events")))
+            .send()
+            .await
+            .unwrap(),
+    );
+    // A guard against a stream that never ends, not a timing assumption.
+    let ten = Duration::from_secs(10);
+    let rest_b = tokio::time::timeout(ten, through_b.rest()).await.unwrap();
+    let rest_a = tokio::time::timeout(ten, through_a.rest()).await.unwrap();
+    let all_b = tokio::time::timeout(ten, from_start.rest()).await.unwrap();
+    assert_eq!(rest_b.last().unwrap().event, "message_end", "{rest_b:?}");
+    assert_eq!(rest_b, rest_a, "the same events under the same ids");
+    assert_eq!(all_b, [seen, rest_a].concat());
+    let text: String = all_b
+        .iter()
+        .filter(|e| e.event == "text_delta")
+        .map(|e| e.data["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "one two three four five six seven eight");
+
+    // Finished: the conversation is free through B, and its log still read there.
+    assert!(a.state.wait_for_message(&message_id).await);
+    let response = post_chat(
+        &b,
+        json!({"conversation_id": conversation_id, "message": "Again"}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    drop(response);
+}

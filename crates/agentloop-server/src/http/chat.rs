@@ -98,7 +98,17 @@ pub(crate) async fn get_events(
             let next =
                 resume_after(value.as_bytes()).map_err(|e| ApiError::bad_request(e.to_string()))?;
             // Ids only name frames already recorded, so one past the log is none this stream
-            // ever sent.
+            // ever sent; but a copy of an answer another server runs may lag behind it by a
+            // write or two.
+            if run.is_remote() {
+                let mut changes = run.watch();
+                let caught_up = async {
+                    while matches!(run.after(next - 1), Err(After::Past)) && changes.changed().await
+                    {
+                    }
+                };
+                let _ = tokio::time::timeout(REMOTE_LAG, caught_up).await;
+            }
             match run.after(next - 1) {
                 Ok(from) => from,
                 Err(After::Past) => {
@@ -124,6 +134,10 @@ pub(crate) async fn get_events(
     };
     Ok(event_stream(&state, run, from))
 }
+
+/// How long a reconnect to a server that follows an answer another server runs waits for an
+/// id it has not read yet from the database.
+const REMOTE_LAG: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Why a `Last-Event-ID` header cannot be resumed from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
