@@ -111,6 +111,21 @@ pub(crate) async fn get_events(
             }
             match run.after(next - 1) {
                 Ok(from) => from,
+                // Sent by the server running the answer but not stored (yet): it may have
+                // died before writing it. The stored log is what any server goes on from.
+                Err(After::Past) if run.is_remote() => {
+                    let last_kept = run.end_id().saturating_sub(1);
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "event {} is not in the stored log of this answer, which runs on \
+                             another server (that server may have stopped before storing it); \
+                             drop the events after {last_kept} and reconnect with \
+                             Last-Event-ID {last_kept}",
+                            next - 1
+                        ),
+                    ));
+                }
                 Err(After::Past) => {
                     return Err(ApiError::bad_request(format!(
                         "Last-Event-ID {} is past the last event of this answer",
@@ -137,7 +152,7 @@ pub(crate) async fn get_events(
 
 /// How long a reconnect to a server that follows an answer another server runs waits for an
 /// id it has not read yet from the database.
-const REMOTE_LAG: std::time::Duration = std::time::Duration::from_secs(3);
+const REMOTE_LAG: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a `Last-Event-ID` header cannot be resumed from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
