@@ -7,7 +7,7 @@
 mod serve_support;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agentloop_testkit::Turn;

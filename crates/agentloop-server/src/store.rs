@@ -137,6 +137,7 @@ pub(crate) enum CheckpointSaved {
     Stale(u64),
     /// Not saved: another server took the answer over (this one's lease expired), or the
     /// answer is gone (its conversation was deleted). Only on a shared database.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Lost,
 }
 
@@ -146,6 +147,7 @@ pub(crate) enum ClaimOutcome {
     /// It did: its row is leased to this server.
     Claimed,
     /// Another answer, this message id, runs or waits there (on any server).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Busy(String),
 }
 
