@@ -23,6 +23,16 @@
 //! events after it; one whose id was cut gets 409 naming the last kept event to reconnect
 //! from (it must drop what it received after that one). The step's `tool_call_start` events
 //! are shown once, though the resumed run reports its calls ready again.
+//!
+//! # Many servers (Postgres)
+//!
+//! The same, with a lease: a new answer first takes its conversation's unique unfinished row
+//! (409 when another server's answer holds it); the server renews its leases (see
+//! [`keep_leases`]), which also takes over the answers whose lease expired, resuming each as
+//! above. Every write is conditioned on the lease; a refused one marks the answer lost here
+//! ([`RunLog::is_lost`]): it is cancelled, nothing more of it is saved, and its streams here
+//! end. Between checkpoints its events are written every [`FLUSH_EVERY`] so other servers
+//! can follow it ([`follow_remote`]).
 
 use std::future::Future;
 use std::sync::Arc;

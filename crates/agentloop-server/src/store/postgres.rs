@@ -6,7 +6,13 @@
 //! every request made after the chat started, and a transaction has the connection to itself.
 //! A connection that dropped (Postgres restarted) is opened again at the next call. A second
 //! connection `LISTEN`s for the paused answers any server decides (deleting a paused row
-//! notifies its message id), so every server can end its copy.
+//! notifies its message id), so every server can end its copy, and for the answers whose
+//! stored log any server wrote, so servers following them read the new rows.
+//!
+//! Answers run durably are leased (`owner`, `lease_until` of `agentloop_chat_runs`), as the
+//! library's `PostgresStore` leases its runs: every write names the owner it expects, and a
+//! claim takes only expired leases, `FOR UPDATE SKIP LOCKED`. Lease times come from Postgres's
+//! clock (`clock_timestamp()`), so the servers' clocks need not agree.
 
 use std::future::Future;
 
