@@ -1386,9 +1386,28 @@ pub(crate) fn keep_leases(state: &AppState) {
     let Some(lease) = state.inner.store.lease() else {
         return;
     };
-    // Weak: the task must not keep the server's state alive.
+    // Weak: the tasks must not keep the server's state alive.
     let weak = Arc::downgrade(&state.inner);
     let shutdown = state.inner.shutdown.clone();
+    if let Some(mut cancels) = state.inner.store.cancelled_elsewhere() {
+        let (weak, shutdown) = (weak.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                let message_id = tokio::select! {
+                    heard = cancels.recv() => match heard {
+                        Ok(message_id) => message_id,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                    () = shutdown.cancelled() => return,
+                };
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                cancel_here(&AppState { inner }, &message_id);
+            }
+        });
+    }
     tokio::spawn(async move {
         let mut renew = tokio::time::interval(lease / 3);
         let mut claim = tokio::time::interval(lease / 2);
@@ -1406,8 +1425,16 @@ pub(crate) fn keep_leases(state: &AppState) {
             };
             let state = AppState { inner };
             if !claiming {
-                if let Err(e) = state.inner.store.heartbeat().await {
-                    tracing::warn!("could not renew the leases on this server's answers: {e}");
+                match state.inner.store.heartbeat().await {
+                    // Cancels asked elsewhere whose notification was missed.
+                    Ok((_, cancelled)) => {
+                        for message_id in cancelled {
+                            cancel_here(&state, &message_id);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("could not renew the leases on this server's answers: {e}")
+                    }
                 }
                 continue;
             }
@@ -1423,6 +1450,17 @@ pub(crate) fn keep_leases(state: &AppState) {
             }
         }
     });
+}
+
+/// Cancel answer `message_id` if this server runs it (a cancel asked through another server).
+fn cancel_here(state: &AppState, message_id: &str) {
+    if let Some(run) = state.inner.runs.get(message_id)
+        && !run.is_remote()
+        && !run.is_finished()
+        && !run.is_paused()
+    {
+        run.cancel.cancel();
+    }
 }
 
 /// Resume an answer whose server's lease expired, now leased to this one.

@@ -124,8 +124,9 @@
 //! - **Schema.** Tables `agentloop_conversations`, `agentloop_messages`, `agentloop_answers` and
 //!   `agentloop_paused_answers` (the SQLite tables' columns; JSON kept as text),
 //!   `agentloop_chat_runs` and `agentloop_chat_run_events` (SQLite's `chat_runs` and
-//!   `chat_run_events`, plus the lease: `owner`, `lease_until`, and `live_end`/`live_jumps`,
-//!   where the log written between checkpoints ends), and `agentloop_server_migrations` (the
+//!   `chat_run_events`, plus the lease: `owner`, `lease_until`, `live_end`/`live_jumps`
+//!   (where the log written between checkpoints ends) and `cancel` (asked through another
+//!   server)), and `agentloop_server_migrations` (the
 //!   versions applied). The schema is migrated at start in one transaction holding an advisory
 //!   lock, so servers starting together migrate it once; a database migrated by a newer server
 //!   is refused. The names do not clash with the library's `PostgresStore` (`agentloop_runs`),
@@ -156,8 +157,10 @@
 //!   (`GET /v1/chat/ui-stream/{chat_id}/stream`) does the same. An id the running server sent
 //!   but had not stored gets 409 naming the last stored event, after a short wait. When another
 //!   server takes the answer over, the streams that follow it end; the client reconnects (a
-//!   cut id gets 409, as after a restart). A cancel must reach the server running the answer
-//!   (409 elsewhere).
+//!   cut id gets 409, as after a restart). A cancel (`POST /v1/chat/{message_id}/cancel`)
+//!   through a server that does not run the answer flags its row and `NOTIFY`s
+//!   `agentloop_chat_cancel`; the server running it stops it (or at its next heartbeat, when
+//!   it missed the notification).
 //! - **Across servers.** Conversations are read, listed, continued, renamed and deleted through
 //!   any server. A conversation answers one message at a time across all of them: its
 //!   unfinished answer row is unique, so a second message gets 409 through any server (and its
@@ -172,13 +175,12 @@
 //!   missed while the listener reconnected).
 //! - **Load balancer.** Any server can serve any request, so route as you like; sticky sessions
 //!   (by client address or cookie) are a preference, not a requirement: a stream served by the
-//!   server running the answer has no polling lag, and a cancel must reach that server. Turn
+//!   server running the answer has no lag. Turn
 //!   off response buffering for `text/event-stream` (the server sends `X-Accel-Buffering: no`
 //!   for nginx) and keep idle timeouts above the keep-alive interval (15 s). Stop servers with
 //!   SIGTERM (their answers end as `interrupted`); a server that dies has its answers taken over.
 //! - **Not yet.** A typed answer (`output_schema`) whose server dies is not resumed: another
 //!   server ends it with an error, and its history stays as saved after its last step.
-//!   Cancelling needs the server running the answer.
 
 //! ## The chat event protocol, version 1
 //!

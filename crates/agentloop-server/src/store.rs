@@ -1253,13 +1253,33 @@ impl Store {
         Ok(())
     }
 
-    /// Renew this server's leases (shared database only); how many it holds.
-    pub(crate) async fn heartbeat(&self) -> Result<u64, ServerError> {
+    /// Renew this server's leases (shared database only); how many it holds, and those a
+    /// cancel was asked for.
+    pub(crate) async fn heartbeat(&self) -> Result<(u64, Vec<String>), ServerError> {
         #[cfg(feature = "postgres")]
         if let Some(pg) = self.pg() {
             return self.named(pg.heartbeat()).await;
         }
-        Ok(0)
+        Ok((0, Vec::new()))
+    }
+
+    /// Ask the server running an answer to cancel it (shared database only); `false` when
+    /// it is not running.
+    pub(crate) async fn request_cancel(&self, message_id: String) -> Result<bool, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.request_cancel(message_id)).await;
+        }
+        let _ = message_id;
+        Ok(false)
+    }
+
+    /// With a shared database, the message ids of answers a cancel was asked for.
+    pub(crate) fn cancelled_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        #[cfg(feature = "postgres")]
+        return self.pg.as_ref().map(postgres::PgStore::cancelled);
+        #[cfg(not(feature = "postgres"))]
+        None
     }
 
     /// Take over answers whose lease expired (shared database only).
@@ -1721,7 +1741,7 @@ mod tests {
             [1, 2]
         );
         // Renewed, the lease holds: nothing to take over.
-        assert_eq!(a.heartbeat().await.unwrap(), 1);
+        assert_eq!(a.heartbeat().await.unwrap(), (1, vec![]));
         assert!(b.claim_expired(16).await.unwrap().is_empty());
         // A stalls past its lease: B takes the answer over, cut back to the checkpoint.
         tokio::time::sleep(lease + std::time::Duration::from_millis(100)).await;
@@ -1754,7 +1774,7 @@ mod tests {
         a.finish_chat_run("m1".into(), vec![(5, "{}".into())], 6, "[]".into())
             .await
             .unwrap();
-        assert_eq!(a.heartbeat().await.unwrap(), 0);
+        assert_eq!(a.heartbeat().await.unwrap(), (0, vec![]));
         let log = b.chat_log("m1".into(), 0).await.unwrap().unwrap();
         assert_eq!((log.end, log.events.len(), log.finished), (2, 2, false));
         assert_eq!(

@@ -455,3 +455,42 @@ async fn a_running_answer_is_followed_through_another_server_and_keeps_its_conve
     assert_eq!(response.status(), 200);
     drop(response);
 }
+
+/// A cancel sent through B stops the answer A runs: A's stream ends as `interrupted`, what
+/// was produced is kept, and a second cancel gets 409.
+#[tokio::test]
+async fn a_running_answer_is_cancelled_through_another_server() {
+    let Some(url) = database("a_running_answer_is_cancelled_through_another_server").await else {
+        return;
+    };
+    let model = ScriptedModel::new([Turn::text("one two three four five six seven eight")
+        .with_text_pieces(8)
+        .with_chunk_delay(Duration::from_millis(300))]);
+    let config = || ServerConfig::new(Agent::builder(model.clone()).build()).postgres(url.clone());
+    let a = TestServer::start(config()).await;
+    let b = TestServer::start(config()).await;
+    let mut through_a = EventReader::new(post_chat(&a, json!({"message": "Count"})).await);
+    let message_id = through_a.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    through_a.read_until(|e| e.event == "text_delta").await;
+    let cancel = || {
+        client()
+            .post(b.url(&format!("/v1/chat/{message_id}/cancel")))
+            .send()
+    };
+    assert_eq!(cancel().await.unwrap().status(), 202);
+    // A guard against a stream that never ends, not a timing assumption.
+    let rest = tokio::time::timeout(Duration::from_secs(10), through_a.rest())
+        .await
+        .unwrap();
+    let end = rest.iter().find(|e| e.event == "message_end").unwrap();
+    assert_eq!(end.data["stop_reason"], "interrupted", "{rest:?}");
+    assert!(
+        rest.iter().filter(|e| e.event == "text_delta").count() < 7,
+        "stopped early: {rest:?}"
+    );
+    assert!(a.state.wait_for_message(&message_id).await);
+    assert_eq!(cancel().await.unwrap().status(), 409);
+}

@@ -204,14 +204,19 @@ pub(crate) async fn cancel(
             format!("the answer `{message_id}` has finished already"),
         ));
     }
-    if run.is_remote() {
+    // Run by another server sharing the database: that server is asked to stop it.
+    if run.is_remote() && !state.inner.store.request_cancel(message_id.clone()).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!(
-                "the answer `{message_id}` runs on another server sharing the database; send \
-                 the cancel there (the server whose stream carries its events)"
-            ),
+            format!("the answer `{message_id}` has finished already"),
         ));
+    }
+    if run.is_remote() {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "message_id": message_id, "cancelled": true })),
+        )
+            .into_response());
     }
     if let Some(paused) = run.take_paused() {
         chat::end_paused(&state, run, paused).await;

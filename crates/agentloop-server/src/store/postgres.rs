@@ -81,6 +81,7 @@ const MIGRATIONS: &[&str] = &[
         live_end        BIGINT NOT NULL,
         live_jumps      TEXT NOT NULL,
         finished        BOOLEAN NOT NULL DEFAULT false,
+        cancel          BOOLEAN NOT NULL DEFAULT false,
         owner           TEXT,
         lease_until     TIMESTAMPTZ,
         updated_at      BIGINT NOT NULL
@@ -145,6 +146,8 @@ pub(crate) struct PgStore {
     decided: broadcast::Sender<String>,
     /// Message ids of answers whose stored log changed, as Postgres notifies them.
     written: broadcast::Sender<String>,
+    /// Message ids of answers a cancel was asked for through any server.
+    cancelled: broadcast::Sender<String>,
     /// This server's name in the leases it holds: random, one per process.
     instance: Arc<str>,
     /// How long a lease lasts without renewal.
@@ -154,6 +157,10 @@ pub(crate) struct PgStore {
 /// The channel on which writing an answer's events (or cutting them, or forgetting the
 /// answer) names its message id, so servers following it read the new rows.
 const WRITTEN: &str = "agentloop_chat_written";
+
+/// The channel on which a cancel asked through any server names the answer's message id, so
+/// the server running it stops it.
+const CANCEL: &str = "agentloop_chat_cancel";
 
 /// A lease's length as Postgres takes it (`$n::float8 * interval '1 millisecond'`).
 fn millis(lease: Duration) -> f64 {
@@ -239,6 +246,7 @@ async fn listen(
     url: String,
     decided: broadcast::Sender<String>,
     written: broadcast::Sender<String>,
+    cancelled: broadcast::Sender<String>,
     alive: mpsc::WeakUnboundedSender<Job>,
     ready: oneshot::Sender<()>,
 ) {
@@ -262,7 +270,7 @@ async fn listen(
             while let Some(Ok(message)) = messages.next().await {
                 if let AsyncMessage::Notification(n) = message
                     && heard
-                        .send((n.channel() == WRITTEN, n.payload().to_owned()))
+                        .send((n.channel().to_owned(), n.payload().to_owned()))
                         .is_err()
                 {
                     return;
@@ -270,18 +278,22 @@ async fn listen(
             }
         });
         let listening = client
-            .batch_execute(&format!("LISTEN {DECIDED}; LISTEN {WRITTEN}"))
+            .batch_execute(&format!(
+                "LISTEN {DECIDED}; LISTEN {WRITTEN}; LISTEN {CANCEL}"
+            ))
             .await;
         ready.take().map(|ready| ready.send(()));
         match listening {
             Ok(()) => loop {
                 tokio::select! {
                     heard = notifications.recv() => match heard {
-                        Some((false, message_id)) => {
-                            let _ = decided.send(message_id);
-                        }
-                        Some((true, message_id)) => {
-                            let _ = written.send(message_id);
+                        Some((channel, message_id)) => {
+                            let to = match channel.as_str() {
+                                WRITTEN => &written,
+                                CANCEL => &cancelled,
+                                _ => &decided,
+                            };
+                            let _ = to.send(message_id);
                         }
                         None => break,
                     },
@@ -339,11 +351,13 @@ impl PgStore {
         tokio::spawn(worker(url.to_owned(), client, queue));
         let (decided, _) = broadcast::channel(256);
         let (written, _) = broadcast::channel(1024);
+        let (cancelled, _) = broadcast::channel(256);
         let (ready, listening) = oneshot::channel();
         tokio::spawn(listen(
             url.to_owned(),
             decided.clone(),
             written.clone(),
+            cancelled.clone(),
             jobs.downgrade(),
             ready,
         ));
@@ -353,6 +367,7 @@ impl PgStore {
             jobs,
             decided,
             written,
+            cancelled,
             instance: format!("srv_{:032x}", rand::random::<u128>()).into(),
             lease,
         })
@@ -361,6 +376,11 @@ impl PgStore {
     /// The message ids of answers whose stored log any server changed.
     pub(crate) fn written(&self) -> broadcast::Receiver<String> {
         self.written.subscribe()
+    }
+
+    /// The message ids of answers a cancel was asked for through any server.
+    pub(crate) fn cancelled(&self) -> broadcast::Receiver<String> {
+        self.cancelled.subscribe()
     }
 
     /// How long this server's leases last.
@@ -1118,21 +1138,56 @@ impl PgStore {
         })
     }
 
-    /// Renew the lease of every answer this server holds, in one statement.
+    /// Renew the lease of every answer this server holds, in one statement; the message ids
+    /// of those a cancel was asked for (in case the notification was missed).
     pub(crate) fn heartbeat(
         &self,
-    ) -> impl Future<Output = Result<u64, ServerError>> + Send + 'static {
+    ) -> impl Future<Output = Result<(u64, Vec<String>), ServerError>> + Send + 'static {
         let (owner, lease) = (self.instance.clone(), millis(self.lease));
         self.call(move |client| {
             Box::pin(async move {
-                Ok(client
-                    .execute(
+                let rows = client
+                    .query(
                         "UPDATE agentloop_chat_runs
                          SET lease_until = clock_timestamp() + $2::float8 * interval '1 millisecond'
-                         WHERE owner = $1 AND NOT finished",
+                         WHERE owner = $1 AND NOT finished
+                         RETURNING message_id, cancel",
                         &[&&*owner, &lease],
                     )
-                    .await?)
+                    .await?;
+                let mut cancelled = Vec::new();
+                for row in &rows {
+                    if row.try_get(1)? {
+                        cancelled.push(row.try_get(0)?);
+                    }
+                }
+                Ok((rows.len() as u64, cancelled))
+            })
+        })
+    }
+
+    /// Ask the server running the answer to stop it (`NOTIFY`, and a flag its heartbeat
+    /// reads); `false` when it is not running.
+    pub(crate) fn request_cancel(
+        &self,
+        message_id: String,
+    ) -> impl Future<Output = Result<bool, ServerError>> + Send + 'static {
+        self.call(move |client| {
+            Box::pin(async move {
+                let n = client
+                    .execute(
+                        &format!(
+                            "WITH asked AS (
+                                 UPDATE agentloop_chat_runs SET cancel = true
+                                 WHERE message_id = $1 AND NOT finished
+                                 RETURNING message_id
+                             )
+                             SELECT pg_notify('{CANCEL}', message_id) FROM asked"
+                        ),
+                        &[&message_id],
+                    )
+                    .await?;
+                Ok(n > 0)
             })
         })
     }
