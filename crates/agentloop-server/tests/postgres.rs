@@ -494,3 +494,158 @@ async fn a_running_answer_is_cancelled_through_another_server() {
     assert!(a.state.wait_for_message(&message_id).await);
     assert_eq!(cancel().await.unwrap().status(), 409);
 }
+
+/// A stalls past its lease while a tool runs: B takes the answer over from its checkpoint
+/// before the tool (the call answered as interrupted, not run again), and A's late writes are
+/// refused: its stream ends without an end of its own, and nothing of its tool's result is
+/// stored. The client reconnecting to B gets the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_lost_its_lease_cannot_write_and_another_finishes_the_answer() {
+    let Some(url) =
+        database("a_server_that_lost_its_lease_cannot_write_and_another_finishes_the_answer").await
+    else {
+        return;
+    };
+    let ran = Ran::default();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let slow = {
+        let (ran, gate) = (ran.clone(), gate.clone());
+        Tool::function("deploy", "Deploy the app", move |d: Deploy| {
+            let (ran, gate) = (ran.clone(), gate.clone());
+            async move {
+                ran.lock().unwrap().push(d.env.clone());
+                let _ = gate.acquire().await;
+                Ok::<_, String>(format!("deployed to {}", d.env))
+            }
+        })
+    };
+    let model = ScriptedModel::new([
+        Turn::tool_call("deploy", json!({"env": "prod"})).with_ids(["call_1"]),
+        Turn::text("Done."),
+    ]);
+    let config = |lease| {
+        ServerConfig::new(Agent::builder(model.clone()).tool(slow.clone()).build())
+            .postgres(url.clone())
+            .answer_lease(lease)
+    };
+    // A renews rarely; B looks for expired leases often.
+    let a = TestServer::start(config(Duration::from_secs(30))).await;
+    let response = post_chat(&a, json!({"message": "Deploy it"})).await;
+    let mut through_a = EventReader::new(response);
+    let conversation_id = through_a.headers()["x-agentloop-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let message_id = through_a.headers()["x-agentloop-message-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let seen = through_a.read_until(|e| e.event == "tool_call_start").await;
+    // The tool is running on A.
+    for _ in 0..200 {
+        if !ran.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*ran.lock().unwrap(), ["prod"]);
+
+    // A stalls: its lease runs out (set in the past here), and B takes the answer over.
+    let (db, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let owner_of = || async {
+        db.query_one(
+            "SELECT owner FROM agentloop_chat_runs WHERE message_id = $1",
+            &[&message_id],
+        )
+        .await
+        .unwrap()
+        .get::<_, Option<String>>(0)
+    };
+    let owner_a = owner_of().await.unwrap();
+    let b = TestServer::start(config(Duration::from_millis(200))).await;
+    for _ in 0..500 {
+        if owner_of().await.as_deref() != Some(&owner_a) {
+            break;
+        }
+        // Again, should A's heartbeat have renewed it meanwhile.
+        db.execute(
+            "UPDATE agentloop_chat_runs SET lease_until = clock_timestamp() - interval '1 second'
+             WHERE message_id = $1 AND owner = $2",
+            &[&message_id, &owner_a],
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_ne!(
+        owner_of().await.as_deref(),
+        Some(&*owner_a),
+        "B took it over"
+    );
+
+    // A's tool finishes late: its checkpoint is refused and A stops the answer there.
+    gate.add_permits(1);
+    // A guard against a stream that never ends, not a timing assumption.
+    let ten = Duration::from_secs(10);
+    let rest_a = tokio::time::timeout(ten, through_a.rest()).await.unwrap();
+    assert!(
+        rest_a.iter().all(|e| e.event != "message_end"),
+        "A ended the answer it lost: {rest_a:?}"
+    );
+
+    // Through B: the rest, from the last event seen through A.
+    let last = seen.last().unwrap().id.clone().unwrap();
+    let response = client()
+        .get(b.url(&format!("/v1/chat/{message_id}/events")))
+        .header("last-event-id", &last)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = tokio::time::timeout(ten, EventReader::new(response).rest())
+        .await
+        .unwrap();
+    let names: Vec<&str> = rest.iter().map(|e| e.event.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "tool_call_result",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "message_end"
+        ],
+        "{rest:?}"
+    );
+    assert_eq!(rest[0].data["is_error"], true);
+    assert!(
+        rest[0].data["content"]
+            .as_str()
+            .unwrap()
+            .contains("was interrupted"),
+        "{rest:?}"
+    );
+    assert_eq!(*ran.lock().unwrap(), ["prod"], "the tool ran once");
+    // The stored log has B's result of the call only, not A's late one.
+    let all = tokio::time::timeout(
+        ten,
+        EventReader::new(
+            client()
+                .get(b.url(&format!("/v1/chat/{message_id}/events")))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .rest(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(all, [seen, rest].concat());
+    let (_, stored) = get_json(&b, &format!("/v1/conversations/{conversation_id}")).await;
+    let messages: Vec<Message> = serde_json::from_value(stored["messages"].clone()).unwrap();
+    assert!(agentloop::history::is_valid(&messages), "{messages:?}");
+    assert_eq!(messages.len(), 4, "{messages:?}");
+}
