@@ -1117,13 +1117,16 @@ async fn follow_remote(
                 }
             }
         }
+        if run.is_finished() && !run.cancel.is_cancelled() {
+            // Finished there: readable here a while, like an answer finished here.
+            let Some(retain) = weak.upgrade().map(|inner| inner.config.retain_finished) else {
+                return;
+            };
+            tokio::time::sleep(retain).await;
+        }
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        if run.is_finished() && !run.cancel.is_cancelled() {
-            // Finished there: readable here a while, like an answer finished here.
-            tokio::time::sleep(inner.config.retain_finished).await;
-        }
         run.finish();
         inner.runs.remove(&run);
     });
