@@ -430,11 +430,52 @@ async fn a_running_answer_is_followed_through_another_server_and_keeps_its_conve
             .await
             .unwrap(),
     );
+    // The AI SDK's resume request through B replays the answer as UI message chunks.
+    let ui_resume = client()
+        .get(b.url(&format!("/v1/chat/ui-stream/{conversation_id}/stream")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ui_resume.status(), 200);
+    assert_eq!(ui_resume.headers()["x-vercel-ai-ui-message-stream"], "v1");
+    let ui_resume = EventReader::new(ui_resume);
     // A guard against a stream that never ends, not a timing assumption.
     let ten = Duration::from_secs(10);
     let rest_b = tokio::time::timeout(ten, through_b.rest()).await.unwrap();
     let rest_a = tokio::time::timeout(ten, through_a.rest()).await.unwrap();
     let all_b = tokio::time::timeout(ten, from_start.rest()).await.unwrap();
+    let chunks: Vec<Value> = tokio::time::timeout(ten, ui_resume.rest())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.data)
+        .collect();
+    let types: Vec<&str> = chunks
+        .iter()
+        .map(|c| c["type"].as_str().unwrap_or("[DONE]"))
+        .filter(|t| *t != "text-delta")
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "start",
+            "start-step",
+            "text-start",
+            "text-end",
+            "finish-step",
+            "finish",
+            "[DONE]"
+        ],
+        "{chunks:?}"
+    );
+    assert_eq!(chunks[0]["messageId"], message_id);
+    assert_eq!(chunks[chunks.len() - 2]["finishReason"], "stop");
+    let ui_text: String = chunks
+        .iter()
+        .filter(|c| c["type"] == "text-delta")
+        .map(|c| c["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(ui_text, "one two three four five six seven eight");
     assert_eq!(rest_b.last().unwrap().event, "message_end", "{rest_b:?}");
     assert_eq!(rest_b, rest_a, "the same events under the same ids");
     assert_eq!(all_b, [seen, rest_a].concat());
