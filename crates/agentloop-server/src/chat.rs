@@ -199,6 +199,9 @@ struct DurableInner {
     /// The log's frames before this index are written (between checkpoints, on a shared
     /// database, for the servers following the answer).
     flushed: std::sync::Mutex<usize>,
+    /// The end is being recorded: a write between checkpoints refused from now on was refused
+    /// because the answer is finished, not because another server took it over.
+    ending: std::sync::atomic::AtomicBool,
 }
 
 /// How often, at most, a running answer's new events are written between checkpoints on a
@@ -221,6 +224,7 @@ impl Durable {
             prompt_index,
             checkpointed: std::sync::Mutex::new(stored),
             flushed: std::sync::Mutex::new(stored),
+            ending: std::sync::atomic::AtomicBool::new(false),
         }));
         if shared {
             durable.spawn_flusher();
@@ -275,9 +279,12 @@ impl Durable {
             self.jumps(),
         );
         let run = self.0.run.clone();
+        let inner = self.0.clone();
         tokio::spawn(async move {
             match written.await {
                 Ok(true) => {}
+                // Queued after the end was recorded (the flusher raced the answer's end).
+                Ok(false) if inner.ending.load(std::sync::atomic::Ordering::SeqCst) => {}
                 Ok(false) => lost(&run),
                 Err(e) => {
                     tracing::warn!(message_id = %run.message_id, "could not write the answer's events: {e}")
@@ -290,6 +297,9 @@ impl Durable {
     /// server took it over). The write is queued now; awaiting the returned future waits for
     /// it.
     fn finish(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.0
+            .ending
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let lost = self.0.run.is_lost();
         let from = *value(&self.0.checkpointed);
         let (events, len, end) = self.unsaved(from);
@@ -609,12 +619,11 @@ async fn drive(
                 Output::<serde_json::Value>::new().with_schema(schema),
             ))
         }
-        None if inner.store.keeps_chat_runs() => {
+        None => {
             let durable = Durable::new(inner.store.clone(), run.clone(), prompt_index, 0);
             finisher.durable = Some(durable.clone());
             Box::pin(agent.run_durable_stream(run.message_id.clone(), history, &durable))
         }
-        None => Box::pin(agent.run_stream(history)),
     };
     let answer = Answer {
         saver,

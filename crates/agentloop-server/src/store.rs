@@ -554,13 +554,6 @@ impl Store {
         false
     }
 
-    /// Whether answers run durably here (checkpoints and event logs): always, on SQLite
-    /// resumed at start-up, on a shared database leased to the server running each and taken
-    /// over by another when the lease expires.
-    pub(crate) fn keeps_chat_runs(&self) -> bool {
-        true
-    }
-
     /// With a shared database, the message ids of answers whose stored log any server changed.
     pub(crate) fn written_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         #[cfg(feature = "postgres")]
