@@ -100,12 +100,13 @@ pub(crate) async fn get_events(
             // Ids only name frames already recorded, so one past the log is none this stream
             // ever sent; but a copy of an answer another server runs may lag behind it by a
             // write or two.
-            if run.is_remote() {
+            if run.is_remote() && !run.is_finished() {
                 let mut changes = run.watch();
                 let caught_up = async {
-                    while matches!(run.after(next - 1), Err(After::Past)) && changes.changed().await
-                    {
-                    }
+                    while matches!(run.after(next - 1), Err(After::Past))
+                        && !run.is_finished()
+                        && changes.changed().await
+                    {}
                 };
                 let _ = tokio::time::timeout(REMOTE_LAG, caught_up).await;
             }
@@ -113,6 +114,8 @@ pub(crate) async fn get_events(
                 Ok(from) => from,
                 // Sent by the server running the answer but not stored (yet): it may have
                 // died before writing it. The stored log is what any server goes on from.
+                // (A copy that ended because another server took the answer over and cut
+                // its log says the same: the client reconnects from the last stored event.)
                 Err(After::Past) if run.is_remote() => {
                     let last_kept = run.end_id().saturating_sub(1);
                     return Err(ApiError::new(
