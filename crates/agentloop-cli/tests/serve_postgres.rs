@@ -58,8 +58,13 @@ async fn database() -> Option<String> {
         .unwrap();
     tokio::spawn(connection);
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    // The time too, so a rerun on the same Postgres server never meets an old database.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let name = format!(
-        "agentloop_serve_{}_{}",
+        "agentloop_serve_{}_{}_{nanos}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::SeqCst)
     );
