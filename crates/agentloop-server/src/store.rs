@@ -1665,6 +1665,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "postgres")]
     fn checkpoint(id: &str, read: u64, events: &[usize], log_end: usize) -> ChatCheckpoint {
         ChatCheckpoint {
             message_id: id.into(),
