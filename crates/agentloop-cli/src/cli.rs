@@ -273,6 +273,11 @@ pub struct ServeArgs {
     /// behind a load balancer. The schema is created or migrated at start.
     #[arg(long, value_name = "PATH|URL", default_value = "agentloop.db")]
     pub db: String,
+    /// With a Postgres --db: how long, in milliseconds, this server's lease on an answer it
+    /// runs lasts (renewed every third of it). When a server dies, another takes its answers
+    /// over once their leases expire.
+    #[arg(long, value_name = "MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub answer_lease_ms: u64,
     /// Require this bearer token on /v1 (default: the AGENTLOOP_TOKEN environment variable).
     /// Other local users can read it in `ps`: prefer --token-file or the variable. An empty
     /// token is an error.

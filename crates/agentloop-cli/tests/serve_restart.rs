@@ -7,13 +7,16 @@
 mod serve_support;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
-use serve_support::{Served, command, counting_endpoint, read_events, start, tool_endpoint};
+use serve_support::{
+    Served, Sse, command, counting_endpoint, header, http_tool, names, read_events, sse_until,
+    start, stored_history, tool_endpoint, wait_for,
+};
 
 /// `agentloop serve` with database `db` and the tools in `tools` against the mock model at
 /// `base_url`; its URL.
@@ -131,92 +134,6 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
     assert!(agentloop::history::is_valid(&messages));
     assert_eq!(messages.len(), 4);
     server.kill();
-}
-
-/// Write an HTTP tool descriptor `name` calling `url` into `tools`.
-fn http_tool(tools: &Path, name: &str, url: &str) {
-    std::fs::write(
-        tools.join(format!("{name}.json")),
-        json!({
-            "name": name,
-            "description": format!("The {name} tool"),
-            "input_schema": {"type": "object", "properties": {}},
-            "mode": "http",
-            "http": {"url": url},
-        })
-        .to_string(),
-    )
-    .unwrap();
-}
-
-/// One SSE event: id, name and data.
-type Sse = (u64, String, Value);
-
-/// The SSE events of `response` until `done` says so (or the stream ends, as when the server
-/// is killed).
-async fn sse_until(mut response: reqwest::Response, done: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
-    let mut text = String::new();
-    let mut events = Vec::new();
-    // A guard against a stream that never gets there, not a timing assumption.
-    let read = async {
-        while let Ok(Some(chunk)) = response.chunk().await {
-            text.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = text.find("\n\n") {
-                let block = text[..end].to_owned();
-                text.drain(..end + 2);
-                let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name));
-                if let (Some(id), Some(name), Some(data)) =
-                    (field("id: "), field("event: "), field("data: "))
-                {
-                    events.push((
-                        id.parse().unwrap(),
-                        name.to_owned(),
-                        serde_json::from_str(data).unwrap(),
-                    ));
-                    if done(&events) {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), read)
-        .await
-        .expect("the stream gets there");
-    events
-}
-
-fn names(events: &[Sse]) -> Vec<&str> {
-    events.iter().map(|(_, name, _)| name.as_str()).collect()
-}
-
-/// Wait (bounded) until `count` reaches `n`.
-async fn wait_for(count: &AtomicUsize, n: usize) {
-    for _ in 0..600 {
-        if count.load(Ordering::SeqCst) >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the count never reached {n}");
-}
-
-fn header(response: &reqwest::Response, name: &str) -> String {
-    response.headers()[name].to_str().unwrap().to_owned()
-}
-
-/// The stored conversation's messages, checked valid.
-async fn stored_history(url: &str, conversation_id: &str) -> Vec<agentloop::Message> {
-    let stored: Value = reqwest::get(format!("{url}/v1/conversations/{conversation_id}"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let messages: Vec<agentloop::Message> =
-        serde_json::from_value(stored["messages"].clone()).unwrap();
-    assert!(agentloop::history::is_valid(&messages), "{messages:?}");
-    messages
 }
 
 #[tokio::test(flavor = "multi_thread")]

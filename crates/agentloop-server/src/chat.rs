@@ -23,6 +23,16 @@
 //! events after it; one whose id was cut gets 409 naming the last kept event to reconnect
 //! from (it must drop what it received after that one). The step's `tool_call_start` events
 //! are shown once, though the resumed run reports its calls ready again.
+//!
+//! # Many servers (Postgres)
+//!
+//! The same, with a lease: a new answer first takes its conversation's unique unfinished row
+//! (409 when another server's answer holds it); the server renews its leases (see
+//! [`keep_leases`]), which also takes over the answers whose lease expired, resuming each as
+//! above. Every write is conditioned on the lease; a refused one marks the answer lost here
+//! ([`RunLog::is_lost`]): it is cancelled, nothing more of it is saved, and its streams here
+//! end. Between checkpoints its events are written every [`FLUSH_EVERY`] so other servers
+//! can follow it ([`follow_remote`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,7 +49,9 @@ use crate::error::ServerError;
 use crate::events::Frame;
 use crate::runs::{Jump, PausedChat, RunLog};
 use crate::state::AppState;
-use crate::store::{ChatCheckpoint, CheckpointSaved, PausedRow, RecordedEvents, Store};
+use crate::store::{
+    ChatCheckpoint, ChatRunRow, CheckpointSaved, ClaimOutcome, PausedRow, RecordedEvents, Store,
+};
 
 /// A chat answer to start.
 pub(crate) struct ChatStart {
@@ -93,9 +105,38 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
         .map_err(|busy| StartError::Busy(busy.message_id))?;
     // The conversation's row is written by the answer's task, so the stream's headers do not
     // wait for the database; the insert is queued now, ahead of any later request's query.
-    let creating = start
+    let created = start.create.is_some();
+    let mut creating = start
         .create
         .map(|title| inner.store.create(start.conversation_id.clone(), title));
+    if inner.store.is_shared() {
+        // Across servers, the conversation's unfinished answer row is what makes it busy: it
+        // is taken before the answer starts.
+        let claimed = async {
+            if let Some(creating) = creating.take() {
+                creating.await?;
+            }
+            inner
+                .store
+                .claim_chat(
+                    message_id.clone(),
+                    start.conversation_id.clone(),
+                    start.history.len().saturating_sub(1),
+                )
+                .await
+        };
+        match claimed.await {
+            Ok(ClaimOutcome::Claimed) => {}
+            Ok(ClaimOutcome::Busy(holder)) => {
+                inner.runs.remove(&run);
+                return Err(StartError::Busy(holder));
+            }
+            Err(e) => {
+                inner.runs.remove(&run);
+                return Err(StartError::Store(e));
+            }
+        }
+    }
     run.push(Frame::Start {
         conversation_id: start.conversation_id.clone(),
         message_id,
@@ -107,6 +148,7 @@ pub(crate) async fn start(state: &AppState, start: ChatStart) -> Result<Arc<RunL
         start.stored,
         start.output_schema,
         creating,
+        created,
     ));
     Ok(run)
 }
@@ -152,30 +194,66 @@ struct DurableInner {
     store: Store,
     run: Arc<RunLog>,
     prompt_index: usize,
-    /// The log's frames before this index are stored.
+    /// The log's frames before this index are stored with a checkpoint.
+    checkpointed: std::sync::Mutex<usize>,
+    /// The log's frames before this index are written (between checkpoints, on a shared
+    /// database, for the servers following the answer).
     flushed: std::sync::Mutex<usize>,
+    /// The end is being recorded: a write between checkpoints refused from now on was refused
+    /// because the answer is finished, not because another server took it over.
+    ending: std::sync::atomic::AtomicBool,
+}
+
+/// How often, at most, a running answer's new events are written between checkpoints on a
+/// shared database: what a server following it from another lags behind at worst.
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The lock's value; only plain assignments are made under these locks.
+fn value(m: &std::sync::Mutex<usize>) -> std::sync::MutexGuard<'_, usize> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Durable {
-    /// `run`'s frames before index `flushed` are stored already.
-    fn new(store: Store, run: Arc<RunLog>, prompt_index: usize, flushed: usize) -> Self {
-        Self(Arc::new(DurableInner {
+    /// `run`'s frames before index `stored` are stored already. On a shared database its new
+    /// events are also written every [`FLUSH_EVERY`] while it runs.
+    fn new(store: Store, run: Arc<RunLog>, prompt_index: usize, stored: usize) -> Self {
+        let shared = store.is_shared();
+        let durable = Self(Arc::new(DurableInner {
             store,
             run,
             prompt_index,
-            flushed: std::sync::Mutex::new(flushed),
-        }))
+            checkpointed: std::sync::Mutex::new(stored),
+            flushed: std::sync::Mutex::new(stored),
+            ending: std::sync::atomic::AtomicBool::new(false),
+        }));
+        if shared {
+            durable.spawn_flusher();
+        }
+        durable
     }
 
-    fn flushed(&self) -> std::sync::MutexGuard<'_, usize> {
-        // Only a plain assignment is made under the lock.
-        self.0.flushed.lock().unwrap_or_else(|e| e.into_inner())
+    /// Write the log's new events a moment after they come, until the answer is over (or
+    /// this `Durable` is gone: the answer paused, and its pause keeps its events).
+    fn spawn_flusher(&self) {
+        let weak = Arc::downgrade(&self.0);
+        let mut watch = self.0.run.watch();
+        tokio::spawn(async move {
+            while watch.changed().await {
+                tokio::time::sleep(FLUSH_EVERY).await;
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                if inner.run.is_finished() || inner.run.is_lost() {
+                    return;
+                }
+                Durable(inner).flush();
+            }
+        });
     }
 
-    /// The log's frames not stored yet: their events as `(id, JSON)`, the index after them
-    /// and the id after them.
-    fn unsaved(&self) -> (Vec<(usize, String)>, usize, usize) {
-        let from = *self.flushed();
+    /// The log's frames from index `from` on: their events as `(id, JSON)`, the index after
+    /// them and the id after them.
+    fn unsaved(&self, from: usize) -> (Vec<(usize, String)>, usize, usize) {
         let (len, end, events) = self.0.run.chat_events_from(from);
         let events = events
             .into_iter()
@@ -184,21 +262,79 @@ impl Durable {
         (events, len, end)
     }
 
-    /// The answer is over: store its last events and mark it finished. The write is queued
-    /// now; awaiting the returned future waits for it.
+    fn jumps(&self) -> String {
+        serde_json::to_string(&self.0.run.jumps()).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// Write the events since the last write (queued now, in order with the checkpoints); a
+    /// write refused because another server took the answer over stops it here.
+    fn flush(&self) {
+        let from = *value(&self.0.flushed);
+        let (events, len, end) = self.unsaved(from);
+        *value(&self.0.flushed) = len;
+        let written = self.0.store.append_chat_events(
+            self.0.run.message_id.clone(),
+            events,
+            end,
+            self.jumps(),
+        );
+        let run = self.0.run.clone();
+        let inner = self.0.clone();
+        tokio::spawn(async move {
+            match written.await {
+                Ok(true) => {}
+                // Queued after the end was recorded (the flusher raced the answer's end).
+                Ok(false) if inner.ending.load(std::sync::atomic::Ordering::SeqCst) => {}
+                Ok(false) => lost(&run),
+                Err(e) => {
+                    tracing::warn!(message_id = %run.message_id, "could not write the answer's events: {e}")
+                }
+            }
+        });
+    }
+
+    /// The answer is over: store its last events and mark it finished (not when another
+    /// server took it over). The write is queued now; awaiting the returned future waits for
+    /// it.
     fn finish(&self) -> impl Future<Output = ()> + Send + 'static {
-        let (events, len, end) = self.unsaved();
-        *self.flushed() = len;
+        self.0
+            .ending
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let lost = self.0.run.is_lost();
+        let from = *value(&self.0.checkpointed);
+        let (events, len, end) = self.unsaved(from);
+        *value(&self.0.checkpointed) = len;
+        *value(&self.0.flushed) = len;
         let message_id = self.0.run.message_id.clone();
-        let finished = self
-            .0
-            .store
-            .finish_chat_run(message_id.clone(), events, end);
+        let finished = (!lost).then(|| {
+            self.0
+                .store
+                .finish_chat_run(message_id.clone(), events, end, self.jumps())
+        });
         async move {
-            if let Err(e) = finished.await {
+            if let Some(finished) = finished
+                && let Err(e) = finished.await
+            {
                 tracing::warn!(message_id = %message_id, "could not record the end of the answer: {e}");
             }
         }
+    }
+}
+
+/// Another server took the answer over (this one's lease on it expired): it stops here
+/// without writing more.
+fn lost(run: &RunLog) {
+    if !run.is_lost() {
+        tracing::warn!(message_id = %run.message_id, "another server took this answer over (this server's lease on it expired); stopping it here");
+    }
+    run.lose();
+    run.cancel.cancel();
+}
+
+fn lost_error(run_id: &str) -> agentloop::Error {
+    agentloop::Error::Store {
+        run_id: run_id.to_owned(),
+        message: "another server took this answer over (this server's lease on it expired)".into(),
     }
 }
 
@@ -247,9 +383,11 @@ impl RunStore for Durable {
             // is pending, and the answer's task records each before it polls again: after one
             // yield, the log holds every event up to this checkpoint.
             tokio::task::yield_now().await;
-            let (events, len, end) = self.unsaved();
-            let jumps = serde_json::to_string(&self.0.run.jumps())
-                .map_err(|e| store_error(run_id, ServerError::database(e)))?;
+            if self.0.run.is_lost() {
+                return Err(lost_error(run_id));
+            }
+            let (events, len, end) = self.unsaved(*value(&self.0.checkpointed));
+            let jumps = self.jumps();
             let saved = self
                 .0
                 .store
@@ -268,8 +406,14 @@ impl RunStore for Durable {
                 .map_err(|e| store_error(run_id, e))?;
             match saved {
                 CheckpointSaved::Saved(version) => {
-                    *self.flushed() = len;
+                    *value(&self.0.checkpointed) = len;
+                    let mut flushed = value(&self.0.flushed);
+                    *flushed = (*flushed).max(len);
                     Ok(version)
+                }
+                CheckpointSaved::Lost => {
+                    lost(&self.0.run);
+                    Err(lost_error(run_id))
                 }
                 CheckpointSaved::Stale(found) => Err(agentloop::Error::StaleCheckpoint {
                     run_id: run_id.to_owned(),
@@ -335,6 +479,13 @@ fn retire(state: &AppState, message_id: String) {
 impl Drop for Finisher {
     fn drop(&mut self) {
         if self.paused {
+            return;
+        }
+        if self.run.is_lost() {
+            // Another server runs it now: its log here ends (a reconnect reads the database),
+            // and nothing of it is written or forgotten from here.
+            self.run.finish();
+            self.state.inner.runs.remove(&self.run);
             return;
         }
         if !self.run.is_finished() {
@@ -418,6 +569,7 @@ async fn drive(
     stored: usize,
     output_schema: Option<serde_json::Value>,
     creating: Option<impl Future<Output = Result<(), ServerError>>>,
+    created: bool,
 ) {
     let mut finisher = Finisher {
         state: state.clone(),
@@ -426,7 +578,6 @@ async fn drive(
         durable: None,
     };
     let inner = &state.inner;
-    let created = creating.is_some();
     if let Some(creating) = creating
         && let Err(e) = creating.await
     {
@@ -451,18 +602,28 @@ async fn drive(
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
     let events: Events = match output_schema {
-        // Typed answers are not durable runs: the library has no durable typed run.
-        Some(schema) => Box::pin(agent.run_output_stream_with(
-            history,
-            Output::<serde_json::Value>::new().with_schema(schema),
-        )),
-        None if inner.store.keeps_chat_runs() => {
+        // Typed answers are not durable runs: the library has no durable typed run. On a
+        // shared database their events are still written, for servers following them, and
+        // their row (which keeps the conversation busy) is finished at the end.
+        Some(schema) => {
+            if inner.store.is_shared() {
+                finisher.durable = Some(Durable::new(
+                    inner.store.clone(),
+                    run.clone(),
+                    prompt_index,
+                    0,
+                ));
+            }
+            Box::pin(agent.run_output_stream_with(
+                history,
+                Output::<serde_json::Value>::new().with_schema(schema),
+            ))
+        }
+        None => {
             let durable = Durable::new(inner.store.clone(), run.clone(), prompt_index, 0);
             finisher.durable = Some(durable.clone());
             Box::pin(agent.run_durable_stream(run.message_id.clone(), history, &durable))
         }
-        // A shared database keeps no checkpoints yet (see `Store::keeps_chat_runs`).
-        None => Box::pin(agent.run_stream(history)),
     };
     let answer = Answer {
         saver,
@@ -504,6 +665,10 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
     // it, even after a crash right after.
     let mut asked: Vec<RunEvent> = Vec::new();
     while let Some(event) = events.next().await {
+        if run.is_lost() {
+            // Another server took it over: nothing more is recorded or saved here.
+            break;
+        }
         match event {
             event @ RunEvent::ApprovalRequested(_) => asked.push(event),
             RunEvent::Error { error } => {
@@ -575,7 +740,7 @@ async fn follow(mut finisher: Finisher, answer: Answer, mut events: Events) {
             event => run.push(Frame::Run(event)),
         }
     }
-    if finisher.paused {
+    if finisher.paused || run.is_lost() {
         return;
     }
     if !ended {
@@ -729,22 +894,29 @@ pub(crate) async fn resume(
     {
         // Its whole log is written again with the next checkpoint (ids stored already are
         // kept): the events of the pause were never written with one.
-        Ok(Some(_)) => Some(Durable::new(
-            state.inner.store.clone(),
-            run.clone(),
-            paused.prompt_index,
-            0,
-        )),
-        Ok(None) => None,
+        Ok(Some(_)) => true,
+        Ok(None) => false,
         Err(e) => return give_back(paused, ResumeError::Store(e)),
     };
+    // On a shared database a typed answer's events are written too, and its row finished.
+    let durable = (durable || state.inner.store.is_shared())
+        .then(|| {
+            Durable::new(
+                state.inner.store.clone(),
+                run.clone(),
+                paused.prompt_index,
+                0,
+            )
+        })
+        .map(|store| (durable, store));
     let events: Events = match &durable {
-        Some(durable) => {
+        Some((true, durable)) => {
             drop(plain);
             Box::pin(agent.decide_run_stream(run.message_id.clone(), decisions, durable))
         }
-        None => plain,
+        _ => plain,
     };
+    let durable = durable.map(|(_, durable)| durable);
     // Forgotten before anything runs: a crash from here on must not offer the calls again.
     match state
         .inner
@@ -759,6 +931,11 @@ pub(crate) async fn resume(
             return Err(ResumeError::NotPaused);
         }
         Err(e) => return give_back(paused, ResumeError::Store(e)),
+    }
+    // Deleting the pause made the answer this server's to run: its lease says so, or its
+    // checkpoints would be refused.
+    if let Err(e) = state.inner.store.own_chat_run(run.message_id.clone()).await {
+        tracing::warn!(message_id = %run.message_id, "could not take the answer's lease: {e}");
     }
     run.begin_segment(decided);
     let finisher = Finisher {
@@ -861,9 +1038,125 @@ pub(crate) async fn find(
         .paused_answer(message_id.to_owned())
         .await?
     else {
-        return Ok(None);
+        // Running on another server sharing the database, or finished there lately.
+        return follow_remote(state, message_id).await;
     };
     Ok(restore(state, row))
+}
+
+/// How often a server following an answer another server runs reads its stored log when no
+/// notification came (one was missed while the listener reconnected).
+const POLL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A copy of answer `message_id`, which another server sharing the database runs (or ran),
+/// from its stored log, kept up to date while anyone follows it: when that server writes its
+/// events (`NOTIFY`), and every [`POLL_EVERY`] in case a notification was missed. `None` when
+/// the database has no such answer.
+async fn follow_remote(
+    state: &AppState,
+    message_id: &str,
+) -> Result<Option<Arc<RunLog>>, ServerError> {
+    let inner = &state.inner;
+    // Listening before the first read, so no write after it goes unnoticed.
+    let Some(mut written) = inner.store.written_elsewhere() else {
+        return Ok(None);
+    };
+    let Some(log) = inner.store.chat_log(message_id.to_owned(), 0).await? else {
+        return Ok(None);
+    };
+    let (run, new) = inner.runs.follower(
+        message_id.to_owned(),
+        log.conversation_id.clone(),
+        inner.config.disconnect_grace,
+        inner.shutdown.child_token(),
+    );
+    if !new {
+        return Ok(Some(run));
+    }
+    if let Err(e) = catch_up(&run, log) {
+        tracing::warn!(%message_id, "the stored events of an answer cannot be shown: {e}");
+        run.finish();
+        inner.runs.remove(&run);
+        return Ok(Some(run));
+    }
+    // Weak: following must not keep the server's state alive.
+    let weak = Arc::downgrade(&state.inner);
+    let followed = run.clone();
+    tokio::spawn(async move {
+        let run = followed;
+        let mut idle = 0;
+        while !run.is_finished() {
+            tokio::select! {
+                heard = written.recv() => match heard {
+                    Ok(id) if id == run.message_id => {}
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        tokio::time::sleep(POLL_EVERY).await;
+                    }
+                },
+                () = tokio::time::sleep(POLL_EVERY) => {
+                    // Nobody follows it here any more: stop reading.
+                    idle = if run.listeners() == 0 { idle + 1 } else { 0 };
+                    if idle > 2 {
+                        break;
+                    }
+                }
+                () = run.cancel.cancelled() => break,
+            }
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            match inner
+                .store
+                .chat_log(run.message_id.clone(), run.end_id())
+                .await
+            {
+                Ok(Some(log)) => {
+                    if catch_up(&run, log).is_err() {
+                        // Cut by the server that took the answer over: its followers here
+                        // reconnect, and get the events kept (or 409 naming the last one).
+                        break;
+                    }
+                }
+                // Forgotten (or its conversation deleted).
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(message_id = %run.message_id, "could not read the answer's events: {e}");
+                }
+            }
+        }
+        if run.is_finished() && !run.cancel.is_cancelled() {
+            // Finished there: readable here a while, like an answer finished here.
+            let Some(retain) = weak.upgrade().map(|inner| inner.config.retain_finished) else {
+                return;
+            };
+            tokio::time::sleep(retain).await;
+        }
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        run.finish();
+        inner.runs.remove(&run);
+    });
+    Ok(Some(run))
+}
+
+/// Bring a copy of an answer another server runs up to its stored log `log`.
+fn catch_up(run: &RunLog, log: crate::store::ChatLog) -> Result<(), String> {
+    let jumps: Vec<Jump> = serde_json::from_str(&log.jumps)
+        .map_err(|e| format!("its event ids cannot be read: {e}"))?;
+    let events = log
+        .events
+        .iter()
+        .filter_map(|(id, json)| Some((*id, serde_json::from_str(json).ok()?)))
+        .collect();
+    run.extend(log.end, jumps, events)
+        .map_err(|_| "the stored log does not continue this copy".to_owned())?;
+    if log.finished {
+        run.finish();
+    }
+    Ok(())
 }
 
 /// The answer running or waiting in conversation `conversation_id`: here, or, when other
@@ -881,10 +1174,14 @@ pub(crate) async fn active_in(
     if !inner.store.is_shared() {
         return Ok(None);
     }
-    let Some(row) = inner.store.paused_in(conversation_id.to_owned()).await? else {
+    if let Some(row) = inner.store.paused_in(conversation_id.to_owned()).await? {
+        return Ok(restore(state, row));
+    }
+    // Running on another server.
+    let Some(message_id) = inner.store.active_chat(conversation_id.to_owned()).await? else {
         return Ok(None);
     };
-    Ok(restore(state, row))
+    follow_remote(state, &message_id).await
 }
 
 /// With a shared database: end this server's copy of every paused answer another server
@@ -999,82 +1296,195 @@ fn restore(state: &AppState, row: crate::store::PausedRow) -> Option<Arc<RunLog>
 /// checkpoint, its log restored under the same event ids (see the module docs); every answer
 /// that had finished shows its log again until it is forgotten.
 pub(crate) async fn restore_running(state: &AppState) -> Result<(), ServerError> {
-    let inner = &state.inner;
-    for row in inner.store.chat_runs().await? {
+    for row in state.inner.store.chat_runs().await? {
         // Answers waiting for approval are restored from their pause (see `restore_paused`);
         // one whose pause was not kept yet goes on below, and pauses again.
-        if inner.runs.get(&row.message_id).is_some() {
+        if state.inner.runs.get(&row.message_id).is_some() {
             continue;
         }
-        let run = match inner.runs.start(
-            row.message_id.clone(),
-            row.conversation_id.clone(),
-            inner.config.disconnect_grace,
-            inner.shutdown.child_token(),
-        ) {
-            Ok(run) => run,
-            Err(busy) => {
-                tracing::error!(message_id = %row.message_id, "another answer ({}) holds the conversation; this one is left in the database", busy.message_id);
-                continue;
-            }
-        };
-        let jumps: Vec<Jump> = serde_json::from_str(&row.log_jumps).unwrap_or_default();
-        let events: Vec<(usize, crate::events::ChatEvent)> = row
-            .events
-            .iter()
-            .filter_map(|(id, json)| Some((*id, serde_json::from_str(json).ok()?)))
-            .collect();
-        let shown_calls = events
-            .iter()
-            .filter_map(|(_, event)| match event {
-                crate::events::ChatEvent::ToolCallStart { id, .. } => Some(id.clone()),
-                _ => None,
-            })
-            .collect();
-        if let Err(e) = run.replay(row.log_end, jumps, events) {
-            tracing::warn!(message_id = %row.message_id, "the events of an answer cannot be shown again: {e}");
-        }
-        if row.finished {
-            run.finish();
-            inner.runs.release(&run);
-            retire(state, row.message_id);
-            continue;
-        }
-        tracing::info!(message_id = %row.message_id, status = %row.status, "resuming an answer that was running when the server stopped");
-        run.resumed();
-        let stored = state
-            .conversation(&row.conversation_id)
-            .await?
-            .map_or(0, |c| c.messages.len());
-        let saver = Saver {
-            store: inner.store.clone(),
-            conversation_id: row.conversation_id.clone(),
-            stored: Arc::new(tokio::sync::Mutex::new(stored)),
-        };
-        let durable = Durable::new(
-            inner.store.clone(),
-            run.clone(),
-            row.prompt_index,
-            run.len(),
-        );
-        let agent = answer_agent(state, &run, &saver);
-        let events = agent.resume_run_stream(row.message_id.clone(), &durable);
-        let finisher = Finisher {
-            state: state.clone(),
-            run,
-            paused: false,
-            durable: Some(durable),
-        };
-        let answer = Answer {
-            saver,
-            prompt_index: row.prompt_index,
-            earlier_usage: Usage::default(),
-            created: false,
-            shown_calls,
-        };
-        inner
-            .tasks
-            .spawn(follow(finisher, answer, Box::pin(events)));
+        restore_row(state, row).await?;
     }
     Ok(())
+}
+
+/// Register a stored answer again with its log, and resume it from its checkpoint unless it
+/// had finished.
+async fn restore_row(state: &AppState, row: ChatRunRow) -> Result<(), ServerError> {
+    let inner = &state.inner;
+    let run = match inner.runs.start(
+        row.message_id.clone(),
+        row.conversation_id.clone(),
+        inner.config.disconnect_grace,
+        inner.shutdown.child_token(),
+    ) {
+        Ok(run) => run,
+        Err(busy) => {
+            tracing::error!(message_id = %row.message_id, "another answer ({}) holds the conversation; this one is left in the database", busy.message_id);
+            return Ok(());
+        }
+    };
+    let jumps: Vec<Jump> = serde_json::from_str(&row.log_jumps).unwrap_or_default();
+    let events: Vec<(usize, crate::events::ChatEvent)> = row
+        .events
+        .iter()
+        .filter_map(|(id, json)| Some((*id, serde_json::from_str(json).ok()?)))
+        .collect();
+    let shown_calls = events
+        .iter()
+        .filter_map(|(_, event)| match event {
+            crate::events::ChatEvent::ToolCallStart { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    if let Err(e) = run.replay(row.log_end, jumps, events) {
+        tracing::warn!(message_id = %row.message_id, "the events of an answer cannot be shown again: {e}");
+    }
+    if row.finished {
+        run.finish();
+        inner.runs.release(&run);
+        retire(state, row.message_id);
+        return Ok(());
+    }
+    tracing::info!(message_id = %row.message_id, status = %row.status, "resuming an answer that was running when its server stopped");
+    let empty = run.len() == 0;
+    run.resumed();
+    if empty {
+        // Taken over before its first checkpoint: nothing of it was kept.
+        run.push(Frame::Start {
+            conversation_id: row.conversation_id.clone(),
+            message_id: row.message_id.clone(),
+        });
+    }
+    let stored = state
+        .conversation(&row.conversation_id)
+        .await?
+        .map_or(0, |c| c.messages.len());
+    let saver = Saver {
+        store: inner.store.clone(),
+        conversation_id: row.conversation_id.clone(),
+        stored: Arc::new(tokio::sync::Mutex::new(stored)),
+    };
+    let durable = Durable::new(
+        inner.store.clone(),
+        run.clone(),
+        row.prompt_index,
+        if empty { 0 } else { run.len() },
+    );
+    let agent = answer_agent(state, &run, &saver);
+    let events = agent.resume_run_stream(row.message_id.clone(), &durable);
+    let finisher = Finisher {
+        state: state.clone(),
+        run,
+        paused: false,
+        durable: Some(durable),
+    };
+    let answer = Answer {
+        saver,
+        prompt_index: row.prompt_index,
+        earlier_usage: Usage::default(),
+        created: false,
+        shown_calls,
+    };
+    inner
+        .tasks
+        .spawn(follow(finisher, answer, Box::pin(events)));
+    Ok(())
+}
+
+/// With a shared database: renew this server's leases every third of a lease, and every half
+/// of one (at start-up first) take over the answers whose lease expired, resuming each as a
+/// restart does, until the server shuts down.
+pub(crate) fn keep_leases(state: &AppState) {
+    let Some(lease) = state.inner.store.lease() else {
+        return;
+    };
+    // Weak: the tasks must not keep the server's state alive.
+    let weak = Arc::downgrade(&state.inner);
+    let shutdown = state.inner.shutdown.clone();
+    if let Some(mut cancels) = state.inner.store.cancelled_elsewhere() {
+        let (weak, shutdown) = (weak.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                let message_id = tokio::select! {
+                    heard = cancels.recv() => match heard {
+                        Ok(message_id) => message_id,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                    () = shutdown.cancelled() => return,
+                };
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                cancel_here(&AppState { inner }, &message_id);
+            }
+        });
+    }
+    tokio::spawn(async move {
+        let mut renew = tokio::time::interval(lease / 3);
+        let mut claim = tokio::time::interval(lease / 2);
+        for timer in [&mut renew, &mut claim] {
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        loop {
+            let claiming = tokio::select! {
+                _ = renew.tick() => false,
+                _ = claim.tick() => true,
+                () = shutdown.cancelled() => return,
+            };
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            let state = AppState { inner };
+            if !claiming {
+                match state.inner.store.heartbeat().await {
+                    // Cancels asked elsewhere whose notification was missed.
+                    Ok((_, cancelled)) => {
+                        for message_id in cancelled {
+                            cancel_here(&state, &message_id);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("could not renew the leases on this server's answers: {e}")
+                    }
+                }
+                continue;
+            }
+            // A few at a time, so servers starting together share the work.
+            const BATCH: i64 = 16;
+            match state.inner.store.claim_expired(BATCH).await {
+                Ok(rows) => {
+                    for row in rows {
+                        take_over(&state, row).await;
+                    }
+                }
+                Err(e) => tracing::warn!("could not look for answers to take over: {e}"),
+            }
+        }
+    });
+}
+
+/// Cancel answer `message_id` if this server runs it (a cancel asked through another server).
+fn cancel_here(state: &AppState, message_id: &str) {
+    if let Some(run) = state.inner.runs.get(message_id)
+        && !run.is_remote()
+        && !run.is_finished()
+        && !run.is_paused()
+    {
+        run.cancel.cancel();
+    }
+}
+
+/// Resume an answer whose server's lease expired, now leased to this one.
+async fn take_over(state: &AppState, row: ChatRunRow) {
+    let inner = &state.inner;
+    if let Some(copy) = inner.runs.get(&row.message_id) {
+        // Followed here as another server's answer: its followers reconnect to this one.
+        copy.finish();
+        inner.runs.remove(&copy);
+    }
+    let message_id = row.message_id.clone();
+    if let Err(e) = restore_row(state, row).await {
+        tracing::error!(%message_id, "could not take over an answer: {e}");
+    }
 }

@@ -118,6 +118,11 @@ pub struct ServerConfig {
     pub disconnect_grace: Duration,
     /// How long the events of a finished chat stay available for reconnecting clients.
     pub retain_finished: Duration,
+    /// On a shared (Postgres) database: how long a server's lease on an answer it runs lasts
+    /// without renewal. The server renews its leases every third of it; another server takes
+    /// an answer over once its lease has expired (it checks every half of it), so a dead
+    /// server's answers go on within about 1.5 leases.
+    pub answer_lease: Duration,
     /// Interval of keep-alive comments on idle event streams.
     pub keep_alive: Duration,
     /// Origins allowed to call the API from a browser (`*` for any), besides the page's own
@@ -168,6 +173,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("disconnect_grace", &self.disconnect_grace)
             .field("retain_finished", &self.retain_finished)
+            .field("answer_lease", &self.answer_lease)
             .field("keep_alive", &self.keep_alive)
             .field("cors_origins", &self.cors_origins)
             .field("protected_paths", &self.protected_paths)
@@ -201,6 +207,7 @@ impl ServerConfig {
             max_body_bytes: 1024 * 1024,
             disconnect_grace: Duration::from_secs(10),
             retain_finished: Duration::from_secs(60),
+            answer_lease: Duration::from_secs(15),
             keep_alive: Duration::from_secs(15),
             cors_origins: Vec::new(),
             protected_paths: Vec::new(),
@@ -302,6 +309,13 @@ impl ServerConfig {
     /// How long a finished chat's events stay available for reconnects.
     pub fn retain_finished(mut self, d: Duration) -> Self {
         self.retain_finished = d;
+        self
+    }
+
+    /// How long a lease on a running answer lasts on a shared database (see
+    /// [`Self::answer_lease`]); at least 100 ms.
+    pub fn answer_lease(mut self, d: Duration) -> Self {
+        self.answer_lease = d.max(Duration::from_millis(100));
         self
     }
 

@@ -104,7 +104,8 @@
 //! readable and writable by its owner only (0600), and SQLite gives its `-wal` and `-shm` the
 //! same mode. Database calls are queued to one worker, so however many chats wait on the
 //! database they take one blocking thread, and a chat's stream starts before its conversation
-//! is written.
+//! is written (on Postgres after it: the answer's row, which keeps the conversation busy
+//! across servers, is taken first).
 //!
 //! [`Server::run`] stops on Ctrl-C or SIGTERM; [`Server::run_until`] on a future of your own.
 //! Either way the server stops accepting, cancels the answers in flight (each saves what it
@@ -121,40 +122,66 @@
 //! private network. Errors and logs show the URL without its password.
 //!
 //! - **Schema.** Tables `agentloop_conversations`, `agentloop_messages`, `agentloop_answers` and
-//!   `agentloop_paused_answers` (the SQLite tables' columns; JSON kept as text), and
-//!   `agentloop_server_migrations` (the versions applied). The schema is migrated at start in one
-//!   transaction holding an advisory lock, so servers starting together migrate it once; a
-//!   database migrated by a newer server is refused. The names do not clash with the library's
-//!   `PostgresStore` (`agentloop_runs`), which can share the database.
+//!   `agentloop_paused_answers` (the SQLite tables' columns; JSON kept as text),
+//!   `agentloop_chat_runs` and `agentloop_chat_run_events` (SQLite's `chat_runs` and
+//!   `chat_run_events`, plus the lease: `owner`, `lease_until`, `live_end`/`live_jumps`
+//!   (where the log written between checkpoints ends) and `cancel` (asked through another
+//!   server)), and `agentloop_server_migrations` (the
+//!   versions applied). The schema is migrated at start in one transaction holding an advisory
+//!   lock, so servers starting together migrate it once; a database migrated by a newer server
+//!   is refused. The names do not clash with the library's `PostgresStore` (`agentloop_runs`),
+//!   which can share the database.
 //! - **Connections.** Each server holds two: one for its calls, which run in the order they
-//!   are made, as with SQLite, and one that `LISTEN`s for answers decided elsewhere (below). A
-//!   dropped connection (Postgres restarted) is opened again: the calls' at the next call (the
-//!   call that met the loss fails with a database error), the listener's a second later.
+//!   are made, as with SQLite, and one that `LISTEN`s for answers decided or written elsewhere
+//!   (below). A dropped connection (Postgres restarted) is opened again: the calls' at the next
+//!   call (the call that met the loss fails with a database error), the listener's a second
+//!   later.
+//! - **Answers and leases.** Every answer is a durable run, checkpointed as under "Restarts"
+//!   (typed answers excepted), and its row names the server running it (a random id per
+//!   process) and until when: its **lease**, [`ServerConfig::answer_lease`] (15 s by default;
+//!   `agentloop serve --answer-lease-ms`). Each server renews the leases of all its answers in
+//!   one statement every third of a lease. Every checkpoint and event write is conditioned on
+//!   still holding the lease (and the checkpoint on its version), so a server that stalled past
+//!   its lease has its late writes refused and stops the answer there, writing nothing more.
+//!   Every half lease (and at start) each server takes over the answers whose lease expired
+//!   (`SELECT … FOR UPDATE SKIP LOCKED`, a few at a time, so two servers never take the same)
+//!   and resumes each as a restart does: the log cut back to the checkpoint, new ids from the
+//!   next multiple of 1,000,000,000, a call that was running answered as interrupted unless its
+//!   tool is idempotent. A dead server's answers so go on within about 1.5 leases. Answers
+//!   waiting for approval hold no lease that matters: they are decided through any server (below).
+//! - **Following an answer from any server.** A running answer also writes its new events every
+//!   50 ms or so between checkpoints and `NOTIFY`s `agentloop_chat_written` (its message id;
+//!   the rows are the truth). `GET /v1/chat/{message_id}/events` on a server that does not run
+//!   the answer reads the stored log after `Last-Event-ID`, then follows it live, reading again
+//!   on each notification and every second in case one was missed; the AI SDK's resume request
+//!   (`GET /v1/chat/ui-stream/{chat_id}/stream`) does the same. An id the running server sent
+//!   but had not stored gets 409 naming the last stored event, after a short wait. When another
+//!   server takes the answer over, the streams that follow it end; the client reconnects (a
+//!   cut id gets 409, as after a restart). A cancel (`POST /v1/chat/{message_id}/cancel`)
+//!   through a server that does not run the answer flags its row and `NOTIFY`s
+//!   `agentloop_chat_cancel`; the server running it stops it (or at its next heartbeat, when
+//!   it missed the notification).
 //! - **Across servers.** Conversations are read, listed, continued, renamed and deleted through
-//!   any server. An answer waiting for approval can be followed (`GET
-//!   /v1/chat/{message_id}/events`), decided or cancelled through any server, even one started
-//!   before the pause or after the pausing server died: a server that does not hold it loads
-//!   it from the database, for `useChat`'s approval response on the UI stream too. Deleting its
-//!   row is what decides it, so two servers never run its calls twice. The delete notifies
-//!   every server (`NOTIFY agentloop_answer_decided`, the message id); one holding a copy of
-//!   the answer ends it: its streams close, a decision sent there gets 409. A copy is also
-//!   checked against the database whenever it is asked about (a notification missed while the
-//!   listener reconnected). While the answer waits, its conversation is busy (409, and its
-//!   `active_message_id`) through every server.
-//! - **Load balancer.** An answer that is running lives in the server that runs it: its stream
-//!   and its reconnects and cancels (`/v1/chat/{message_id}/…`, and the UI stream of its chat)
-//!   must reach that server, so route by client (sticky sessions, e.g. a cookie or the client
-//!   address) and only fail over when a server is gone. Turn off response buffering for
-//!   `text/event-stream` (the server sends `X-Accel-Buffering: no` for nginx) and keep idle
-//!   timeouts above the keep-alive interval (15 s).
-//! - **Not yet.** Answers are not durable runs on Postgres (the restarts described above are
-//!   SQLite's), so an answer in flight when its server dies is not taken over by another (its
-//!   history is saved up to the last finished step; send the message again), there is no lease
-//!   on an answer, a running answer's events cannot be followed through another server (a
-//!   stream that ends because the answer was decided elsewhere says nothing more: reload the
-//!   conversation), and for a running answer the one-answer-at-a-time rule of a conversation
-//!   holds per server, not across them.
-//!
+//!   any server. A conversation answers one message at a time across all of them: its
+//!   unfinished answer row is unique, so a second message gets 409 through any server (and its
+//!   `active_message_id` names the answer). An answer waiting for approval can be followed,
+//!   decided or cancelled through any server, even one started before the pause or after the
+//!   pausing server died: a server that does not hold it loads it from the database, for
+//!   `useChat`'s approval response on the UI stream too. Deleting its row is what decides it, so
+//!   two servers never run its calls twice; the deciding server takes the answer's lease. The
+//!   delete notifies every server (`NOTIFY agentloop_answer_decided`, the message id); one
+//!   holding a copy of the answer ends it: its streams close, a decision sent there gets 409. A
+//!   copy is also checked against the database whenever it is asked about (a notification
+//!   missed while the listener reconnected).
+//! - **Load balancer.** Any server can serve any request, so route as you like; sticky sessions
+//!   (by client address or cookie) are a preference, not a requirement: a stream served by the
+//!   server running the answer has no lag. Turn
+//!   off response buffering for `text/event-stream` (the server sends `X-Accel-Buffering: no`
+//!   for nginx) and keep idle timeouts above the keep-alive interval (15 s). Stop servers with
+//!   SIGTERM (their answers end as `interrupted`); a server that dies has its answers taken over.
+//! - **Not yet.** A typed answer (`output_schema`) whose server dies is not resumed: another
+//!   server ends it with an error, and its history stays as saved after its last step.
+
 //! ## The chat event protocol, version 1
 //!
 //! `POST /v1/chat` takes `{"conversation_id"?: "...", "message": "...", "output_schema"?: {...}}`
@@ -217,13 +244,15 @@
 //! **Persistence.** The history is saved after every step (each model call and its tools).
 //! Continuing a conversation sends the model its whole stored history.
 //!
-//! **Restarts.** With SQLite, every answer (but a typed one, with an `output_schema`) is a durable run of the
+//! **Restarts.** Every answer (but a typed one, with an `output_schema`) is a durable run of the
 //! library ([`agentloop::Agent::run_durable_stream`], run id = the message id) checkpointed in
 //! the database (table `chat_runs`), after each model response, before a step's tools start,
 //! after each tool outcome and at each step's end. Each checkpoint is written in one
 //! transaction with the answer's events since the previous one (table `chat_run_events`,
 //! under their event ids), so the stored log ends exactly at the stored checkpoint; a
-//! finished answer's last events are written when it ends. When the process dies, even by
+//! finished answer's last events are written when it ends. (On Postgres the same happens
+//! across servers, another server taking over a dead one's answers: see "Many servers on
+//! Postgres".) With SQLite, when the process dies, even by
 //! SIGKILL, the next start on the same database resumes every answer that was in flight from
 //! its last checkpoint ([`agentloop::Agent::resume_run_stream`]), with the same agent: a tool
 //! whose outcome was recorded is not run again, a call that was running gets an error result

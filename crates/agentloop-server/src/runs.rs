@@ -108,7 +108,27 @@ pub(crate) struct RunLog {
     paused: Mutex<Option<Box<PausedChat>>>,
     /// Where the answer's latest part begins: 0, or the first frame after the last resume.
     segment: Mutex<Segment>,
+    /// A copy of an answer another server runs, kept up to date from the shared database.
+    remote: bool,
+    /// Another server took the answer over (this one's lease expired): nothing more of it is
+    /// written here.
+    lost: std::sync::atomic::AtomicBool,
 }
+
+/// Wakes up when a log changes (see [`RunLog::watch`]).
+pub(crate) struct LogWatch(watch::Receiver<Log>);
+
+impl LogWatch {
+    /// Wait for the next change; `false` once the log is gone.
+    pub(crate) async fn changed(&mut self) -> bool {
+        self.0.changed().await.is_ok()
+    }
+}
+
+/// A stored log does not continue this copy of it: events this copy has were cut (another
+/// server took the answer over), or its ids do not fit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Diverged;
 
 /// The part of an answer after its last resume (the whole answer when it never paused).
 #[derive(Debug, Default, Clone)]
@@ -147,7 +167,86 @@ impl RunLog {
             grace,
             paused: Mutex::new(None),
             segment: Mutex::default(),
+            remote: false,
+            lost: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// How many streams follow the log now.
+    pub(crate) fn listeners(&self) -> usize {
+        lock(&self.listeners).count
+    }
+
+    /// Whether this is a copy of an answer another server runs.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.remote
+    }
+
+    /// Another server took the answer over: nothing more of it is written here.
+    pub(crate) fn lose(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether another server took the answer over.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Wakes up whenever a frame is recorded or the log finishes.
+    pub(crate) fn watch(&self) -> LogWatch {
+        LogWatch(self.log.subscribe())
+    }
+
+    /// The event id the next frame gets.
+    pub(crate) fn end_id(&self) -> usize {
+        let log = self.log.borrow();
+        log.id_of(log.frames.len())
+    }
+
+    /// Bring a copy of an answer another server runs up to its stored log: the frames up to
+    /// event id `end` with these `jumps`, `events` at their ids. [`Diverged`] (nothing
+    /// changed) when the stored log does not continue this one.
+    pub(crate) fn extend(
+        &self,
+        end: usize,
+        jumps: Vec<Jump>,
+        events: Vec<(usize, crate::events::ChatEvent)>,
+    ) -> Result<(), Diverged> {
+        const MAX_FRAMES: usize = 1 << 24;
+        let (index, id) = jumps.last().map_or((0, 0), |j| (j.index, j.id));
+        let frames = index.saturating_add(end.saturating_sub(id));
+        let ordered = jumps
+            .windows(2)
+            .all(|w| w[0].index < w[1].index && w[0].id < w[1].id);
+        if end < id || frames > MAX_FRAMES || !ordered {
+            return Err(Diverged);
+        }
+        let mut result = Ok(());
+        let mut events = events.into_iter().peekable();
+        self.log.send_if_modified(|log| {
+            let have = log.frames.len();
+            // The jumps this copy knows stay, and new ones start at or after its end.
+            let kept = log.jumps.len() <= jumps.len()
+                && log.jumps[..] == jumps[..log.jumps.len()]
+                && jumps[log.jumps.len()..].iter().all(|j| j.index >= have);
+            if !kept || frames < have || log.finished {
+                result = Err(Diverged);
+                return false;
+            }
+            let new_jumps = jumps.len() > log.jumps.len();
+            log.jumps = jumps;
+            for i in have..frames {
+                let at = log.id_of(i);
+                while events.next_if(|(id, _)| *id < at).is_some() {}
+                let frame = match events.next_if(|(id, _)| *id == at) {
+                    Some((_, event)) => Frame::Replayed(event),
+                    None => Frame::Hidden,
+                };
+                log.frames.push(Arc::new(frame));
+            }
+            frames > have || new_jumps
+        });
+        result
     }
 
     /// A resume with decisions on `decided` begins a new part of the answer at the next frame.
@@ -380,6 +479,43 @@ pub(crate) struct Busy {
 }
 
 impl Runs {
+    /// A copy of answer `message_id`, which another server runs, to follow here: registered
+    /// by its message id only (the conversation's one-answer rule is the database's); the
+    /// copy registered already when there is one.
+    pub(crate) fn follower(
+        &self,
+        message_id: String,
+        conversation_id: String,
+        grace: Duration,
+        cancel: CancellationToken,
+    ) -> (Arc<RunLog>, bool) {
+        let mut registry = lock(&self.registry);
+        if let Some(run) = registry.by_message.get(&message_id) {
+            return (run.clone(), false);
+        }
+        let mut run = RunLog::new(message_id.clone(), conversation_id, grace, cancel);
+        run.remote = true;
+        let run = Arc::new(run);
+        registry.by_message.insert(message_id, run.clone());
+        (run, true)
+    }
+
+    /// Drop `run` from the registry, if it is the one registered under its message id, and
+    /// free its conversation.
+    pub(crate) fn remove(&self, run: &Arc<RunLog>) {
+        let mut registry = lock(&self.registry);
+        if registry
+            .by_message
+            .get(&run.message_id)
+            .is_some_and(|found| Arc::ptr_eq(found, run))
+        {
+            registry.by_message.remove(&run.message_id);
+        }
+        if registry.active.get(&run.conversation_id) == Some(&run.message_id) {
+            registry.active.remove(&run.conversation_id);
+        }
+    }
+
     /// Register a new run for `conversation_id`, unless one is running there.
     pub(crate) fn start(
         &self,

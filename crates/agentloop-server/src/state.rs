@@ -101,7 +101,7 @@ impl AppState {
         config.check()?;
         crate::skills::check_sandbox_placement(&config)?;
         let agent = chat_agent(&config)?;
-        let store = Store::open(config.database.clone()).await?;
+        let store = Store::open_leased(config.database.clone(), config.answer_lease).await?;
         let state = Self {
             inner: Arc::new(Inner {
                 // A token the embedding program set on the agent stops the server's answers too.
@@ -118,6 +118,7 @@ impl AppState {
         };
         crate::chat::restore_paused(&state).await?;
         crate::chat::restore_running(&state).await?;
+        crate::chat::keep_leases(&state);
         Ok(state)
     }
 

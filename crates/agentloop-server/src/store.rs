@@ -135,6 +135,33 @@ pub(crate) enum CheckpointSaved {
     Saved(u64),
     /// Not saved: the stored version is this one, not the one read.
     Stale(u64),
+    /// Not saved: another server took the answer over (this one's lease expired), or the
+    /// answer is gone (its conversation was deleted). Only on a shared database.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Lost,
+}
+
+/// Whether a new answer got its conversation (on a shared database).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimOutcome {
+    /// It did: its row is leased to this server.
+    Claimed,
+    /// Another answer, this message id, runs or waits there (on any server).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Busy(String),
+}
+
+/// An answer's stored log, as a server that does not run it follows it.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatLog {
+    pub(crate) conversation_id: String,
+    pub(crate) finished: bool,
+    /// The log's next event id.
+    pub(crate) end: usize,
+    /// Where the log's ids skip ahead, JSON.
+    pub(crate) jumps: String,
+    /// `(event id, ChatEvent JSON)`, by id.
+    pub(crate) events: Vec<(usize, String)>,
 }
 
 /// An answer run durably, as stored: what a restart needs to resume it or show its log.
@@ -438,14 +465,24 @@ const SUMMARY_COLUMNS: &str = "c.id, c.title, c.created_at, c.updated_at,
 impl Store {
     /// Open (creating and migrating as needed), after checking that the database is sound
     /// and writable.
+    #[cfg(test)]
     pub(crate) async fn open(database: Database) -> Result<Self, ServerError> {
+        Self::open_leased(database, std::time::Duration::from_secs(15)).await
+    }
+
+    /// [`Self::open`]; on a shared database the answers this server runs are leased for
+    /// `lease` at a time.
+    pub(crate) async fn open_leased(
+        database: Database,
+        lease: std::time::Duration,
+    ) -> Result<Self, ServerError> {
         let name = match &database {
             Database::File(path) => format!("`{}`", path.display()),
             Database::InMemory => "the in-memory database".to_owned(),
             Database::Postgres(_) => format!("Postgres at `{database}`"),
         };
         if let Database::Postgres(url) = &database {
-            return Self::open_postgres(url, name).await;
+            return Self::open_postgres(url, name, lease).await;
         }
         let conn = tokio::task::spawn_blocking({
             let name = name.clone();
@@ -472,8 +509,12 @@ impl Store {
     }
 
     #[cfg(feature = "postgres")]
-    async fn open_postgres(url: &str, name: String) -> Result<Self, ServerError> {
-        let pg = postgres::PgStore::open(url)
+    async fn open_postgres(
+        url: &str,
+        name: String,
+        lease: std::time::Duration,
+    ) -> Result<Self, ServerError> {
+        let pg = postgres::PgStore::open(url, lease)
             .await
             .map_err(|e| naming(&name, e))?;
         // A queue nobody serves: the SQLite calls fail instead of running (each method goes
@@ -487,7 +528,11 @@ impl Store {
     }
 
     #[cfg(not(feature = "postgres"))]
-    async fn open_postgres(_url: &str, name: String) -> Result<Self, ServerError> {
+    async fn open_postgres(
+        _url: &str,
+        name: String,
+        _lease: std::time::Duration,
+    ) -> Result<Self, ServerError> {
         Err(ServerError::database(format!(
             "{name}: this server was built without Postgres support; build agentloop-server \
              (or agentloop-cli) with the `postgres` feature, or store conversations in an SQLite file"
@@ -509,11 +554,20 @@ impl Store {
         false
     }
 
-    /// Whether answers run durably here (checkpoints and event logs, resumed at start-up). Not
-    /// on a shared database yet: without a lease on an answer, a starting server would resume
-    /// the answers other servers are running.
-    pub(crate) fn keeps_chat_runs(&self) -> bool {
-        !self.is_shared()
+    /// With a shared database, the message ids of answers whose stored log any server changed.
+    pub(crate) fn written_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        #[cfg(feature = "postgres")]
+        return self.pg.as_ref().map(postgres::PgStore::written);
+        #[cfg(not(feature = "postgres"))]
+        None
+    }
+
+    /// With a shared database, how long this server's leases on answers last.
+    pub(crate) fn lease(&self) -> Option<std::time::Duration> {
+        #[cfg(feature = "postgres")]
+        return self.pg.as_ref().map(postgres::PgStore::lease);
+        #[cfg(not(feature = "postgres"))]
+        None
     }
 
     /// With a shared database, the message ids of paused answers decided or cancelled by any
@@ -935,8 +989,12 @@ impl Store {
     pub(crate) fn save_chat_checkpoint(
         &self,
         checkpoint: ChatCheckpoint,
-    ) -> impl Future<Output = Result<CheckpointSaved, ServerError>> + Send + 'static {
-        self.call(move |conn| {
+    ) -> futures::future::BoxFuture<'static, Result<CheckpointSaved, ServerError>> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.save_chat_checkpoint(checkpoint));
+        }
+        Box::pin(self.call(move |conn| {
             let c = checkpoint;
             let tx = conn.transaction()?;
             let found: u64 = tx
@@ -972,7 +1030,7 @@ impl Store {
             insert_chat_events(&tx, &c.message_id, &c.events)?;
             tx.commit()?;
             Ok(CheckpointSaved::Saved(version))
-        })
+        }))
     }
 
     /// An answer's last checkpoint: `(version, status, state)`.
@@ -980,8 +1038,9 @@ impl Store {
         &self,
         message_id: String,
     ) -> Result<Option<(u64, String, String)>, ServerError> {
-        if !self.keeps_chat_runs() {
-            return Ok(None);
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.chat_checkpoint(message_id)).await;
         }
         self.call(move |conn| {
             Ok(conn
@@ -1003,6 +1062,10 @@ impl Store {
 
     /// Every answer run durably: `(message id, version, status)`.
     pub(crate) async fn chat_checkpoints(&self) -> Result<Vec<(String, u64, String)>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.chat_checkpoints()).await;
+        }
         self.call(|conn| {
             let mut stmt = conn
                 .prepare("SELECT message_id, version, status FROM chat_runs ORDER BY message_id")?;
@@ -1019,15 +1082,21 @@ impl Store {
     }
 
     /// The answer is over: keep the last events of its log and mark it finished (nothing
-    /// when it never saved a checkpoint). The queued write goes ahead even when the returned
-    /// future is dropped.
+    /// when it never saved a checkpoint, or on a shared database when this server no longer
+    /// holds it). The queued write goes ahead even when the returned future is dropped.
     pub(crate) fn finish_chat_run(
         &self,
         message_id: String,
         events: Vec<(usize, String)>,
         log_end: usize,
-    ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
-        self.call(move |conn| {
+        log_jumps: String,
+    ) -> futures::future::BoxFuture<'static, Result<(), ServerError>> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.finish_chat_run(message_id, events, log_end, log_jumps));
+        }
+        let _ = log_jumps;
+        Box::pin(self.call(move |conn| {
             let tx = conn.transaction()?;
             let n = tx.execute(
                 "UPDATE chat_runs SET finished = 1, log_end = ?2, state = '', updated_at = ?3
@@ -1039,12 +1108,14 @@ impl Store {
             }
             tx.commit()?;
             Ok(())
-        })
+        }))
     }
 
     /// Every answer run durably with its stored log, oldest first.
+    /// Not on a shared database, where the answers of servers still running are taken over
+    /// only once their lease expires ([`Self::claim_expired`]).
     pub(crate) async fn chat_runs(&self) -> Result<Vec<ChatRunRow>, ServerError> {
-        if !self.keeps_chat_runs() {
+        if self.is_shared() {
             return Ok(Vec::new());
         }
         self.call(|conn| {
@@ -1088,23 +1159,130 @@ impl Store {
     pub(crate) fn delete_chat_run(
         &self,
         message_id: String,
-    ) -> impl Future<Output = Result<(), ServerError>> + Send + 'static {
-        // Queued now (a caller may drop the future); nothing to delete where none are kept.
-        let call = self.keeps_chat_runs().then(|| {
-            self.call(move |conn| {
-                conn.execute(
-                    "DELETE FROM chat_runs WHERE message_id = ?1",
-                    params![message_id],
-                )?;
-                Ok(())
-            })
-        });
-        async move {
-            match call {
-                Some(call) => call.await,
-                None => Ok(()),
-            }
+    ) -> futures::future::BoxFuture<'static, Result<(), ServerError>> {
+        // Queued now: a caller may drop the future.
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.delete_chat_run(message_id));
         }
+        Box::pin(self.call(move |conn| {
+            conn.execute(
+                "DELETE FROM chat_runs WHERE message_id = ?1",
+                params![message_id],
+            )?;
+            Ok(())
+        }))
+    }
+
+    // --- On a shared database only: leases, and following answers other servers run ---
+
+    /// Take the conversation for new answer `message_id` (see `PgStore::claim_chat`); always
+    /// granted on SQLite, where this server's own registry keeps one answer per conversation.
+    pub(crate) fn claim_chat(
+        &self,
+        message_id: String,
+        conversation_id: String,
+        prompt_index: usize,
+    ) -> futures::future::BoxFuture<'static, Result<ClaimOutcome, ServerError>> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.claim_chat(message_id, conversation_id, prompt_index));
+        }
+        let _ = (message_id, conversation_id, prompt_index);
+        Box::pin(async { Ok(ClaimOutcome::Claimed) })
+    }
+
+    /// Write a running answer's events between checkpoints (shared database only); `false`
+    /// when this server no longer holds the answer.
+    pub(crate) fn append_chat_events(
+        &self,
+        message_id: String,
+        events: Vec<(usize, String)>,
+        end: usize,
+        jumps: String,
+    ) -> futures::future::BoxFuture<'static, Result<bool, ServerError>> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.append_chat_events(message_id, events, end, jumps));
+        }
+        let _ = (message_id, events, end, jumps);
+        Box::pin(async { Ok(true) })
+    }
+
+    /// An answer's stored log from event id `from` on (shared database only).
+    pub(crate) async fn chat_log(
+        &self,
+        message_id: String,
+        from: usize,
+    ) -> Result<Option<ChatLog>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.chat_log(message_id, from)).await;
+        }
+        let _ = (message_id, from);
+        Ok(None)
+    }
+
+    /// The answer running or waiting in a conversation on any server (shared database only).
+    pub(crate) async fn active_chat(
+        &self,
+        conversation_id: String,
+    ) -> Result<Option<String>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.active_chat(conversation_id)).await;
+        }
+        let _ = conversation_id;
+        Ok(None)
+    }
+
+    /// This server runs the answer from now on (shared database only).
+    pub(crate) async fn own_chat_run(&self, message_id: String) -> Result<(), ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.own_chat_run(message_id)).await;
+        }
+        let _ = message_id;
+        Ok(())
+    }
+
+    /// Renew this server's leases (shared database only); how many it holds, and those a
+    /// cancel was asked for.
+    pub(crate) async fn heartbeat(&self) -> Result<(u64, Vec<String>), ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.heartbeat()).await;
+        }
+        Ok((0, Vec::new()))
+    }
+
+    /// Ask the server running an answer to cancel it (shared database only); `false` when
+    /// it is not running.
+    pub(crate) async fn request_cancel(&self, message_id: String) -> Result<bool, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.request_cancel(message_id)).await;
+        }
+        let _ = message_id;
+        Ok(false)
+    }
+
+    /// With a shared database, the message ids of answers a cancel was asked for.
+    pub(crate) fn cancelled_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        #[cfg(feature = "postgres")]
+        return self.pg.as_ref().map(postgres::PgStore::cancelled);
+        #[cfg(not(feature = "postgres"))]
+        None
+    }
+
+    /// Take over answers whose lease expired (shared database only).
+    pub(crate) async fn claim_expired(&self, limit: i64) -> Result<Vec<ChatRunRow>, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.claim_expired(limit)).await;
+        }
+        let _ = limit;
+        Ok(Vec::new())
     }
 }
 
@@ -1473,7 +1651,7 @@ mod tests {
             .iter()
             .map(|row| row.get(0))
             .collect();
-        assert_eq!(versions, vec![1]);
+        assert_eq!(versions, vec![1, 2]);
         client
             .batch_execute("INSERT INTO agentloop_server_migrations (version) VALUES (99)")
             .await
@@ -1484,9 +1662,141 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .contains("has schema version 99, newer than this server knows (1)"),
+                .contains("has schema version 99, newer than this server knows (2)"),
             "{error}"
         );
+    }
+
+    #[cfg(feature = "postgres")]
+    fn checkpoint(id: &str, read: u64, events: &[usize], log_end: usize) -> ChatCheckpoint {
+        ChatCheckpoint {
+            message_id: id.into(),
+            conversation_id: "c1".into(),
+            prompt_index: 0,
+            read,
+            status: "running".into(),
+            state: format!("{{\"v\":{read}}}"),
+            events: events
+                .iter()
+                .map(|i| (*i, format!("{{\"e\":{i}}}")))
+                .collect(),
+            log_end,
+            log_jumps: "[]".into(),
+        }
+    }
+
+    /// Two servers on one database: an answer belongs to the server holding its lease; when
+    /// the lease expires another takes it over, its log cut back to its checkpoint, and the
+    /// first server's late writes are refused. One unfinished answer per conversation holds
+    /// across servers.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn postgres_answers_are_leased_and_a_stale_owner_cannot_write() {
+        let Some(url) =
+            postgres::test_database("postgres_answers_are_leased_and_a_stale_owner_cannot_write")
+                .await
+        else {
+            return;
+        };
+        let lease = std::time::Duration::from_millis(300);
+        let a = Store::open_leased(Database::Postgres(url.clone()), lease)
+            .await
+            .unwrap();
+        let b = Store::open_leased(Database::Postgres(url), lease)
+            .await
+            .unwrap();
+        a.create("c1".into(), "x".into()).await.unwrap();
+        assert_eq!(
+            a.claim_chat("m1".into(), "c1".into(), 0).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        // The conversation is busy through every server.
+        assert_eq!(
+            b.claim_chat("m2".into(), "c1".into(), 0).await.unwrap(),
+            ClaimOutcome::Busy("m1".into())
+        );
+        assert_eq!(b.active_chat("c1".into()).await.unwrap(), Some("m1".into()));
+        // No checkpoint yet: a new durable run finds none.
+        assert_eq!(a.chat_checkpoint("m1".into()).await.unwrap(), None);
+        assert_eq!(
+            a.save_chat_checkpoint(checkpoint("m1", 0, &[0, 1], 2))
+                .await
+                .unwrap(),
+            CheckpointSaved::Saved(1)
+        );
+        // Events between checkpoints, for servers following the answer.
+        assert!(
+            a.append_chat_events("m1".into(), vec![(2, "{\"e\":2}".into())], 3, "[]".into())
+                .await
+                .unwrap()
+        );
+        let log = b.chat_log("m1".into(), 1).await.unwrap().unwrap();
+        assert_eq!((log.end, log.finished), (3, false));
+        assert_eq!(
+            log.events.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        // Renewed, the lease holds: nothing to take over.
+        assert_eq!(a.heartbeat().await.unwrap(), (1, vec![]));
+        assert!(b.claim_expired(16).await.unwrap().is_empty());
+        // A stalls past its lease: B takes the answer over, cut back to the checkpoint.
+        tokio::time::sleep(lease + std::time::Duration::from_millis(100)).await;
+        let claimed = b.claim_expired(16).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        let row = &claimed[0];
+        assert_eq!((row.message_id.as_str(), row.log_end), ("m1", 2));
+        assert_eq!(
+            row.events.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            [0, 1]
+        );
+        assert!(
+            b.claim_expired(16).await.unwrap().is_empty(),
+            "claimed once"
+        );
+        let log = b.chat_log("m1".into(), 0).await.unwrap().unwrap();
+        assert_eq!((log.end, log.events.len()), (2, 2));
+        // A's late writes are refused, and change nothing.
+        assert_eq!(
+            a.save_chat_checkpoint(checkpoint("m1", 1, &[2, 3], 4))
+                .await
+                .unwrap(),
+            CheckpointSaved::Lost
+        );
+        assert!(
+            !a.append_chat_events("m1".into(), vec![(3, "{}".into())], 4, "[]".into())
+                .await
+                .unwrap()
+        );
+        a.finish_chat_run("m1".into(), vec![(5, "{}".into())], 6, "[]".into())
+            .await
+            .unwrap();
+        assert_eq!(a.heartbeat().await.unwrap(), (0, vec![]));
+        let log = b.chat_log("m1".into(), 0).await.unwrap().unwrap();
+        assert_eq!((log.end, log.events.len(), log.finished), (2, 2, false));
+        assert_eq!(
+            b.chat_checkpoint("m1".into()).await.unwrap(),
+            Some((1, "running".into(), "{\"v\":0}".into()))
+        );
+        // B goes on from the checkpoint A saved, and finishes.
+        assert_eq!(
+            b.save_chat_checkpoint(checkpoint("m1", 1, &[1_000_000_000], 1_000_000_001))
+                .await
+                .unwrap(),
+            CheckpointSaved::Saved(2)
+        );
+        b.finish_chat_run("m1".into(), Vec::new(), 1_000_000_001, "[]".into())
+            .await
+            .unwrap();
+        let log = a.chat_log("m1".into(), 0).await.unwrap().unwrap();
+        assert!(log.finished);
+        assert_eq!(a.active_chat("c1".into()).await.unwrap(), None);
+        // The conversation is free again.
+        assert_eq!(
+            a.claim_chat("m3".into(), "c1".into(), 2).await.unwrap(),
+            ClaimOutcome::Claimed
+        );
+        a.delete_chat_run("m1".into()).await.unwrap();
+        assert!(b.chat_log("m1".into(), 0).await.unwrap().is_none());
     }
 
     #[test]

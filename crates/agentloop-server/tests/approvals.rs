@@ -5,36 +5,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentloop::{Agent, ContentBlock, Message, Role, Tool, ToolResult};
+use agentloop::{Agent, ContentBlock, Message, Role, ToolResult};
 use agentloop_server::ServerConfig;
 use agentloop_testkit::{ScriptedModel, Turn, split_pieces};
+use common::deploy::{Ran, deploy_tool};
 use common::{EventReader, Received, TestServer, client, event, named, post_chat};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::{Value, json};
-
-#[derive(Deserialize, JsonSchema)]
-struct Deploy {
-    env: String,
-}
-
-/// Where each run of the tool is written down, to count runs.
-type Ran = Arc<Mutex<Vec<String>>>;
-
-fn deploy_tool(ran: &Ran) -> Tool {
-    let ran = ran.clone();
-    Tool::function("deploy", "Deploy the app", move |d: Deploy| {
-        let ran = ran.clone();
-        async move {
-            ran.lock().unwrap().push(d.env.clone());
-            Ok::<_, String>(format!("deployed to {}", d.env))
-        }
-    })
-    .with_approval_required(true)
-}
 
 const ANSWER: &str = "Done.";
 

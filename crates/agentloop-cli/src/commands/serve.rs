@@ -167,6 +167,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, String> {
         .database_at(Database::parse(&args.db))
         .token(token)
         .max_tool_iterations(args.model.max_tool_iterations)
+        .answer_lease(std::time::Duration::from_millis(args.answer_lease_ms))
         .insecure_no_auth(args.insecure_no_auth)
         .allowed_hosts(args.allowed_host.iter().cloned())
         .cors_origins(args.cors_origin.iter().cloned());

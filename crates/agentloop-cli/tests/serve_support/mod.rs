@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A running `agentloop serve`, killed (SIGKILL) when dropped, so a failing test leaves no
@@ -152,4 +152,151 @@ pub async fn counting_endpoint(hang: bool) -> (String, Arc<AtomicUsize>) {
         }
     });
     (url, calls)
+}
+
+/// Write an HTTP tool descriptor `name` calling `url` into `tools`.
+pub fn http_tool(tools: &Path, name: &str, url: &str) {
+    std::fs::write(
+        tools.join(format!("{name}.json")),
+        json!({
+            "name": name,
+            "description": format!("The {name} tool"),
+            "input_schema": {"type": "object", "properties": {}},
+            "mode": "http",
+            "http": {"url": url},
+        })
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// One SSE event: id, name and data.
+pub type Sse = (u64, String, Value);
+
+/// The SSE events of `response` until `done` says so (or the stream ends, as when the server
+/// is killed).
+pub async fn sse_until(mut response: reqwest::Response, done: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+    let mut text = String::new();
+    let mut events = Vec::new();
+    // A guard against a stream that never gets there, not a timing assumption.
+    let read = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = text.find("\n\n") {
+                let block = text[..end].to_owned();
+                text.drain(..end + 2);
+                let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name));
+                if let (Some(id), Some(name), Some(data)) =
+                    (field("id: "), field("event: "), field("data: "))
+                {
+                    events.push((
+                        id.parse().unwrap(),
+                        name.to_owned(),
+                        serde_json::from_str(data).unwrap(),
+                    ));
+                    if done(&events) {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("the stream gets there");
+    events
+}
+
+pub fn names(events: &[Sse]) -> Vec<&str> {
+    events.iter().map(|(_, name, _)| name.as_str()).collect()
+}
+
+/// Wait (bounded) until `count` reaches `n`.
+pub async fn wait_for(count: &AtomicUsize, n: usize) {
+    for _ in 0..600 {
+        if count.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the count never reached {n}");
+}
+
+pub fn header(response: &reqwest::Response, name: &str) -> String {
+    response.headers()[name].to_str().unwrap().to_owned()
+}
+
+/// The stored conversation's messages, checked valid.
+pub async fn stored_history(url: &str, conversation_id: &str) -> Vec<agentloop::Message> {
+    let stored: Value = reqwest::get(format!("{url}/v1/conversations/{conversation_id}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let messages: Vec<agentloop::Message> =
+        serde_json::from_value(stored["messages"].clone()).unwrap();
+    assert!(agentloop::history::is_valid(&messages), "{messages:?}");
+    messages
+}
+
+/// Follow answer `message_id` through the server at `url` until its `message_end`, after the
+/// events `seen` (all received so far), reconnecting as a client does: when a stream ends
+/// early (a server following an answer another server ran hands it over), again from the
+/// last event received; on 409 (events cut when a server took the answer over from its last
+/// checkpoint), from the event the error names, dropping those after it. The events of
+/// `seen` kept, the rest, and how many 409s came.
+pub async fn follow_to_end(
+    url: &str,
+    message_id: &str,
+    mut seen: Vec<Sse>,
+) -> (Vec<Sse>, Vec<Sse>, usize) {
+    let http = reqwest::Client::new();
+    let mut rest: Vec<Sse> = Vec::new();
+    let mut cuts = 0;
+    // Bounded: a handful of reconnects at most happen.
+    for _ in 0..20 {
+        let mut request = http.get(format!("{url}/v1/chat/{message_id}/events"));
+        if let Some(last) = rest.last().or(seen.last()) {
+            request = request.header("last-event-id", last.0.to_string());
+        }
+        let response = request.send().await.unwrap();
+        match response.status().as_u16() {
+            200 => {
+                rest.extend(
+                    sse_until(response, |events| {
+                        events
+                            .last()
+                            .is_some_and(|(_, name, _)| name == "message_end")
+                    })
+                    .await,
+                );
+                if rest
+                    .last()
+                    .is_some_and(|(_, name, _)| name == "message_end")
+                {
+                    return (seen, rest, cuts);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            409 => {
+                let error: Value = response.json().await.unwrap();
+                let message = error["error"]["message"].as_str().unwrap();
+                let last_kept: u64 = message
+                    .split("reconnect with Last-Event-ID ")
+                    .nth(1)
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                seen.retain(|e| e.0 <= last_kept);
+                rest.retain(|e| e.0 <= last_kept);
+                cuts += 1;
+            }
+            status => panic!(
+                "GET events answered {status}: {}",
+                response.text().await.unwrap()
+            ),
+        }
+    }
+    panic!("the answer never reached message_end: {rest:?}");
 }

@@ -98,9 +98,37 @@ pub(crate) async fn get_events(
             let next =
                 resume_after(value.as_bytes()).map_err(|e| ApiError::bad_request(e.to_string()))?;
             // Ids only name frames already recorded, so one past the log is none this stream
-            // ever sent.
+            // ever sent; but a copy of an answer another server runs may lag behind it by a
+            // write or two.
+            if run.is_remote() && !run.is_finished() {
+                let mut changes = run.watch();
+                let caught_up = async {
+                    while matches!(run.after(next - 1), Err(After::Past))
+                        && !run.is_finished()
+                        && changes.changed().await
+                    {}
+                };
+                let _ = tokio::time::timeout(REMOTE_LAG, caught_up).await;
+            }
             match run.after(next - 1) {
                 Ok(from) => from,
+                // Sent by the server running the answer but not stored (yet): it may have
+                // died before writing it. The stored log is what any server goes on from.
+                // (A copy that ended because another server took the answer over and cut
+                // its log says the same: the client reconnects from the last stored event.)
+                Err(After::Past) if run.is_remote() => {
+                    let last_kept = run.end_id().saturating_sub(1);
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        format!(
+                            "event {} is not in the stored log of this answer, which runs on \
+                             another server (that server may have stopped before storing it); \
+                             drop the events after {last_kept} and reconnect with \
+                             Last-Event-ID {last_kept}",
+                            next - 1
+                        ),
+                    ));
+                }
                 Err(After::Past) => {
                     return Err(ApiError::bad_request(format!(
                         "Last-Event-ID {} is past the last event of this answer",
@@ -124,6 +152,10 @@ pub(crate) async fn get_events(
     };
     Ok(event_stream(&state, run, from))
 }
+
+/// How long a reconnect to a server that follows an answer another server runs waits for an
+/// id it has not read yet from the database.
+const REMOTE_LAG: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Why a `Last-Event-ID` header cannot be resumed from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,6 +206,20 @@ pub(crate) async fn cancel(
             StatusCode::CONFLICT,
             format!("the answer `{message_id}` has finished already"),
         ));
+    }
+    // Run by another server sharing the database: that server is asked to stop it.
+    if run.is_remote() && !state.inner.store.request_cancel(message_id.clone()).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("the answer `{message_id}` has finished already"),
+        ));
+    }
+    if run.is_remote() {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "message_id": message_id, "cancelled": true })),
+        )
+            .into_response());
     }
     if let Some(paused) = run.take_paused() {
         chat::end_paused(&state, run, paused).await;

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use super::chat::stream_headers;
 use super::{ApiError, check_conversation_id};
 use crate::chat::{self, ChatStart};
-use crate::events::Frame;
+use crate::events::{ChatEvent, Frame};
 use crate::runs::RunLog;
 use crate::state::AppState;
 use crate::store::title_from;
@@ -340,9 +340,14 @@ async fn decide(state: &AppState, request: &UiChatRequest) -> Result<Response, A
 /// answer of the chat from its start (the transport's default `resumeStreamIsReplay`), or
 /// answers 204 when none is running.
 pub(crate) async fn resume(State(state): State<AppState>, Path(chat_id): Path<String>) -> Response {
-    match state.inner.runs.active_in(&chat_id) {
+    // On a shared database the answer may run on another server: it is followed from there.
+    let active = match chat::active_in(&state, &chat_id).await {
+        Ok(active) => active,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    match active {
         // A paused answer has nothing to stream until the client decides.
-        Some(run) if !run.is_paused() => ui_event_stream(&state, run),
+        Some(run) if !run.is_paused() && !run.is_finished() => ui_event_stream(&state, run),
         _ => StatusCode::NO_CONTENT.into_response(),
     }
 }
@@ -541,6 +546,24 @@ struct UiTranslator {
     /// The calls the user decided on before this part of the answer: their denials are
     /// `tool-output-denied` (a hook's refusal stays an error).
     decided: Vec<String>,
+    /// Of a stored log: tool results came, so the next model output begins a new step.
+    after_tools: bool,
+}
+
+impl FinishReason {
+    /// The finish reason of a `message_end`'s `stop_reason` (see [`From<&RunStopReason>`]).
+    fn from_name(stop_reason: &str) -> Self {
+        match stop_reason {
+            "end_turn" => Self::Stop,
+            "max_tokens" => Self::Length,
+            "error" => Self::Error,
+            "max_tool_iterations" | "max_tool_calls" | "token_budget" | "cost_budget" => {
+                Self::ToolCalls
+            }
+            other if other.starts_with("repeated_invalid_call") => Self::ToolCalls,
+            _ => Self::Other,
+        }
+    }
 }
 
 impl UiTranslator {
@@ -581,6 +604,126 @@ impl UiTranslator {
         }
     }
 
+    fn text_delta(&mut self, text: &str, queue: &mut VecDeque<String>) {
+        self.close_reasoning(queue);
+        if self.open_text.is_none() {
+            let id = self.next_id("text");
+            Self::push(queue, &UiChunk::TextStart { id: &id });
+            self.open_text = Some(id);
+        }
+        if let Some(id) = &self.open_text {
+            Self::push(queue, &UiChunk::TextDelta { id, delta: text });
+        }
+    }
+
+    fn reasoning_delta(&mut self, text: &str, queue: &mut VecDeque<String>) {
+        self.close_text(queue);
+        if self.open_reasoning.is_none() {
+            let id = self.next_id("reasoning");
+            Self::push(queue, &UiChunk::ReasoningStart { id: &id });
+            self.open_reasoning = Some(id);
+        }
+        if let Some(id) = &self.open_reasoning {
+            Self::push(queue, &UiChunk::ReasoningDelta { id, delta: text });
+        }
+    }
+
+    /// Before model output of a stored log: a step is open, a new one after tool results
+    /// (the log has no step events).
+    fn replayed_step(&mut self, queue: &mut VecDeque<String>) {
+        if std::mem::take(&mut self.after_tools) {
+            self.finish_step(queue);
+        }
+        if !self.step_open {
+            self.step_open = true;
+            Self::push(queue, &UiChunk::StartStep);
+        }
+    }
+
+    /// An event of a stored log (an answer another server runs, or one restored after a
+    /// restart) as the UI stream showed the run events it was recorded from.
+    fn replayed(&mut self, event: &ChatEvent, queue: &mut VecDeque<String>) {
+        match event {
+            ChatEvent::MessageStart { message_id, .. } => {
+                Self::push(queue, &UiChunk::Start { message_id });
+            }
+            ChatEvent::TextDelta { text } => {
+                self.replayed_step(queue);
+                self.text_delta(text, queue);
+            }
+            ChatEvent::ThinkingDelta { text } => {
+                self.replayed_step(queue);
+                self.reasoning_delta(text, queue);
+            }
+            ChatEvent::ToolCallStart {
+                id,
+                name,
+                arguments,
+            } => {
+                self.replayed_step(queue);
+                self.close_parts(queue);
+                Self::push(
+                    queue,
+                    &UiChunk::ToolInputStart {
+                        tool_call_id: id,
+                        tool_name: name,
+                    },
+                );
+                Self::push(
+                    queue,
+                    &UiChunk::ToolInputAvailable {
+                        tool_call_id: id,
+                        tool_name: name,
+                        input: arguments,
+                    },
+                );
+            }
+            ChatEvent::ApprovalRequested { id, .. } => {
+                Self::push(
+                    queue,
+                    &UiChunk::ToolApprovalRequest {
+                        approval_id: id,
+                        tool_call_id: id,
+                    },
+                );
+            }
+            ChatEvent::ToolCallResult {
+                id,
+                content,
+                is_error,
+            } => {
+                self.after_tools = true;
+                let chunk = if *is_error {
+                    UiChunk::ToolOutputError {
+                        tool_call_id: id,
+                        error_text: content.to_text(),
+                    }
+                } else {
+                    UiChunk::ToolOutputAvailable {
+                        tool_call_id: id,
+                        output: output_value(content),
+                    }
+                };
+                Self::push(queue, &chunk);
+            }
+            ChatEvent::MessageEnd { stop_reason, .. } => {
+                self.finish_step(queue);
+                self.finish_reason = Some(FinishReason::from_name(stop_reason));
+            }
+            ChatEvent::Error { message } => {
+                self.close_parts(queue);
+                self.finish_reason = Some(FinishReason::Error);
+                Self::push(
+                    queue,
+                    &UiChunk::Error {
+                        error_text: message,
+                    },
+                );
+            }
+            ChatEvent::Output { .. } => {}
+        }
+    }
+
     fn frame(&mut self, frame: &Frame, queue: &mut VecDeque<String>) {
         match frame {
             Frame::Start { message_id, .. } => {
@@ -591,8 +734,8 @@ impl UiTranslator {
                 self.finish_step(queue);
                 self.finish_reason = Some(stop_reason.into());
             }
-            // Only the part after a resume is streamed, and no resume comes before these.
-            Frame::Replayed(_) | Frame::Hidden => {}
+            Frame::Replayed(event) => self.replayed(event, queue),
+            Frame::Hidden => {}
             Frame::Paused => {
                 self.finish_step(queue);
                 self.finish_reason = Some((&RunStopReason::AwaitingApproval).into());
@@ -613,32 +756,19 @@ impl UiTranslator {
     fn run_event(&mut self, event: &RunEvent, queue: &mut VecDeque<String>) {
         match event {
             RunEvent::StepStart { .. } => {
+                // A step inferred from a stored log before it (a restored answer) ends here.
+                self.after_tools = false;
+                if self.step_open {
+                    self.finish_step(queue);
+                }
                 self.close_parts(queue);
                 self.calls.clear();
                 self.step_open = true;
                 Self::push(queue, &UiChunk::StartStep);
             }
-            RunEvent::Model(StreamEvent::TextDelta { text }) => {
-                self.close_reasoning(queue);
-                if self.open_text.is_none() {
-                    let id = self.next_id("text");
-                    Self::push(queue, &UiChunk::TextStart { id: &id });
-                    self.open_text = Some(id);
-                }
-                if let Some(id) = &self.open_text {
-                    Self::push(queue, &UiChunk::TextDelta { id, delta: text });
-                }
-            }
+            RunEvent::Model(StreamEvent::TextDelta { text }) => self.text_delta(text, queue),
             RunEvent::Model(StreamEvent::ThinkingDelta { text }) => {
-                self.close_text(queue);
-                if self.open_reasoning.is_none() {
-                    let id = self.next_id("reasoning");
-                    Self::push(queue, &UiChunk::ReasoningStart { id: &id });
-                    self.open_reasoning = Some(id);
-                }
-                if let Some(id) = &self.open_reasoning {
-                    Self::push(queue, &UiChunk::ReasoningDelta { id, delta: text });
-                }
+                self.reasoning_delta(text, queue)
             }
             RunEvent::Model(StreamEvent::ToolCallStart { index, id, name }) => {
                 self.close_parts(queue);

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod deploy;
+
 use std::collections::VecDeque;
 
 use agentloop::sse::SseParser;
