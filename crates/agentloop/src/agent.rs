@@ -483,6 +483,169 @@ impl Agent {
         Ok(OutputStream::new(stream, tool))
     }
 
+    /// [`Self::run_output_with`], durably: checkpointed in `store` under `run_id` as
+    /// [`Self::run_durable`] does, the run's schema, strategy and strictness included, so
+    /// [`Self::resume_output_run_with`] (or [`Self::resume_run`], without a validator)
+    /// continues it after a crash.
+    pub fn run_output_durable_with<T, S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        input: impl Into<RunInput>,
+        output: Output<T>,
+        store: &S,
+    ) -> impl Future<Output = Result<Typed<T>>> + Send + 'static
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let run = output.spec().map(|spec| {
+            run::durable_output_set(
+                self.provider.clone(),
+                self.request(input.into().into_messages()),
+                self.tools.clone(),
+                Arc::clone(&self.options),
+                spec,
+                Arc::new(store.clone()),
+                run_id.into(),
+            )
+        });
+        async move { crate::output::typed(run?.await?) }
+    }
+
+    /// [`Self::run_output_durable_with`], streamed like [`Self::run_output_stream`].
+    pub fn run_output_durable_stream_with<T, S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        input: impl Into<RunInput>,
+        output: Output<T>,
+        store: &S,
+    ) -> OutputStream<T>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        match output.spec() {
+            Ok(spec) => {
+                let (stream, tool) = run::durable_output_stream_set(
+                    self.provider.clone(),
+                    self.request(input.into().into_messages()),
+                    self.tools.clone(),
+                    Arc::clone(&self.options),
+                    spec,
+                    Arc::new(store.clone()),
+                    run_id.into(),
+                );
+                OutputStream::new(stream, tool)
+            }
+            Err(error) => OutputStream::failed(error),
+        }
+    }
+
+    /// Continue typed durable run `run_id` ([`Self::run_output_durable_with`]) from its last
+    /// checkpoint, as [`Self::resume_run`] does, and return its answer as a `T`. The run asks
+    /// for and checks the answer as it was started; `output` gives the type and validator (a
+    /// checkpoint cannot keep code). Fails with [`Error::RunNotFound`] when there is no such
+    /// run and [`Error::Config`] when it is not a typed run.
+    pub fn resume_output_run_with<T, S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        output: Output<T>,
+        store: &S,
+    ) -> impl Future<Output = Result<Typed<T>>> + Send + 'static
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let agent = self.clone();
+        let store: Arc<dyn RunStore> = Arc::new(store.clone());
+        let run_id = run_id.into();
+        async move {
+            let (checkpoint, spec, _) = typed_checkpoint(&*store, &run_id, output).await?;
+            let result = run::resume_durable_output_set(
+                agent.provider.clone(),
+                agent.tools.clone(),
+                Arc::clone(&agent.options),
+                spec,
+                run::Loaded {
+                    store,
+                    run_id,
+                    checkpoint,
+                },
+                None,
+            )
+            .await?;
+            crate::output::typed(result)
+        }
+    }
+
+    /// [`Self::resume_output_run_with`], streamed like [`Self::resume_output_stream_with`]:
+    /// the run's events from its last checkpoint on, with `partial_output` and `output`. The
+    /// checkpoint is read first, so a run that is missing or not typed fails here, before
+    /// any stream.
+    pub async fn resume_output_run_stream_with<T, S: RunStore + Clone>(
+        &self,
+        run_id: impl Into<String>,
+        output: Output<T>,
+        store: &S,
+    ) -> Result<OutputStream<T>>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let store: Arc<dyn RunStore> = Arc::new(store.clone());
+        let run_id = run_id.into();
+        let (checkpoint, spec, tool) = typed_checkpoint(&*store, &run_id, output).await?;
+        let stream = run::resume_durable_output_stream_set(
+            self.provider.clone(),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            spec,
+            run::Loaded {
+                store,
+                run_id,
+                checkpoint,
+            },
+            None,
+        );
+        Ok(OutputStream::new(stream, tool))
+    }
+
+    /// Continue typed durable run `run_id`, paused for approval, with decisions by call id,
+    /// as [`Self::decide_run_stream`] does, streamed like
+    /// [`Self::resume_output_run_stream_with`]. The checkpoint is read first: a run that is
+    /// missing or not typed fails here; a decision that cannot apply ends the stream with an
+    /// `error` event before anything runs.
+    pub async fn decide_output_run_stream_with<T, S: RunStore + Clone, D: Into<String>>(
+        &self,
+        run_id: impl Into<String>,
+        decisions: impl IntoIterator<Item = (D, Decision)>,
+        output: Output<T>,
+        store: &S,
+    ) -> Result<OutputStream<T>>
+    where
+        T: JsonSchema + DeserializeOwned + Send + 'static,
+    {
+        let decisions: Vec<(String, Decision)> = decisions
+            .into_iter()
+            .map(|(id, decision)| (id.into(), decision))
+            .collect();
+        let store: Arc<dyn RunStore> = Arc::new(store.clone());
+        let run_id = run_id.into();
+        let (checkpoint, spec, tool) = typed_checkpoint(&*store, &run_id, output).await?;
+        let agent = self.clone();
+        let decide: run::Decide =
+            Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions));
+        let stream = run::resume_durable_output_stream_set(
+            self.provider.clone(),
+            self.tools.clone(),
+            Arc::clone(&self.options),
+            spec,
+            run::Loaded {
+                store,
+                run_id,
+                checkpoint,
+            },
+            Some(decide),
+        );
+        Ok(OutputStream::new(stream, tool))
+    }
+
     /// The decided machine of a paused typed run and its output: the kept schema and
     /// strategy with `output`'s type and validator.
     fn typed_resume<T>(
@@ -832,4 +995,35 @@ impl AgentBuilder {
             options: Arc::new(this.options),
         }
     }
+}
+
+/// A typed durable run's last checkpoint, its output (the kept schema and strategy with
+/// `output`'s type and validator) and its final-answer tool's name, if the answer comes as a
+/// call to it.
+async fn typed_checkpoint<T>(
+    store: &dyn RunStore,
+    run_id: &str,
+    output: Output<T>,
+) -> Result<(
+    crate::run::Checkpoint,
+    crate::output::OutputSpec,
+    Option<String>,
+)>
+where
+    T: JsonSchema + DeserializeOwned + Send + 'static,
+{
+    let Some(checkpoint) = store.load(run_id).await? else {
+        return Err(Error::RunNotFound {
+            run_id: run_id.to_owned(),
+        });
+    };
+    let machine = checkpoint.machine()?;
+    let Some((name, by_tool, Some(saved))) = machine.expected_output() else {
+        return Err(Error::config(format!(
+            "run `{run_id}` is not a typed run; resume it with Agent::resume_run"
+        )));
+    };
+    let spec = output.restored(name, saved)?;
+    let tool = by_tool.then(|| name.to_owned());
+    Ok((checkpoint, spec, tool))
 }

@@ -25,6 +25,7 @@ use agentloop::output::{Output, OutputStrategy};
 use agentloop::provider::anthropic::Anthropic;
 use agentloop::provider::http::{ApiKey, HttpConfig};
 use agentloop::provider::openai::OpenAi;
+use agentloop::run::RunStore;
 use agentloop::{Agent, Error, Provider, RunEvent, RunStopReason, Tool};
 use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, RecordedRequest, Wire};
@@ -1225,5 +1226,226 @@ async fn a_blocking_typed_run_that_pauses_returns_the_paused_run_to_resume() {
         .await
         .unwrap();
     assert_eq!(typed.value.temp_c, 18);
+    server.assert_complete();
+}
+
+/// A typed durable run whose stream is dropped after its tool step (as a crash would stop
+/// it) is continued by a fresh agent from its checkpoint: the tool does not run again, the
+/// answer is asked for and checked as the run started (native on OpenAI, the final-answer tool
+/// on Anthropic), the caller's validator applies, and the stream shows the partial answer,
+/// then `output` before `run_finish`.
+#[tokio::test]
+async fn a_typed_durable_run_resumes_from_its_checkpoint_as_a_typed_run() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for (wire, strategy) in [
+        (Wire::OpenAi, OutputStrategy::Native),
+        (Wire::Anthropic, OutputStrategy::Tool),
+    ] {
+        let answer = |temp_c: i32| match strategy {
+            OutputStrategy::Tool => {
+                Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": temp_c}))
+            }
+            _ => Turn::text(format!(r#"{{"city": "Paris", "temp_c": {temp_c}}}"#)),
+        };
+        let server = MockServer::start(
+            wire,
+            [
+                Turn::tool_call("get_weather", json!({"city": "Paris"})).with_ids(["w"]),
+                answer(99),
+                answer(18),
+            ],
+        )
+        .await
+        .unwrap();
+        let lookups = Arc::new(AtomicUsize::new(0));
+        let agent = || {
+            let lookups = lookups.clone();
+            Agent::builder_shared(provider(&server))
+                .model("m")
+                .tool(Tool::function(
+                    "get_weather",
+                    "Current weather for a city",
+                    move |w: GetWeather| {
+                        lookups.fetch_add(1, Ordering::SeqCst);
+                        async move { Ok::<_, String>(format!("{}: 18 °C", w.city)) }
+                    },
+                ))
+                .build()
+        };
+        let store = agentloop::run::MemoryStore::new();
+        let mut stream = agent().run_output_durable_stream_with(
+            "r1",
+            "Weather in Paris?",
+            Output::<Report>::new(),
+            &store,
+        );
+        while let Some(event) = stream.next().await {
+            if matches!(event, RunEvent::StepStart { step: 1 }) {
+                break;
+            }
+        }
+        drop(stream);
+
+        let output = Output::<Report>::new().with_validator(|r| {
+            if r.temp_c > 60 {
+                Err(format!("{} °C is not a weather temperature", r.temp_c))
+            } else {
+                Ok(())
+            }
+        });
+        let mut stream = agent()
+            .resume_output_run_stream_with("r1", output, &store)
+            .await
+            .unwrap();
+        let mut kinds = Vec::new();
+        let mut value = None;
+        let mut partials = 0;
+        while let Some(event) = stream.next().await {
+            match &event {
+                RunEvent::Output { value: v } => value = Some((**v).clone()),
+                RunEvent::PartialOutput { .. } => partials += 1,
+                _ => {}
+            }
+            kinds.push(event.kind());
+        }
+        assert_eq!(
+            value,
+            Some(json!({"city": "Paris", "temp_c": 18})),
+            "{wire:?}"
+        );
+        let n = kinds.len();
+        assert_eq!(kinds[n - 2..], ["output", "run_finish"], "{wire:?}");
+        assert!(partials > 0, "{wire:?}: {kinds:?}");
+        assert_eq!(lookups.load(Ordering::SeqCst), 1, "{wire:?}");
+        assert_eq!(
+            store.load("r1").await.unwrap().unwrap().status,
+            agentloop::run::RunStatus::Done
+        );
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3, "{wire:?}");
+        let retry = requests[2].body.to_string();
+        assert!(
+            retry.contains("99 °C is not a weather temperature"),
+            "{wire:?}: {retry}"
+        );
+        server.assert_complete();
+
+        // The blocking form resumes the same way; a run that is missing or not typed is
+        // refused before anything runs.
+        let typed = agent()
+            .resume_output_run_with("r1", Output::<Report>::new(), &store)
+            .await
+            .unwrap();
+        assert_eq!(
+            typed.value,
+            Report {
+                city: "Paris".into(),
+                temp_c: 18
+            }
+        );
+        let missing = agent()
+            .resume_output_run_stream_with("r9", Output::<Report>::new(), &store)
+            .await
+            .unwrap_err();
+        assert!(matches!(missing, Error::RunNotFound { .. }), "{missing:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_untyped_durable_run_is_refused_by_a_typed_resume() {
+    let server = MockServer::start(Wire::OpenAi, [Turn::text("Sunny.")])
+        .await
+        .unwrap();
+    let store = agentloop::run::MemoryStore::new();
+    agent(&server)
+        .run_durable("r1", "Weather?", &store)
+        .await
+        .unwrap();
+    let error = agent(&server)
+        .resume_output_run_with("r1", Output::<Report>::new(), &store)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "configuration error: run `r1` is not a typed run; resume it with Agent::resume_run"
+    );
+}
+
+/// The blocking durable typed run checkpoints like the untyped one and returns the value.
+#[tokio::test]
+async fn a_blocking_typed_durable_run_returns_its_value_and_ends_done_in_the_store() {
+    let server = MockServer::start(
+        Wire::OpenAi,
+        [Turn::text(r#"{"city": "Paris", "temp_c": 18}"#)],
+    )
+    .await
+    .unwrap();
+    let store = agentloop::run::MemoryStore::new();
+    let typed = agent(&server)
+        .run_output_durable_with("r1", "Weather?", Output::<Report>::new(), &store)
+        .await
+        .unwrap();
+    assert_eq!(
+        typed.value,
+        Report {
+            city: "Paris".into(),
+            temp_c: 18
+        }
+    );
+    let saved = store.load("r1").await.unwrap().unwrap();
+    assert_eq!(saved.status, agentloop::run::RunStatus::Done);
+    assert!(
+        agentloop::run::PausedRun::from_json(&saved.state)
+            .unwrap()
+            .is_typed()
+    );
+}
+
+/// A typed durable run paused for approval is decided through the store by a fresh agent and
+/// ends in its checked value, with its `output` event.
+#[tokio::test]
+async fn a_paused_typed_durable_run_is_decided_in_the_store() {
+    let server = MockServer::start(
+        Wire::Anthropic,
+        [
+            Turn::tool_call("send_email", json!({"to": "a@example.com"})).with_ids(["e"]),
+            Turn::tool_call("final_answer", json!({"city": "Paris", "temp_c": 18})),
+        ],
+    )
+    .await
+    .unwrap();
+    let store = agentloop::run::MemoryStore::new();
+    let paused = approving_agent(&server)
+        .run_output_durable_with("r1", "Weather?", Output::<Report>::new(), &store)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(paused, Error::AwaitingApproval { .. }),
+        "{paused:?}"
+    );
+
+    let mut stream = approving_agent(&server)
+        .decide_output_run_stream_with(
+            "r1",
+            [("e", agentloop::run::Decision::Approve)],
+            Output::<Report>::new(),
+            &store,
+        )
+        .await
+        .unwrap();
+    let mut kinds = Vec::new();
+    let mut value = None;
+    while let Some(event) = stream.next().await {
+        if let RunEvent::Output { value: v } = &event {
+            value = Some((**v).clone());
+        }
+        kinds.push(event.kind());
+    }
+    assert_eq!(value, Some(json!({"city": "Paris", "temp_c": 18})));
+    assert_eq!(kinds[kinds.len() - 2..], ["output", "run_finish"]);
+    assert_eq!(
+        store.load("r1").await.unwrap().unwrap().status,
+        agentloop::run::RunStatus::Done
+    );
     server.assert_complete();
 }

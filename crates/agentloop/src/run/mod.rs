@@ -322,6 +322,24 @@ async fn resume_durable(
     let Some(checkpoint) = store.load(&run_id).await? else {
         return Err(Error::RunNotFound { run_id });
     };
+    let loaded = Loaded {
+        store,
+        run_id,
+        checkpoint,
+    };
+    resume_checkpoint(driver, loaded, decide).await
+}
+
+/// `driver` continuing a durable run from its last checkpoint.
+async fn resume_checkpoint(
+    driver: Driver,
+    Loaded {
+        store,
+        run_id,
+        checkpoint,
+    }: Loaded,
+    decide: Option<Decide>,
+) -> Result<RunResult> {
     let mut machine = checkpoint.machine()?;
     machine.recover(|name| driver.tool_is_idempotent(name));
     let durable = store::Durable::new(store, run_id.into(), checkpoint.version);
@@ -426,6 +444,83 @@ pub(crate) fn stream_output_set(
         Some(events.clone()),
     );
     (stream_driver(driver, machine, events), tool)
+}
+
+/// [`durable_set`] for a typed run (see [`crate::output`]).
+pub(crate) fn durable_output_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    output: OutputSpec,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    let (driver, machine, _) = typed_run(provider, request, tools, options, output, None);
+    durable_new(driver, machine, store, run_id)
+}
+
+/// [`durable_stream_set`] for a typed run; also the final-answer tool's name, as
+/// [`stream_output_set`] gives it.
+pub(crate) fn durable_output_stream_set(
+    provider: Arc<dyn Provider>,
+    request: Request,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    output: OutputSpec,
+    store: Arc<dyn RunStore>,
+    run_id: String,
+) -> (RunStream, Option<String>) {
+    let events = Outbox::default();
+    let (driver, machine, tool) = typed_run(
+        provider,
+        request,
+        tools,
+        options,
+        output,
+        Some(events.clone()),
+    );
+    let cancel = driver.cancel_token().clone();
+    let run = durable_new(driver, machine, store, run_id);
+    (streaming(run, events, cancel), tool)
+}
+
+/// A durable run's last checkpoint, read from its store.
+pub(crate) struct Loaded {
+    pub(crate) store: Arc<dyn RunStore>,
+    pub(crate) run_id: String,
+    pub(crate) checkpoint: Checkpoint,
+}
+
+/// A typed durable run continued from its last checkpoint, with `decide` applied first (and
+/// saved) when given, checking its answers with `output` (the kept schema and strategy with
+/// the caller's validator).
+pub(crate) fn resume_durable_output_set(
+    provider: Arc<dyn Provider>,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    output: OutputSpec,
+    loaded: Loaded,
+    decide: Option<Decide>,
+) -> impl Future<Output = Result<RunResult>> + Send + 'static {
+    let driver = Driver::new(provider, tools, options, None).with_output(Arc::new(output));
+    resume_checkpoint(driver, loaded, decide)
+}
+
+/// [`resume_durable_output_set`], streamed.
+pub(crate) fn resume_durable_output_stream_set(
+    provider: Arc<dyn Provider>,
+    tools: ToolSet,
+    options: Arc<RunOptions>,
+    output: OutputSpec,
+    loaded: Loaded,
+    decide: Option<Decide>,
+) -> RunStream {
+    let events = Outbox::default();
+    let driver =
+        Driver::new(provider, tools, options, Some(events.clone())).with_output(Arc::new(output));
+    let cancel = driver.cancel_token().clone();
+    streaming(resume_checkpoint(driver, loaded, decide), events, cancel)
 }
 
 fn stream_driver(driver: Driver, machine: Machine, events: Outbox) -> RunStream {
