@@ -257,6 +257,87 @@ async fn an_answer_killed_during_a_slow_tool_goes_on_after_the_restart_without_r
     server.kill();
 }
 
+/// A typed answer (`output_schema`) killed during a slow tool goes on after the restart as a
+/// typed answer: the model is asked for the schema again, and the answer ends in its `output`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_typed_answer_killed_during_a_slow_tool_goes_on_after_the_restart_as_a_typed_answer() {
+    let (slow_url, slow) = counting_endpoint(true).await;
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("slow", json!({})).with_ids(["call_slow"]),
+            Turn::text(r#"{"city": "Paris", "temp_c": 18}"#),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    http_tool(&tools, "slow", &slow_url);
+    let db = dir.path().join("chats.db");
+    let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
+        tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
+    };
+    let (server, url) = start(db.clone(), tools.clone(), model.base_url())
+        .await
+        .unwrap();
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "temp_c": {"type": "integer"}},
+        "required": ["city", "temp_c"],
+        "additionalProperties": false
+    });
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Weather in Paris?", "output_schema": schema}))
+        .send()
+        .await
+        .unwrap();
+    let message_id = header(&response, "x-agentloop-message-id");
+    let seen = sse_until(response, |events| {
+        events.iter().any(|(_, name, _)| name == "tool_call_start")
+    })
+    .await;
+    wait_for(&slow, 1).await;
+    server.kill();
+
+    let (server, url) = start(db, tools, model.base_url()).await.unwrap();
+    let response = http
+        .get(format!("{url}/v1/chat/{message_id}/events"))
+        .header("last-event-id", seen.last().unwrap().0.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = sse_until(response, |events| {
+        events
+            .last()
+            .is_some_and(|(_, name, _)| name == "message_end")
+    })
+    .await;
+    let output = rest
+        .iter()
+        .find(|(_, name, _)| name == "output")
+        .unwrap_or_else(|| panic!("no output event: {rest:?}"));
+    assert_eq!(output.2["value"], json!({"city": "Paris", "temp_c": 18}));
+    assert_eq!(rest.last().unwrap().2["stop_reason"], "end_turn");
+    assert_eq!(
+        slow.load(Ordering::SeqCst),
+        1,
+        "the slow tool was not run again"
+    );
+    // The resumed run asked for the same schema.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].body["response_format"]["json_schema"]["schema"],
+        schema
+    );
+    server.kill();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answer_killed_during_the_model_stream_goes_on_after_the_restart() {
     let (endpoint, calls) = tool_endpoint().await;

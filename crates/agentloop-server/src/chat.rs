@@ -3,8 +3,9 @@
 //!
 //! # Surviving a crash
 //!
-//! An answer (all but typed ones) is a durable run of the library (`Agent::run_durable_stream`,
-//! run id = the message id; after approval decisions `Agent::decide_run_stream`) whose
+//! An answer is a durable run of the library (`Agent::run_durable_stream`, or
+//! `Agent::run_output_durable_stream_with` for a typed one; run id = the message id; after
+//! approval decisions `Agent::decide_run_stream` / `decide_output_run_stream_with`) whose
 //! [`RunStore`] is [`Durable`]: each checkpoint is written to the
 //! server's database together with the answer's `/v1/chat` events recorded since the previous
 //! one, in one transaction, so the stored log always ends exactly where the stored checkpoint
@@ -601,29 +602,16 @@ async fn drive(
     let agent = answer_agent(&state, &run, &saver);
     // Where the prompt this run answers sits in the history, for the stored usage.
     let prompt_index = history.len().saturating_sub(1);
+    let durable = Durable::new(inner.store.clone(), run.clone(), prompt_index, 0);
+    finisher.durable = Some(durable.clone());
     let events: Events = match output_schema {
-        // Typed answers are not durable runs: the library has no durable typed run. On a
-        // shared database their events are still written, for servers following them, and
-        // their row (which keeps the conversation busy) is finished at the end.
-        Some(schema) => {
-            if inner.store.is_shared() {
-                finisher.durable = Some(Durable::new(
-                    inner.store.clone(),
-                    run.clone(),
-                    prompt_index,
-                    0,
-                ));
-            }
-            Box::pin(agent.run_output_stream_with(
-                history,
-                Output::<serde_json::Value>::new().with_schema(schema),
-            ))
-        }
-        None => {
-            let durable = Durable::new(inner.store.clone(), run.clone(), prompt_index, 0);
-            finisher.durable = Some(durable.clone());
-            Box::pin(agent.run_durable_stream(run.message_id.clone(), history, &durable))
-        }
+        Some(schema) => Box::pin(agent.run_output_durable_stream_with(
+            run.message_id.clone(),
+            history,
+            Output::<serde_json::Value>::new().with_schema(schema),
+            &durable,
+        )),
+        None => Box::pin(agent.run_durable_stream(run.message_id.clone(), history, &durable)),
     };
     let answer = Answer {
         saver,
@@ -884,8 +872,8 @@ pub(crate) async fn resume(
         Ok(events) => events,
         Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
     };
-    // An answer run durably goes on from its paused checkpoint, durably; a typed one (never
-    // checkpointed) from the paused run in memory.
+    // An answer goes on from its paused checkpoint, durably; one without a checkpoint (paused
+    // by a server from before typed answers were checkpointed) from the paused run in memory.
     let durable = match state
         .inner
         .store
@@ -910,6 +898,21 @@ pub(crate) async fn resume(
         })
         .map(|store| (durable, store));
     let events: Events = match &durable {
+        Some((true, durable)) if paused.run.is_typed() => {
+            drop(plain);
+            match agent
+                .decide_output_run_stream_with(
+                    run.message_id.clone(),
+                    decisions,
+                    Output::<serde_json::Value>::new(),
+                    durable,
+                )
+                .await
+            {
+                Ok(events) => Box::pin(events),
+                Err(e) => return give_back(paused, ResumeError::Invalid(e.to_string())),
+            }
+        }
         Some((true, durable)) => {
             drop(plain);
             Box::pin(agent.decide_run_stream(run.message_id.clone(), decisions, durable))
@@ -1371,7 +1374,19 @@ async fn restore_row(state: &AppState, row: ChatRunRow) -> Result<(), ServerErro
         if empty { 0 } else { run.len() },
     );
     let agent = answer_agent(state, &run, &saver);
-    let events = agent.resume_run_stream(row.message_id.clone(), &durable);
+    // A typed answer goes on as one (its schema is in its checkpoint); any other, or one whose
+    // checkpoint cannot be read, as a plain run (which reports what went wrong).
+    let events: Events = match agent
+        .resume_output_run_stream_with(
+            row.message_id.clone(),
+            Output::<serde_json::Value>::new(),
+            &durable,
+        )
+        .await
+    {
+        Ok(events) => Box::pin(events),
+        Err(_) => Box::pin(agent.resume_run_stream(row.message_id.clone(), &durable)),
+    };
     let finisher = Finisher {
         state: state.clone(),
         run,
@@ -1385,9 +1400,7 @@ async fn restore_row(state: &AppState, row: ChatRunRow) -> Result<(), ServerErro
         created: false,
         shown_calls,
     };
-    inner
-        .tasks
-        .spawn(follow(finisher, answer, Box::pin(events)));
+    inner.tasks.spawn(follow(finisher, answer, events));
     Ok(())
 }
 

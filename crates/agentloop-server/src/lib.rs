@@ -137,7 +137,7 @@
 //!   call (the call that met the loss fails with a database error), the listener's a second
 //!   later.
 //! - **Answers and leases.** Every answer is a durable run, checkpointed as under "Restarts"
-//!   (typed answers excepted), and its row names the server running it (a random id per
+//!   (typed answers too), and its row names the server running it (a random id per
 //!   process) and until when: its **lease**, [`ServerConfig::answer_lease`] (15 s by default;
 //!   `agentloop serve --answer-lease-ms`). Each server renews the leases of all its answers in
 //!   one statement every third of a lease. Every checkpoint and event write is conditioned on
@@ -179,8 +179,6 @@
 //!   off response buffering for `text/event-stream` (the server sends `X-Accel-Buffering: no`
 //!   for nginx) and keep idle timeouts above the keep-alive interval (15 s). Stop servers with
 //!   SIGTERM (their answers end as `interrupted`); a server that dies has its answers taken over.
-//! - **Not yet.** A typed answer (`output_schema`) whose server dies is not resumed: another
-//!   server ends it with an error, and its history stays as saved after its last step.
 
 //! ## The chat event protocol, version 1
 //!
@@ -244,8 +242,10 @@
 //! **Persistence.** The history is saved after every step (each model call and its tools).
 //! Continuing a conversation sends the model its whole stored history.
 //!
-//! **Restarts.** Every answer (but a typed one, with an `output_schema`) is a durable run of the
-//! library ([`agentloop::Agent::run_durable_stream`], run id = the message id) checkpointed in
+//! **Restarts.** Every answer is a durable run of the library
+//! ([`agentloop::Agent::run_durable_stream`], or
+//! [`agentloop::Agent::run_output_durable_stream_with`] for a typed answer with an
+//! `output_schema`, which keeps its schema in its checkpoints; run id = the message id) checkpointed in
 //! the database (table `chat_runs`), after each model response, before a step's tools start,
 //! after each tool outcome and at each step's end. Each checkpoint is written in one
 //! transaction with the answer's events since the previous one (table `chat_run_events`,
@@ -268,8 +268,7 @@
 //! "Approvals"). A shutdown by Ctrl-C or SIGTERM is not a crash: it ends the answers in flight
 //! as `interrupted`, and nothing is resumed. An answer resumed by approval decisions goes on from
 //! its paused checkpoint ([`agentloop::Agent::decide_run_stream`]) and is checkpointed the same
-//! way. Typed answers are not checkpointed (the library has no durable typed run): a crash
-//! loses the answer in flight, and the history saved after each step stays valid.
+//! way.
 //!
 //! ## The AI SDK UI message stream
 //!
