@@ -141,7 +141,11 @@ pub fn init_from_env() -> Result<Option<TelemetryGuard>, InitError> {
 
 /// The layer [`init_from_env`] installs, for a subscriber of your own: it hands `agentloop`'s
 /// spans (level INFO and up, and nothing else) to `tracer`, with the conventions' attributes
-/// only (no source locations, threads, levels, targets or busy times).
+/// only (no source locations, threads, levels, targets or busy times). While a span is
+/// entered (a tool's handler runs in its `execute_tool` span) its context is
+/// `opentelemetry::Context::current()`, so OpenTelemetry spans of your own nest under it.
+/// It builds the SDK spans itself, which costs less per span than `tracing-opentelemetry`'s
+/// generic layer; that layer still works for `agentloop`'s spans if you prefer it.
 ///
 /// ```no_run
 /// use opentelemetry::trace::TracerProvider as _;
