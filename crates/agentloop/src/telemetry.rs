@@ -5,7 +5,8 @@
 //! Every run emits `tracing` spans, so any subscriber sees them; they cost a callsite check
 //! when nothing listens. Each span's tracing name is its operation; the conventions' name
 //! (`invoke_agent {agent}`, `chat {model}`, `execute_tool {tool}`) is its `otel.name` field,
-//! which `tracing-opentelemetry` uses as the span's name.
+//! which [`layer`] (and `tracing-opentelemetry`, for a subscriber of your own) uses as the
+//! span's name.
 //!
 //! | span | kind | attributes |
 //! | --- | --- | --- |
@@ -42,6 +43,8 @@
 //! # drop(agent);
 //! ```
 
+#[cfg(feature = "otel")]
+mod layer;
 #[cfg(feature = "otel")]
 mod otel;
 

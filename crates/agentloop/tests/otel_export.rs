@@ -229,6 +229,14 @@ async fn runs_are_exported_over_otlp_http_with_the_genai_spans_and_metrics() {
             ("gen_ai.usage.output_tokens", "12"),
         ])
     );
+    // Token counts are integers, as the conventions type them (not their text).
+    let input = root
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "gen_ai.usage.input_tokens")
+        .and_then(|kv| kv.value.clone())
+        .and_then(|v| v.value);
+    assert_eq!(input, Some(any_value::Value::IntValue(30)));
     let shape: Vec<(&str, i32)> = children.iter().map(|s| (s.name.as_str(), s.kind)).collect();
     assert_eq!(
         shape,

@@ -3,9 +3,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use opentelemetry::KeyValue;
 use opentelemetry::metrics::Histogram;
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::{KeyValue, Value};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
@@ -141,7 +141,11 @@ pub fn init_from_env() -> Result<Option<TelemetryGuard>, InitError> {
 
 /// The layer [`init_from_env`] installs, for a subscriber of your own: it hands `agentloop`'s
 /// spans (level INFO and up, and nothing else) to `tracer`, with the conventions' attributes
-/// only (no source locations, threads, levels, targets or busy times).
+/// only (no source locations, threads, levels, targets or busy times). While a span is
+/// entered (a tool's handler runs in its `execute_tool` span) its context is
+/// `opentelemetry::Context::current()`, so OpenTelemetry spans of your own nest under it.
+/// It builds the SDK spans itself, which costs less per span than `tracing-opentelemetry`'s
+/// generic layer; that layer still works for `agentloop`'s spans if you prefer it.
 ///
 /// ```no_run
 /// use opentelemetry::trace::TracerProvider as _;
@@ -155,13 +159,7 @@ pub fn layer<S>(tracer: SdkTracer) -> impl Layer<S>
 where
     S: tracing::Subscriber + for<'span> LookupSpan<'span>,
 {
-    tracing_opentelemetry::layer()
-        .with_tracer(tracer)
-        .with_location(false)
-        .with_threads(false)
-        .with_level(false)
-        .with_target(false)
-        .with_tracked_inactivity(false)
+    super::layer::SpanLayer::new(tracer)
         .with_filter(Targets::new().with_target("agentloop", tracing::Level::INFO))
 }
 
@@ -224,7 +222,31 @@ impl Instruments {
     }
 }
 
-/// A model call's token usage and duration.
+/// `gen_ai.provider.name` as an attribute value, without a copy for the providers we know.
+fn provider_value(provider: &str) -> Value {
+    const KNOWN: [&str; 12] = [
+        "openai",
+        "anthropic",
+        "gcp.gemini",
+        "gcp.vertex_ai",
+        "aws.bedrock",
+        "x_ai",
+        "mistral_ai",
+        "moonshot_ai",
+        "deepseek",
+        "groq",
+        "openrouter",
+        "scripted",
+    ];
+    let name = provider_name(provider);
+    match KNOWN.iter().find(|known| **known == name) {
+        Some(known) => Value::from(*known),
+        None => Value::from(name.to_owned()),
+    }
+}
+
+/// A model call's token usage and duration. The three measurements share one attribute list,
+/// each a prefix of it or its last entry changed.
 pub(super) fn chat_metrics(
     provider: &str,
     request_model: &str,
@@ -234,11 +256,12 @@ pub(super) fn chat_metrics(
     let Some(instruments) = INSTRUMENTS.get() else {
         return;
     };
-    let mut attributes = vec![
+    let mut attributes = Vec::with_capacity(5);
+    attributes.extend([
         KeyValue::new("gen_ai.operation.name", "chat"),
-        KeyValue::new("gen_ai.provider.name", provider_name(provider).to_owned()),
+        KeyValue::new("gen_ai.provider.name", provider_value(provider)),
         KeyValue::new("gen_ai.request.model", request_model.to_owned()),
-    ];
+    ]);
     match answer {
         Ok(response) => {
             if !response.model.is_empty() {
@@ -257,11 +280,14 @@ pub(super) fn chat_metrics(
             } else {
                 usage.input_tokens
             };
-            for (kind, tokens) in [("input", input), ("output", usage.output_tokens)] {
-                let mut attributes = attributes.clone();
-                attributes.push(KeyValue::new("gen_ai.token.type", kind));
-                instruments.token_usage.record(tokens, &attributes);
+            attributes.push(KeyValue::new("gen_ai.token.type", "input"));
+            instruments.token_usage.record(input, &attributes);
+            if let Some(last) = attributes.last_mut() {
+                *last = KeyValue::new("gen_ai.token.type", "output");
             }
+            instruments
+                .token_usage
+                .record(usage.output_tokens, &attributes);
         }
         Err(error) => {
             attributes.push(KeyValue::new("error.type", error.kind()));
@@ -277,10 +303,11 @@ pub(super) fn tool_duration(name: &str, took: Duration, error: Option<&'static s
     let Some(instruments) = INSTRUMENTS.get() else {
         return;
     };
-    let mut attributes = vec![
+    let mut attributes = Vec::with_capacity(3);
+    attributes.extend([
         KeyValue::new("gen_ai.operation.name", "execute_tool"),
         KeyValue::new("gen_ai.tool.name", name.to_owned()),
-    ];
+    ]);
     if let Some(kind) = error {
         attributes.push(KeyValue::new("error.type", kind));
     }
@@ -294,10 +321,11 @@ pub(super) fn agent_duration(provider: &str, took: Duration, error: Option<&'sta
     let Some(instruments) = INSTRUMENTS.get() else {
         return;
     };
-    let mut attributes = vec![
+    let mut attributes = Vec::with_capacity(3);
+    attributes.extend([
         KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-        KeyValue::new("gen_ai.provider.name", provider_name(provider).to_owned()),
-    ];
+        KeyValue::new("gen_ai.provider.name", provider_value(provider)),
+    ]);
     if let Some(kind) = error {
         attributes.push(KeyValue::new("error.type", kind));
     }
