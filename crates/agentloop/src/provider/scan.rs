@@ -1,5 +1,5 @@
-//! A small JSON scanner for the hand-written OpenAI readers (`openai::decode::fast`,
-//! `openai::response::fast`).
+//! A small JSON scanner for the providers' hand-written readers (each provider's
+//! `decode::fast`, and `openai::response::fast`).
 //!
 //! It reads exactly the JSON that serde_json reads, with one difference: wherever serde_json
 //! would do more than check and skip (decode an escaped key, range-check a number, recurse
@@ -271,8 +271,9 @@ impl<'a> Scanner<'a> {
         None
     }
 
+    /// Consume `byte` if it is next after whitespace.
     #[inline]
-    fn expect(&mut self, byte: u8) -> Option<()> {
+    pub fn expect(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
 
