@@ -533,6 +533,22 @@ where
     );
 }
 
+/// `fast`, what a hand-written reader made of `data`, passed on; debug builds and fuzz targets
+/// first hold it to serde's answer (see [`check_against_serde`]).
+#[inline]
+pub(super) fn checked<'a, T>(data: &'a str, fast: Option<T>) -> Option<T>
+where
+    T: serde::Deserialize<'a> + PartialEq + std::fmt::Debug,
+{
+    #[cfg(any(debug_assertions, fuzzing))]
+    if let Some(fast) = &fast {
+        check_against_serde(data, fast);
+    }
+    #[cfg(not(any(debug_assertions, fuzzing)))]
+    let _ = data;
+    fast
+}
+
 /// Note a known member as read, in its own flag; `None` if it was read before: serde rejects a
 /// known member given twice.
 pub(super) fn first(read: &mut bool) -> Option<()> {
