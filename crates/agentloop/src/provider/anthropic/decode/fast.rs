@@ -201,12 +201,17 @@ mod tests {
         [fast_log, whole_log]
     }
 
-    /// Every recorded Messages stream decodes to the same events whether its deltas take the
-    /// fast path or are read whole by serde, and most recorded deltas take it.
+    /// Every recorded Messages stream (both batches: compaction, code execution and
+    /// programmatic calls are in the second) decodes to the same events whether its deltas take
+    /// the fast path or are read whole by serde, and most recorded deltas take it.
     #[test]
     fn recorded_streams_decode_the_same_as_whole_events() {
         let mut deltas = 0;
-        for file in std::fs::read_dir(recorded_streams().join("anthropic")).expect("recordings") {
+        let batch2 = recorded_streams().with_file_name("streams-batch2");
+        let files = [recorded_streams(), batch2]
+            .into_iter()
+            .flat_map(|streams| std::fs::read_dir(streams.join("anthropic")).expect("recordings"));
+        for file in files {
             let path = file.expect("a recording").path();
             let bytes = std::fs::read(&path).expect("a recording");
             let mut events = Vec::new();
