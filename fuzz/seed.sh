@@ -37,6 +37,15 @@ while IFS= read -r file; do
   done
 done < <(sse_files)
 
+# The second batch's Anthropic recordings: compaction, code execution, programmatic calls.
+if [ -d "$BATCH2/anthropic" ]; then
+  while IFS= read -r file; do
+    for prefix in 000 017; do
+      seed_file anthropic_stream "$file" "$prefix"
+    done
+  done < <(find "$BATCH2/anthropic" -name '*.sse')
+fi
+
 if [ -d "$BATCH2/gemini" ]; then
   while IFS= read -r file; do
     for prefix in 000 017; do

@@ -1,6 +1,8 @@
 //! An Anthropic Messages stream on arbitrary bytes: SSE parser → `AnthropicDecoder` →
 //! `Accumulator` never panics, and where the network splits the body does not change the
-//! events (the body fed whole and fed in pieces decode to the same events and error).
+//! events (the body fed whole and fed in pieces decode to the same events and error). Built
+//! with `--cfg fuzzing`, the decoder also holds every delta its fast path reads to serde's
+//! reading of the same event (the seeds' recorded deltas take that path).
 #![no_main]
 
 use std::collections::VecDeque;

@@ -1,5 +1,5 @@
-//! A small JSON scanner for the hand-written OpenAI readers (`openai::decode::fast`,
-//! `openai::response::fast`).
+//! A small JSON scanner for the providers' hand-written readers (each provider's
+//! `decode::fast`, and `openai::response::fast`).
 //!
 //! It reads exactly the JSON that serde_json reads, with one difference: wherever serde_json
 //! would do more than check and skip (decode an escaped key, range-check a number, recurse
@@ -271,8 +271,9 @@ impl<'a> Scanner<'a> {
         None
     }
 
+    /// Consume `byte` if it is next after whitespace.
     #[inline]
-    fn expect(&mut self, byte: u8) -> Option<()> {
+    pub fn expect(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
 
@@ -530,6 +531,22 @@ where
         matches!(&serde, Ok(value) if value == fast),
         "a hand-written reader disagrees with serde on {data:?}: fast {fast:?}, serde {serde:?}"
     );
+}
+
+/// `fast`, what a hand-written reader made of `data`, passed on; debug builds and fuzz targets
+/// first hold it to serde's answer (see [`check_against_serde`]).
+#[inline]
+pub(super) fn checked<'a, T>(data: &'a str, fast: Option<T>) -> Option<T>
+where
+    T: serde::Deserialize<'a> + PartialEq + std::fmt::Debug,
+{
+    #[cfg(any(debug_assertions, fuzzing))]
+    if let Some(fast) = &fast {
+        check_against_serde(data, fast);
+    }
+    #[cfg(not(any(debug_assertions, fuzzing)))]
+    let _ = data;
+    fast
 }
 
 /// Note a known member as read, in its own flag; `None` if it was read before: serde rejects a

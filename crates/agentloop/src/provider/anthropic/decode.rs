@@ -3,8 +3,9 @@
 //! Event flow (docs, "Streaming Messages"): `message_start`, then per content block a
 //! `content_block_start`, deltas and a `content_block_stop`, then `message_delta` (stop reason,
 //! cumulative usage) and `message_stop`; `ping`s anywhere, `error` events mid-stream, and new
-//! event types to be ignored. Events are deserialized into lenient borrowed structs: deltas,
-//! the hot path, copy only the text they hand on.
+//! event types to be ignored. Deltas written the API's way, nearly every event, are read by
+//! `fast` in one pass; every other event is deserialized into lenient borrowed structs, which
+//! copy only the text they hand on.
 //!
 //! Blocks of kinds the decoder does not take apart (server tool calls and results, `compaction`,
 //! ...) come out whole as native blocks, their streamed input or `compaction_delta` content
@@ -12,6 +13,8 @@
 //! is decoded as if its blocks had streamed. What a canonical block has no field for, a client
 //! call's programmatic `caller` and the code execution `container`, follows as annotations
 //! (see [`super::response`]) that the request puts back where Anthropic wants them.
+
+mod fast;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -48,6 +51,18 @@ impl DeltaField {
             "signature_delta" => Some(DeltaField::Signature),
             "compaction_delta" => Some(DeltaField::Compaction),
             _ => None,
+        }
+    }
+
+    /// The delta's `type`.
+    #[cfg(any(test, debug_assertions, fuzzing))]
+    fn kind(self) -> &'static str {
+        match self {
+            DeltaField::Text => "text_delta",
+            DeltaField::PartialJson => "input_json_delta",
+            DeltaField::Thinking => "thinking_delta",
+            DeltaField::Signature => "signature_delta",
+            DeltaField::Compaction => "compaction_delta",
         }
     }
 }
@@ -404,7 +419,7 @@ impl AnthropicDecoder {
         self.on_delta(index, field, value, out);
     }
 
-    /// One delta's value.
+    /// One delta's value, whether the event was read whole or as a [`fast::Delta`].
     fn on_delta(
         &mut self,
         index: Option<u64>,
@@ -548,6 +563,14 @@ impl SseDecoder for AnthropicDecoder {
             return Ok(());
         }
         let data = event.data.as_ref();
+        if event.event != "error"
+            && let Some(delta) = fast::compact_delta(data)
+        {
+            #[cfg(any(debug_assertions, fuzzing))]
+            crate::provider::scan::check_against_serde(data, &delta.clone().into_event());
+            self.on_delta(Some(delta.index), delta.field, Some(delta.value), out);
+            return Ok(());
+        }
         let parsed = serde_json::from_str(data);
         match parsed {
             Ok(wire) => self.dispatch(event.event, wire, data, out),

@@ -30,6 +30,7 @@ use super::eventstream::{self, Frame};
 use crate::error::{Error, Result};
 use crate::message::{StopReason, Usage};
 use crate::provider::http::{BodyDecoder, excerpt};
+use crate::provider::scan;
 use crate::stream::StreamEvent;
 
 mod fast;
@@ -148,15 +149,12 @@ impl BedrockDecoder {
     ) -> Result<()> {
         match kind {
             "contentBlockDelta" => {
-                let event = match fast::read(payload) {
-                    Some(event) => {
-                        #[cfg(any(debug_assertions, fuzzing))]
-                        crate::provider::scan::check_against_serde(
-                            std::str::from_utf8(payload).unwrap_or_default(),
-                            &event,
-                        );
-                        event
-                    }
+                // serde_json reads bytes as UTF-8 text too, and rejects what is not.
+                let fast = std::str::from_utf8(payload)
+                    .ok()
+                    .and_then(|data| scan::checked(data, fast::read(data)));
+                let event = match fast {
+                    Some(event) => event,
                     None => serde_json::from_slice::<DeltaEvent<'_>>(payload)
                         .map_err(|e| Error::parse("Bedrock contentBlockDelta event", e))?,
                 };

@@ -34,6 +34,7 @@ use super::PROVIDER_NAME;
 use crate::error::{Error, Result};
 use crate::message::{StopReason, Usage};
 use crate::provider::http::{SseDecoder, excerpt};
+use crate::provider::scan;
 use crate::sse::SseEvent;
 use crate::stream::StreamEvent;
 
@@ -403,9 +404,7 @@ impl SseDecoder for GeminiDecoder {
         // Chunks of the documented shape are read into borrowed structs; anything else (a
         // field of another type, an array of chunks) goes through a `Value`, which reads every
         // shape the same way, only slower.
-        if let Some(chunk) = fast::read(data) {
-            #[cfg(any(debug_assertions, fuzzing))]
-            crate::provider::scan::check_against_serde(data, &chunk);
+        if let Some(chunk) = scan::checked(data, fast::read(data)) {
             return self.typed(&chunk, out);
         }
         if let Ok(chunk) = serde_json::from_str::<WireChunk<'_>>(data) {

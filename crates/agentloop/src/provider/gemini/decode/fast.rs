@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use super::{
     UsageCounts, WireCandidate, WireChunk, WireContent, WirePart, WireTextPart, WireUsage,
 };
-use crate::provider::scan::{Scanner, first};
+use crate::provider::scan::{Scanner, first, null_only};
 
 /// Read one chunk, or `None` to let serde read it.
 pub(super) fn read(data: &str) -> Option<WireChunk<'_>> {
@@ -46,20 +46,14 @@ pub(super) fn read(data: &str) -> Option<WireChunk<'_>> {
                 first(&mut seen[3])?;
                 chunk.response_id = s.optional(Scanner::string)?;
             }
-            "error" => absent(s, &mut seen[4])?,
-            "promptFeedback" => absent(s, &mut seen[5])?,
+            "error" => null_only(s, &mut seen[4])?,
+            "promptFeedback" => null_only(s, &mut seen[5])?,
             _ => s.skip()?,
         }
         Some(())
     })?;
     s.finish()?;
     Some(chunk)
-}
-
-/// A raw member this reader takes only as `null` (serde's `None`).
-fn absent(s: &mut Scanner<'_>, seen: &mut bool) -> Option<()> {
-    first(seen)?;
-    s.null()?.then_some(())
 }
 
 fn candidates<'a>(s: &mut Scanner<'a>) -> Option<Vec<WireCandidate<'a>>> {
@@ -99,8 +93,8 @@ fn candidate<'a>(s: &mut Scanner<'a>) -> Option<WireCandidate<'a>> {
                 first(&mut seen[3])?;
                 candidate.index = s.optional_count()?;
             }
-            "groundingMetadata" => absent(s, &mut seen[4])?,
-            "safetyRatings" => absent(s, &mut seen[5])?,
+            "groundingMetadata" => null_only(s, &mut seen[4])?,
+            "safetyRatings" => null_only(s, &mut seen[5])?,
             _ => s.skip()?,
         }
         Some(())
