@@ -24,6 +24,16 @@
 //! cargo bench -p agentloop --features otel --bench telemetry
 //! TELEMETRY_BENCH_RUNS=2000 TELEMETRY_BENCH_ROUNDS=11 taskset -c 1 target/release/deps/telemetry-* --bench
 //! ```
+//!
+//! Several dispatchers alive in one process make `tracing` ask each span callsite whether it
+//! is wanted every time (its cached interest becomes "sometimes"), which a program with one
+//! global subscriber never pays. For the figure such a program sees, run one variant per
+//! process as the global default, processes alternating, and compare their medians:
+//!
+//! ```text
+//! for i in 1 2 3 4 5; do for v in off otel_noop; do
+//!   TELEMETRY_BENCH_GLOBAL=$v taskset -c 1 target/release/deps/telemetry-* --bench; done; done
+//! ```
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -307,6 +317,16 @@ fn main() {
     // For a profile of one variant: `TELEMETRY_BENCH_ONLY=otel_noop` (`off` stays, as the base).
     if let Ok(only) = std::env::var("TELEMETRY_BENCH_ONLY") {
         variants.retain(|v| v.name == "off" || v.name == only);
+    }
+    // One variant as the process's global subscriber, nothing else alive (see the module docs).
+    if let Ok(global) = std::env::var("TELEMETRY_BENCH_GLOBAL") {
+        variants.retain(|v| v.name == global);
+        let Some(variant) = variants.first_mut() else {
+            panic!("no variant `{global}`");
+        };
+        if let Some(dispatch) = variant.dispatch.take() {
+            tracing::dispatcher::set_global_default(dispatch).expect("the only global subscriber");
+        }
     }
     for (workload, agent) in &workloads {
         // Warm up: connections, allocator, price table.
