@@ -47,16 +47,16 @@ fn a_durable_run_is_listed_shown_and_resumed_from_its_file() {
 
     let listed = run(&["runs", "list"], &db);
     assert_eq!(listed.status.code(), Some(0), "{}", text(&listed.stderr));
-    // The mock model calls its demo tool, then answers: saved at the start, the call, the
-    // tool's start, its outcome, the step's close and the answer.
-    assert_eq!(text(&listed.stdout), "r1\tdone\t6\n");
+    // The mock model calls its demo tool, then answers: saved at the start, the call with
+    // the tool's start, its outcome with the step's close, and the answer.
+    assert_eq!(text(&listed.stdout), "r1\tdone\t4\n");
 
     let shown = run(&["runs", "show", "r1"], &db);
     assert_eq!(shown.status.code(), Some(0), "{}", text(&shown.stderr));
     let shown = json(&shown);
     assert_eq!(shown["run_id"], "r1");
     assert_eq!(shown["status"], "done");
-    assert_eq!(shown["version"], 6);
+    assert_eq!(shown["version"], 4);
     assert_eq!(shown["steps"], 2);
     assert_eq!(shown["messages"][0]["content"][0]["text"], "Hello");
     assert_eq!(shown["messages"].as_array().unwrap().len(), 4);

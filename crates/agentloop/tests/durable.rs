@@ -228,22 +228,20 @@ async fn checkpoints_follow_every_state_change<S: RunStore + Clone>(store: S) {
         recording.saves(),
         [
             saved(1, Running, 1, 0), // started
-            saved(2, Running, 2, 1), // the response recorded
-            saved(3, Running, 2, 1), // its tools started
-            saved(4, Running, 2, 1), // c1's outcome
-            saved(5, Running, 2, 1), // c2's outcome
-            saved(6, Running, 3, 1), // the step closed
-            saved(7, Done, 4, 2),    // the answer
+            saved(2, Running, 2, 1), // the response recorded and its tools started
+            saved(3, Running, 2, 1), // c1's outcome
+            saved(4, Running, 3, 1), // c2's outcome and the step closed
+            saved(5, Done, 4, 2),    // the answer
         ]
     );
     let last = store.load("r1").await.unwrap().unwrap();
-    assert_eq!((last.version, last.status), (7, Done));
+    assert_eq!((last.version, last.status), (5, Done));
     assert_eq!(last.machine().unwrap().messages(), &result.messages[..]);
     assert_eq!(
         store.list().await.unwrap(),
         [RunSummary {
             run_id: "r1".into(),
-            version: 7,
+            version: 5,
             status: Done
         }]
     );
@@ -261,10 +259,10 @@ async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once<S: RunStore + Clon
         .await
         .unwrap_err();
     assert!(
-        matches!(&stale, Error::StaleCheckpoint { run_id, expected: 3, found: 7 } if run_id == "r1"),
+        matches!(&stale, Error::StaleCheckpoint { run_id, expected: 3, found: 5 } if run_id == "r1"),
         "{stale:?}"
     );
-    assert_eq!(store.load("r1").await.unwrap().unwrap().version, 7);
+    assert_eq!(store.load("r1").await.unwrap().unwrap().version, 5);
 
     let again = agent(model(), &log)
         .run_durable("r1", "Go", &store)
@@ -275,7 +273,7 @@ async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once<S: RunStore + Clon
             again,
             Error::StaleCheckpoint {
                 expected: 0,
-                found: 7,
+                found: 5,
                 ..
             }
         ),
@@ -295,7 +293,7 @@ async fn a_stale_writer_is_refused_and_a_run_id_is_taken_once<S: RunStore + Clon
 async fn a_recorded_outcome_never_runs_again<S: RunStore + Clone>(store: S) {
     // Killed after c1's outcome was saved: c1 is not run again; c2, started as far as the
     // store knows and not idempotent, is interrupted.
-    let (result, first, second, model) = crash_and_resume(store, Crash::After(4)).await;
+    let (result, first, second, model) = crash_and_resume(store, Crash::After(3)).await;
     assert_eq!(first, ["r1/c1"]);
     assert!(second.is_empty(), "{second:?}");
     assert_eq!(
@@ -317,7 +315,7 @@ async fn a_recorded_outcome_never_runs_again<S: RunStore + Clone>(store: S) {
 async fn an_idempotent_tool_cut_off_runs_again<S: RunStore + Clone>(store: S) {
     // Killed while c1's outcome was being saved: c1 ran but nothing says so, and `a` is
     // idempotent, so it runs again with the same key; c2 is interrupted.
-    let (result, first, second, _) = crash_and_resume(store, Crash::During(4)).await;
+    let (result, first, second, _) = crash_and_resume(store, Crash::During(3)).await;
     assert_eq!(first, ["r1/c1"]);
     assert_eq!(second, ["r1/c1"]);
     assert_eq!(
@@ -329,10 +327,28 @@ async fn an_idempotent_tool_cut_off_runs_again<S: RunStore + Clone>(store: S) {
     );
 }
 
+async fn a_steps_last_outcome_is_saved_with_its_close<S: RunStore + Clone>(store: S) {
+    // Killed while c2's outcome was being saved, in one write with the step's close: c2 ran
+    // but nothing says so, and `b` is not idempotent, so it is interrupted; c1 does not run
+    // again and the model is not called again for the first step.
+    let (result, first, second, model) = crash_and_resume(store, Crash::During(4)).await;
+    assert_eq!(first, ["r1/c1", "r1/c2"]);
+    assert!(second.is_empty(), "{second:?}");
+    assert_eq!(
+        tool_results(&result.messages),
+        [
+            ("c1".into(), "a done".into(), false),
+            ("c2".into(), INTERRUPTED.into(), true)
+        ]
+    );
+    assert_eq!(result.text(), "Done.");
+    assert_eq!(model.calls(), 1);
+}
+
 async fn a_model_call_in_flight_is_issued_again<S: RunStore + Clone>(store: S) {
     // Killed during the answer's call (after the step closed): the call is issued again and
     // no tool runs again.
-    let (result, first, second, model) = crash_and_resume(store, Crash::During(7)).await;
+    let (result, first, second, model) = crash_and_resume(store, Crash::During(5)).await;
     assert_eq!(first, ["r1/c1", "r1/c2"]);
     assert!(second.is_empty());
     assert_eq!(model.calls(), 1);
@@ -632,7 +648,7 @@ async fn a_durable_stream_has_a_plain_streams_events_and_the_blocking_checkpoint
         .await
         .unwrap();
     assert_eq!(recording.saves(), blocking.saves());
-    assert_eq!(recording.saves().len(), 7);
+    assert_eq!(recording.saves().len(), 5);
 }
 
 async fn a_dropped_durable_stream_resumes_from_its_checkpoint<S: RunStore + Clone>(store: S) {
@@ -650,7 +666,7 @@ async fn a_dropped_durable_stream_resumes_from_its_checkpoint<S: RunStore + Clon
     }
     drop(stream);
     let saved = store.load("r1").await.unwrap().unwrap();
-    assert_eq!((saved.version, saved.status), (6, RunStatus::Running));
+    assert_eq!((saved.version, saved.status), (4, RunStatus::Running));
 
     // A fresh agent's stream goes on from there: `run_start`, then the plain stream's events
     // from step 1 on; no tool runs again.
@@ -723,6 +739,12 @@ macro_rules! suite {
             async fn an_idempotent_tool_cut_off_runs_again() {
                 let Some(store) = $make.await else { return };
                 super::an_idempotent_tool_cut_off_runs_again(store).await;
+            }
+
+            #[tokio::test]
+            async fn a_steps_last_outcome_is_saved_with_its_close() {
+                let Some(store) = $make.await else { return };
+                super::a_steps_last_outcome_is_saved_with_its_close(store).await;
             }
 
             #[tokio::test]
@@ -864,17 +886,17 @@ async fn a_sqlite_store_keeps_runs_in_one_wal_file_that_another_store_reopens() 
 
     let reopened = agentloop::run::SqliteStore::open(&path).unwrap();
     let checkpoint = reopened.load("r1").await.unwrap().unwrap();
-    assert_eq!(checkpoint.version, 7);
+    assert_eq!(checkpoint.version, 5);
     assert_eq!(checkpoint.machine().unwrap().messages(), &done.messages[..]);
     let stale = reopened
-        .save("r1", 6, RunStatus::Done, checkpoint.state.clone())
+        .save("r1", 4, RunStatus::Done, checkpoint.state.clone())
         .await
         .unwrap_err();
     assert!(matches!(
         stale,
         Error::StaleCheckpoint {
-            expected: 6,
-            found: 7,
+            expected: 4,
+            found: 5,
             ..
         }
     ));
@@ -957,8 +979,8 @@ async fn a_postgres_worker_that_stops_loses_its_run_to_another_and_cannot_write(
     let first = postgres_worker(&url, "w1").await;
     let second = postgres_worker(&url, "w2").await;
 
-    // w1 stops right after its tools' start was saved (version 3), holding the lease.
-    let stalled = Recording::new(first.clone(), Some(Crash::After(3)));
+    // w1 stops right after its tools' start was saved (version 2), holding the lease.
+    let stalled = Recording::new(first.clone(), Some(Crash::After(2)));
     let log = Log::default();
     let run = agent(model(), &log).run_durable("r1", "Go", &stalled);
     tokio::select! {
@@ -979,15 +1001,15 @@ async fn a_postgres_worker_that_stops_loses_its_run_to_another_and_cannot_write(
     // w1's late write, on the version it read, is refused even before w2 wrote: the claim
     // moved the version on.
     let late = first
-        .save("r1", 3, RunStatus::Running, "{}".into())
+        .save("r1", 2, RunStatus::Running, "{}".into())
         .await
         .unwrap_err();
     assert!(
         matches!(
             late,
             Error::StaleCheckpoint {
-                expected: 3,
-                found: 4,
+                expected: 2,
+                found: 3,
                 ..
             }
         ),
@@ -1016,7 +1038,7 @@ async fn a_heartbeat_keeps_a_postgres_lease_past_its_expiry() {
     };
     let first = postgres_worker(&url, "w1").await;
     let second = postgres_worker(&url, "w2").await;
-    let stalled = Recording::new(first.clone(), Some(Crash::After(3)));
+    let stalled = Recording::new(first.clone(), Some(Crash::After(2)));
     let log = Log::default();
     let run = agent(model(), &log).run_durable("r1", "Go", &stalled);
     let heartbeat = first.keep_alive("r1");

@@ -537,13 +537,16 @@ impl Driver {
                             }
                         }
                     }
-                    self.checkpoint(machine).await;
                     // A failed or stopped call finished the machine; a response either did or
                     // left tool calls to run; a rejected answer goes back to the model, unless
-                    // a stop condition says otherwise.
-                    if answer_checked && !machine.is_done() {
-                        self.check_stop(machine, StopMoment::AfterStep);
-                    } else if !machine.is_done() {
+                    // a stop condition says otherwise. A response with calls to run is saved
+                    // with their start, in one write: nothing happens between the two.
+                    if answer_checked || machine.is_done() {
+                        self.checkpoint(machine).await;
+                        if !machine.is_done() {
+                            self.check_stop(machine, StopMoment::AfterStep);
+                        }
+                    } else {
                         self.run_tool_step(machine, step, &stop).await;
                     }
                 }
@@ -621,9 +624,12 @@ impl Driver {
     /// Run the pending tools of `step`, record their outcomes, and check stop conditions.
     async fn run_tool_step(&self, machine: &mut Machine, step: usize, stop: &StopSignal<'_>) {
         let Action::RunTools(calls) = machine.next_action() else {
+            // No calls to run after all (they wait for approval): the response is saved alone.
+            self.checkpoint(machine).await;
             return;
         };
-        // The calls have started, as far as a crash is concerned (see `store`).
+        // The calls have started, as far as a crash is concerned (see `store`); the response
+        // that made them is in the same checkpoint.
         self.checkpoint(machine).await;
         if machine.is_done() {
             // The save failed: the run stopped with the error before any tool ran.
@@ -1087,7 +1093,8 @@ impl Driver {
     }
 
     /// [`Self::run_tools`] for a durable run: each outcome is recorded in the machine and
-    /// checkpointed as it ends, so a crash does not run it again.
+    /// checkpointed as it ends, so a crash does not run it again; the last one is left to the
+    /// step's closing checkpoint, which the caller writes next.
     async fn run_tools_recorded(
         &self,
         machine: &mut Machine,
@@ -1097,6 +1104,7 @@ impl Driver {
     ) {
         let concurrency = self.options.max_concurrency.max(1);
         let first_poll_inline = concurrency == 1;
+        let mut unrecorded = calls.len();
         let mut running = stream::iter(calls)
             .map(|call| {
                 let id = call.id.clone();
@@ -1106,6 +1114,11 @@ impl Driver {
             .buffer_unordered(concurrency);
         while let Some((id, outcome)) = running.next().await {
             machine.record_outcome(&id, outcome);
+            unrecorded = unrecorded.saturating_sub(1);
+            if unrecorded == 0 {
+                // The last outcome is saved with the step's close, which follows at once.
+                return;
+            }
             durable.save(machine).await;
             if durable.failed() {
                 return;

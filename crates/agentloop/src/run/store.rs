@@ -104,7 +104,11 @@ pub struct RunSummary {
 /// [`crate::Agent::run_durable`] (or [`crate::Agent::run_durable_stream`], with the same
 /// checkpoints) writes a checkpoint after every state change that matters:
 /// the run's start, the model's response recorded, the step's tools about to start, each tool
-/// outcome recorded, the step closed (or the run paused or ended). [`crate::Agent::resume_run`]
+/// outcome recorded, the step closed (or the run paused or ended). Changes with nothing
+/// between them that acts outside the run go in one checkpoint: a response and the start of
+/// its tools, the last outcome of a step and the step's close. The rule: every change is in
+/// the store before the next effect outside the run (a tool starting, a model call, the run
+/// returning to its caller), never later. [`crate::Agent::resume_run`]
 /// (or [`crate::Agent::resume_run_stream`])
 /// continues a run from its last checkpoint, in this process or another, with the same agent
 /// definition.
