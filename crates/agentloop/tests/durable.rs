@@ -933,17 +933,69 @@ fn a_sqlite_store_is_awaited_outside_a_tokio_runtime() {
     });
 }
 
+/// A save that finds the store's connection free is written on the caller's thread: it is
+/// done when first polled, with no hand-off to the store's thread.
+#[cfg(feature = "sqlite")]
+#[test]
+fn a_sqlite_save_on_a_free_connection_is_done_when_first_polled() {
+    use futures::FutureExt;
+    let store = sqlite_store();
+    let saved = store
+        .save("r1", 0, RunStatus::Running, "{}".into())
+        .now_or_never();
+    assert!(matches!(saved, Some(Ok(1))), "{saved:?}");
+    let stale = store
+        .save("r1", 0, RunStatus::Running, "{}".into())
+        .now_or_never();
+    assert!(
+        matches!(
+            stale,
+            Some(Err(Error::StaleCheckpoint {
+                expected: 0,
+                found: 1,
+                ..
+            }))
+        ),
+        "{stale:?}"
+    );
+}
+
+/// A save that finds the file locked by another process's write waits for the lock on the
+/// store's thread, never on the caller's, and is written once the lock is let go.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_sqlite_save_waits_for_another_processs_lock_off_the_callers_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = agentloop::run::SqliteStore::open(&path).unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut save = std::pin::pin!(store.save("r1", 0, RunStatus::Running, "{}".into()));
+    assert!(futures::poll!(save.as_mut()).is_pending());
+    other.execute_batch("COMMIT").unwrap();
+    assert_eq!(save.await.unwrap(), 1);
+    assert_eq!(store.load("r1").await.unwrap().unwrap().version, 1);
+}
+
 /// Saves that arrive together are committed together; each is still checked on its own: of
-/// two first saves of a run, one wins and the other is stale, and nothing else is lost.
+/// two first saves of a run, one wins and the other is stale, and nothing else is lost. They
+/// queue up on the store's thread while another process holds the file's write lock.
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_saves_that_arrive_together_each_keep_their_version_check() {
-    let store = sqlite_store();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let store = agentloop::run::SqliteStore::open(&path).unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let ids: Vec<String> = (0..40).map(|n| format!("r{}", n / 2)).collect();
     let saves = ids
         .iter()
         .map(|id| store.save(id, 0, RunStatus::Running, format!("{{\"id\":\"{id}\"}}")));
-    let saved = futures::future::join_all(saves).await;
+    let mut saves = std::pin::pin!(futures::future::join_all(saves));
+    assert!(futures::poll!(saves.as_mut()).is_pending());
+    other.execute_batch("COMMIT").unwrap();
+    let saved = saves.await;
     for pair in saved.chunks(2) {
         let won = pair.iter().filter(|s| matches!(s, Ok(1))).count();
         let stale = pair

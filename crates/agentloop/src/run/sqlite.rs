@@ -1,7 +1,9 @@
 //! [`SqliteStore`]: durable runs' checkpoints in one SQLite file.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, mpsc};
+use std::time::Duration;
 
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
@@ -15,7 +17,9 @@ use crate::error::{Error, Result};
 /// `synchronous = NORMAL` a commit does not wait for the disk: a power loss (or an OS crash)
 /// may lose the last saves, never corrupt the file, and a run resumes from the checkpoint
 /// before them. Several processes may share the file; a save that another wrote over first
-/// fails with [`Error::StaleCheckpoint`]. Cheap to clone: clones share one connection on one
+/// fails with [`Error::StaleCheckpoint`]. Cheap to clone: clones share one connection. A save
+/// that finds it free writes on the caller's thread (such a commit does not wait for the
+/// disk); one that finds it busy, or the file locked by another process, goes to the store's
 /// writer thread, which commits saves that arrive together (concurrent runs) in one
 /// transaction.
 ///
@@ -30,10 +34,48 @@ use crate::error::{Error, Result};
 /// ```
 #[derive(Clone)]
 pub struct SqliteStore {
-    /// The store's writer thread, which owns the one connection: SQLite writes one at a time
-    /// anyway. Saves queued while it writes are committed together, in one transaction.
+    /// The store's writer thread, for saves that would wait for the connection: SQLite writes
+    /// one at a time anyway. Saves queued while it writes are committed together, in one
+    /// transaction.
     jobs: mpsc::Sender<Job>,
+    /// The one connection, shared by the callers' threads and the writer thread.
+    shared: Arc<Shared>,
     path: Arc<PathBuf>,
+}
+
+/// The connection, and the commits since the write-ahead log was last copied into the
+/// database.
+struct Shared {
+    connection: Mutex<Connection>,
+    commits: AtomicU32,
+}
+
+/// How long the writer thread waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Commits between two copies of the write-ahead log into the database (each commit adds a
+/// few pages; SQLite's own default is every 1000 pages). The copy waits for the disk, so the
+/// writer thread makes it, never a caller's thread.
+const COMMITS_PER_WAL_CHECKPOINT: u32 = 256;
+
+impl Shared {
+    fn connection(&self) -> MutexGuard<'_, Connection> {
+        self.connection
+            .lock()
+            .unwrap_or_else(|poisoned| recovered(poisoned.into_inner()))
+    }
+
+    /// Count a commit; whether the log is due to be copied into the database.
+    fn committed(&self) -> bool {
+        self.commits.fetch_add(1, Ordering::Relaxed) + 1 >= COMMITS_PER_WAL_CHECKPOINT
+    }
+
+    /// Copy the write-ahead log into the database, as far as readers allow.
+    fn checkpoint_wal(&self, connection: &Connection) {
+        self.commits.store(0, Ordering::Relaxed);
+        // A failed copy is retried after the next commits; the log stays valid meanwhile.
+        let _ = connection.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -60,6 +102,9 @@ enum Job {
     List {
         reply: oneshot::Sender<Result<Vec<RunSummary>>>,
     },
+    /// Copy the write-ahead log into the database (saves on callers' threads leave it to
+    /// the writer thread).
+    CheckpointWal,
 }
 
 const SCHEMA: &str = "
@@ -89,18 +134,28 @@ impl SqliteStore {
             .map_err(|e| failed(&e))?;
         // Another process's write holds the lock briefly; wait for it rather than fail.
         connection
-            .busy_timeout(std::time::Duration::from_secs(5))
+            .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| failed(&e))?;
         connection.execute_batch(SCHEMA).map_err(|e| failed(&e))?;
+        // The store copies the log into the database itself, off the callers' threads.
+        connection
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|e| failed(&e))?;
+        let shared = Arc::new(Shared {
+            connection: Mutex::new(connection),
+            commits: AtomicU32::new(0),
+        });
         // One long-lived thread rather than a blocking-pool task per save: a checkpoint is
         // written at every step, and the thread ends when the last clone of the store drops.
         let (jobs, queue) = mpsc::channel();
+        let writer = shared.clone();
         std::thread::Builder::new()
             .name("agentloop-sqlite".to_owned())
-            .spawn(move || write_loop(connection, queue))
+            .spawn(move || write_loop(&writer, queue))
             .map_err(|e| failed(&e))?;
         Ok(Self {
             jobs,
+            shared,
             path: Arc::new(path),
         })
     }
@@ -134,22 +189,69 @@ impl SqliteStore {
             answer.await.map_err(|_| gone())?
         })
     }
+
+    /// Save on the caller's thread when the connection is free and no other process holds
+    /// the file's write lock; `None` when the save must wait (the writer thread's job).
+    fn save_here(
+        &self,
+        run_id: &str,
+        read: u64,
+        status: RunStatus,
+        state: &str,
+    ) -> Option<Result<u64>> {
+        let connection = match self.shared.connection.try_lock() {
+            Ok(connection) => connection,
+            Err(TryLockError::Poisoned(poisoned)) => recovered(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        // Fail at once rather than wait on the caller's thread for another process's lock.
+        connection.busy_timeout(Duration::ZERO).ok()?;
+        let saved = write(&connection, run_id, read, status, state);
+        let _ = connection.busy_timeout(BUSY_TIMEOUT);
+        match saved {
+            Err(e) if is_busy(&e) => None,
+            saved => {
+                if saved.is_ok() && self.shared.committed() {
+                    let _ = self.jobs.send(Job::CheckpointWal);
+                }
+                Some(finish(&connection, run_id, read, saved))
+            }
+        }
+    }
+}
+
+/// The connection after a panic while it was held: any transaction the panic left open is
+/// rolled back, as it was never answered as committed.
+fn recovered(connection: MutexGuard<'_, Connection>) -> MutexGuard<'_, Connection> {
+    if !connection.is_autocommit() {
+        let _ = connection.execute_batch("ROLLBACK");
+    }
+    connection
+}
+
+/// Whether `error` is SQLite's "the database is locked" (by another connection).
+fn is_busy(error: &rusqlite::Error) -> bool {
+    error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
 }
 
 /// The writer thread: answer jobs until every store handle is gone. Saves that queued up
 /// while the thread was busy are written in one transaction (one commit for all), and each
 /// is answered only once that transaction committed.
-fn write_loop(connection: Connection, queue: mpsc::Receiver<Job>) {
+fn write_loop(shared: &Shared, queue: mpsc::Receiver<Job>) {
     let mut saves = Vec::new();
     while let Ok(first) = queue.recv() {
+        let connection = shared.connection();
+        let connection = &*connection;
+        let mut checkpoint = false;
         for job in std::iter::once(first).chain(queue.try_iter()) {
             match job {
                 Job::Load { run_id, reply } => {
-                    let _ = reply.send(load(&connection, &run_id));
+                    let _ = reply.send(load(connection, &run_id));
                 }
                 Job::List { reply } => {
-                    let _ = reply.send(list(&connection));
+                    let _ = reply.send(list(connection));
                 }
+                Job::CheckpointWal => checkpoint = true,
                 Job::Save {
                     run_id,
                     read,
@@ -159,14 +261,18 @@ fn write_loop(connection: Connection, queue: mpsc::Receiver<Job>) {
                 } => saves.push((run_id, read, status, state, reply)),
             }
         }
+        let wrote = !saves.is_empty();
         match saves.len() {
             0 => {}
             1 => {
                 if let Some((run_id, read, status, state, reply)) = saves.pop() {
-                    let _ = reply.send(save(&connection, run_id, read, status, &state));
+                    let _ = reply.send(save(connection, run_id, read, status, &state));
                 }
             }
-            _ => save_together(&connection, &mut saves),
+            _ => save_together(connection, &mut saves),
+        }
+        if checkpoint || (wrote && shared.committed()) {
+            shared.checkpoint_wal(connection);
         }
     }
 }
@@ -255,15 +361,26 @@ fn save(
     status: RunStatus,
     state: &str,
 ) -> Result<u64> {
-    let (Ok(read_sql), Ok(next)) = (i64::try_from(read), i64::try_from(read + 1)) else {
-        return Err(Error::Store {
-            run_id: id,
-            message: format!("version {read} is out of range"),
-        });
+    let written = write(connection, &id, read, status, state);
+    finish(connection, &id, read, written)
+}
+
+/// The save's one statement: how many rows it wrote (0 when the version moved on). A version
+/// out of SQLite's range writes nothing either.
+fn write(
+    connection: &Connection,
+    id: &str,
+    read: u64,
+    status: RunStatus,
+    state: &str,
+) -> rusqlite::Result<usize> {
+    let (Ok(read_sql), Ok(next)) = (i64::try_from(read), i64::try_from(read.saturating_add(1)))
+    else {
+        return Ok(0);
     };
     // One statement each way, so the version check and the write are atomic; each prepared
     // once per connection, since every step saves.
-    let written = if read == 0 {
+    if read == 0 {
         connection
             .prepare_cached(
                 "INSERT INTO agentloop_runs (run_id, version, status, state)
@@ -281,13 +398,27 @@ fn save(
                 update.execute(params![id, next, status.as_str(), state, read_sql])
             })
     }
-    .map_err(sql_error(&id))?;
-    if written == 1 {
+}
+
+/// The save's answer from what [`write`] did: the new version, or why not.
+fn finish(
+    connection: &Connection,
+    id: &str,
+    read: u64,
+    written: rusqlite::Result<usize>,
+) -> Result<u64> {
+    if read >= i64::MAX as u64 {
+        return Err(Error::Store {
+            run_id: id.to_owned(),
+            message: format!("version {read} is out of range"),
+        });
+    }
+    if written.map_err(sql_error(id))? == 1 {
         return Ok(read + 1);
     }
-    let found = stored_version(connection, &id)?;
+    let found = stored_version(connection, id)?;
     Err(Error::StaleCheckpoint {
-        run_id: id,
+        run_id: id.to_owned(),
         expected: read,
         found,
     })
@@ -332,12 +463,19 @@ impl RunStore for SqliteStore {
         status: RunStatus,
         state: String,
     ) -> BoxFuture<'a, Result<u64>> {
-        self.ask(run_id, |reply| Job::Save {
-            run_id: run_id.to_owned(),
-            read,
-            status,
-            state,
-            reply,
+        // Written when first polled, as a future that is never awaited does nothing.
+        Box::pin(async move {
+            if let Some(saved) = self.save_here(run_id, read, status, &state) {
+                return saved;
+            }
+            self.ask(run_id, |reply| Job::Save {
+                run_id: run_id.to_owned(),
+                read,
+                status,
+                state,
+                reply,
+            })
+            .await
         })
     }
 
