@@ -88,7 +88,10 @@ impl std::fmt::Debug for PostgresStore {
 fn pg_error(run_id: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
     move |e| Error::Store {
         run_id: run_id.to_owned(),
-        message: format!("postgres: {e}"),
+        message: match e.as_db_error() {
+            Some(db) => format!("postgres: {}", db.message()),
+            None => format!("postgres: {e}"),
+        },
     }
 }
 
@@ -106,15 +109,16 @@ fn status(run_id: &str, name: &str) -> Result<RunStatus> {
 /// Apply the migrations the database lacks, one transaction, one migrator at a time.
 async fn migrate(client: &Client) -> Result<()> {
     let failed = pg_error("");
-    client
-        .batch_execute("CREATE TABLE IF NOT EXISTS agentloop_migrations (version INT PRIMARY KEY);")
-        .await
-        .map_err(&failed)?;
-    client
-        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(7283911);")
-        .await
-        .map_err(&failed)?;
+    client.batch_execute("BEGIN").await.map_err(&failed)?;
     let applied = async {
+        // The table too is made under the lock: two first connections creating it at once
+        // collide in Postgres's catalog even with IF NOT EXISTS.
+        client
+            .batch_execute(
+                "SELECT pg_advisory_xact_lock(7283911);
+                 CREATE TABLE IF NOT EXISTS agentloop_migrations (version INT PRIMARY KEY);",
+            )
+            .await?;
         let row = client
             .query_one(
                 "SELECT COALESCE(MAX(version), 0) FROM agentloop_migrations",
