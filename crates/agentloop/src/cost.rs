@@ -612,6 +612,7 @@ mod tests {
             output_tokens: 100,
             cache_read_tokens: 400,
             cache_write_tokens: 0,
+            reasoning_tokens: 0,
         };
         let inside = sheet.cost(&usage, Counting::CacheInside);
         // 600 uncached × 2 + 400 × 0.5 + 100 × 8, per million.

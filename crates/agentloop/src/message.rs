@@ -580,6 +580,14 @@ pub struct Usage {
     /// Tokens written to the prompt cache.
     #[serde(default)]
     pub cache_write_tokens: u64,
+    /// Of the output tokens, those the model spent reasoning, where the provider counts them
+    /// apart (OpenAI, Responses, Gemini); 0 elsewhere. Billed as output.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -603,6 +611,7 @@ impl std::ops::AddAssign for Usage {
         self.output_tokens += rhs.output_tokens;
         self.cache_read_tokens += rhs.cache_read_tokens;
         self.cache_write_tokens += rhs.cache_write_tokens;
+        self.reasoning_tokens += rhs.reasoning_tokens;
     }
 }
 

@@ -11,7 +11,7 @@
 //! | span | kind | attributes |
 //! | --- | --- | --- |
 //! | `invoke_agent` per run (blocking, streamed, resumed, durable) | internal | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.agent.name` (when [`Telemetry::agent_name`] is set), `gen_ai.request.model`, `gen_ai.conversation.id` (a durable run's id), the run's `gen_ai.usage.*`, `error.type` when it failed |
-//! | `chat` per model call | client | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.request.stream`, the request's `max_tokens`, `temperature`, `top_p`, `top_k`; `gen_ai.response.model`, `.id`, `.finish_reasons`, `.time_to_first_chunk` (streamed calls); `gen_ai.usage.input_tokens` (cached ones included, as the conventions count), `output_tokens`, `cache_read.input_tokens`, `cache_creation.input_tokens`; `error.type` when it failed |
+//! | `chat` per model call | client | `gen_ai.operation.name`, `gen_ai.provider.name`, `gen_ai.request.model`, `gen_ai.request.stream`, the request's `max_tokens`, `temperature`, `top_p`, `top_k`; `gen_ai.response.model`, `.id`, `.finish_reasons`, `.time_to_first_chunk` (streamed calls); `gen_ai.usage.input_tokens` (cached ones included, as the conventions count), `output_tokens`, `cache_read.input_tokens`, `cache_creation.input_tokens`, `reasoning.output_tokens` (of the output tokens, those spent reasoning, where the provider counts them: semantic-conventions-genai `model/gen-ai/registry.yaml` at e8fc575); `error.type` when it failed |
 //! | `execute_tool` per tool handler run | internal | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` (`function`), `error.type` (`failed`, `invalid_arguments`, `cancelled`) when it did not complete |
 //! | `tools/call` per MCP tool call | client | `mcp.method.name`, `gen_ai.operation.name`, `gen_ai.tool.name` |
 //!
@@ -125,6 +125,7 @@ pub(crate) fn agent_span(
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
+        gen_ai.usage.reasoning.output_tokens = Empty,
     );
     if span.is_disabled() {
         return span;
@@ -205,6 +206,7 @@ fn chat_span(
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
+        gen_ai.usage.reasoning.output_tokens = Empty,
         gen_ai.system_instructions = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
@@ -277,6 +279,7 @@ fn record_usage(span: &Span, provider: &str, usage: &Usage) {
     };
     let read = (usage.cache_read_tokens > 0).then_some(usage.cache_read_tokens);
     let write = (usage.cache_write_tokens > 0).then_some(usage.cache_write_tokens);
+    let reasoning = (usage.reasoning_tokens > 0).then_some(usage.reasoning_tokens);
     record_fields(
         span,
         [
@@ -284,6 +287,7 @@ fn record_usage(span: &Span, provider: &str, usage: &Usage) {
             ("gen_ai.usage.output_tokens", &usage.output_tokens),
             ("gen_ai.usage.cache_read.input_tokens", &read),
             ("gen_ai.usage.cache_creation.input_tokens", &write),
+            ("gen_ai.usage.reasoning.output_tokens", &reasoning),
         ],
     );
 }

@@ -369,6 +369,7 @@ fn usage_maps_cache_fields_and_later_reports_replace_earlier_ones() {
                 output_tokens: 1,
                 cache_read_tokens: 2000,
                 cache_write_tokens: 100,
+                reasoning_tokens: 0,
             },
             // input replaced, output 0 counts, cache write kept (absent in the delta).
             Usage {
@@ -376,6 +377,7 @@ fn usage_maps_cache_fields_and_later_reports_replace_earlier_ones() {
                 output_tokens: 0,
                 cache_read_tokens: 2100,
                 cache_write_tokens: 100,
+                reasoning_tokens: 0,
             },
         ]
     );

@@ -197,6 +197,7 @@ fn responses_usage_is_priced_as_openai() {
         output_tokens: 500,
         cache_read_tokens: 400,
         cache_write_tokens: 0,
+        reasoning_tokens: 0,
     };
     let openai = prices
         .cost("openai", "gpt-4o", &usage)

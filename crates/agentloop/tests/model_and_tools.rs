@@ -98,6 +98,7 @@ fn usage_adds_up() {
         output_tokens: 2,
         cache_read_tokens: 3,
         cache_write_tokens: 4,
+        reasoning_tokens: 0,
     };
     let mut b = a + a;
     b += a;

@@ -582,7 +582,8 @@ async fn complete_maps_a_non_streamed_answer() {
                 input_tokens: 30,
                 output_tokens: 12,
                 cache_read_tokens: 16,
-                cache_write_tokens: 0
+                cache_write_tokens: 0,
+                reasoning_tokens: 0
             },
         }
     );

@@ -723,7 +723,8 @@ fn usage_on_the_finish_chunk_with_cached_tokens() {
                 input_tokens: 100,
                 output_tokens: 5,
                 cache_read_tokens: 64,
-                cache_write_tokens: 0
+                cache_write_tokens: 0,
+                reasoning_tokens: 0
             }
         }
     );

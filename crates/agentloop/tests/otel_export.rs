@@ -125,6 +125,9 @@ fn agent(name: &str, second_city: &str) -> Agent {
         }
         Ok(format!("sunny in {}", c.city))
     });
+    // The answer's model counts 3 of its output tokens as reasoning.
+    let mut answer = Turn::text("Sunny.").with_usage(20, 7);
+    answer.usage.reasoning_tokens = 3;
     let model = ScriptedModel::new([
         Turn::tool_calls([
             ("get_weather", json!({"city": "Paris"})),
@@ -132,7 +135,7 @@ fn agent(name: &str, second_city: &str) -> Agent {
         ])
         .with_ids(["call_a", "call_b"])
         .with_usage(10, 5),
-        Turn::text("Sunny.").with_usage(20, 7),
+        answer,
     ]);
     Agent::builder(model)
         .model("m")
@@ -227,6 +230,7 @@ async fn runs_are_exported_over_otlp_http_with_the_genai_spans_and_metrics() {
             ("gen_ai.request.model", "m"),
             ("gen_ai.usage.input_tokens", "30"),
             ("gen_ai.usage.output_tokens", "12"),
+            ("gen_ai.usage.reasoning.output_tokens", "3"),
         ])
     );
     // Token counts are integers, as the conventions type them (not their text).
@@ -253,10 +257,9 @@ async fn runs_are_exported_over_otlp_http_with_the_genai_spans_and_metrics() {
     );
     assert_eq!(attributes(&children[1]), tool("call_a"));
     assert_eq!(attributes(&children[2]), tool("call_b"));
-    assert_eq!(
-        attributes(&children[3]),
-        chat("msg_1", "end_turn", "20", "7")
-    );
+    let mut answered = chat("msg_1", "end_turn", "20", "7");
+    answered.insert("gen_ai.usage.reasoning.output_tokens".into(), "3".into());
+    assert_eq!(attributes(&children[3]), answered);
     for span in std::iter::once(&root).chain(&children) {
         let status = span.status.as_ref().map_or(0, |s| s.code);
         assert_eq!(status, StatusCode::Unset as i32, "{}", span.name);

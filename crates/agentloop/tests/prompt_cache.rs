@@ -73,6 +73,7 @@ const CACHED: Usage = Usage {
     output_tokens: 15,
     cache_read_tokens: 1500,
     cache_write_tokens: 1500,
+    reasoning_tokens: 0,
 };
 
 #[tokio::test]
@@ -120,6 +121,7 @@ async fn a_streamed_response_reports_the_cache_tokens_of_message_start() {
             output_tokens: 3,
             cache_read_tokens: 900,
             cache_write_tokens: 100,
+            reasoning_tokens: 0,
         }
     );
 }

@@ -242,6 +242,7 @@ mod tests {
                 output_tokens: 503,
                 cache_read_tokens: 1800,
                 cache_write_tokens: 0,
+                reasoning_tokens: 0,
             }
         );
         let anthropic = || Some(PROVIDER_NAME.to_owned());

@@ -212,6 +212,7 @@ impl BedrockDecoder {
                             output_tokens: count("outputTokens"),
                             cache_read_tokens: count("cacheReadInputTokens"),
                             cache_write_tokens: count("cacheWriteInputTokens"),
+                            reasoning_tokens: 0,
                         },
                     });
                 }

@@ -546,6 +546,7 @@ impl UsageCounts {
             output_tokens: self.candidates.unwrap_or(0) + self.thoughts.unwrap_or(0),
             cache_read_tokens: self.cached.unwrap_or(0),
             cache_write_tokens: 0,
+            reasoning_tokens: self.thoughts.unwrap_or(0),
         })
     }
 }
@@ -809,6 +810,41 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Thinking tokens (`thoughtsTokenCount`) are output, and counted apart as reasoning, in
+    /// every reader (ai.google.dev/api/generate-content, `UsageMetadata`).
+    #[test]
+    fn thoughts_are_output_and_reasoning() {
+        let chunk = r#"{"candidates": [{"content": {"parts": [{"text": "ok"}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 12,"candidatesTokenCount": 4,"totalTokenCount": 428,"thoughtsTokenCount": 412},"modelVersion": "gemini-2.5-pro","responseId": "r1"}"#;
+        let expected = Usage {
+            input_tokens: 12,
+            output_tokens: 416,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            reasoning_tokens: 412,
+        };
+        // The typed reader, and the value reader (a count it does not know in another place).
+        let odd = chunk.replace(
+            r#""responseId": "r1""#,
+            r#""responseId": "r1", "extra": [1]"#,
+        );
+        for data in [chunk.to_owned(), odd] {
+            let mut decoder = GeminiDecoder::new();
+            let mut out = VecDeque::new();
+            let event = SseEvent {
+                event: "",
+                data: data.clone().into(),
+                id: None,
+                retry: None,
+            };
+            decoder.event(&event, &mut out).unwrap();
+            decoder.end(&mut out).unwrap();
+            assert!(
+                out.contains(&StreamEvent::Usage { usage: expected }),
+                "{data}: {out:?}"
+            );
+        }
+    }
+
     #[test]
     fn documented_chunks_take_the_typed_reader_and_odd_ones_the_value_reader() {
         let typical = r#"{"candidates": [{"content": {"parts": [{"text": "Hi","thoughtSignature": "s"}],"role": "model"},"index": 0,"citationMetadata": {}}],"usageMetadata": {"promptTokenCount": 5,"trafficType": "ON_DEMAND","promptTokensDetails": [{"modality": "TEXT","tokenCount": 5}]},"modelVersion": "gemini-3-flash-preview","createTime": "2026-03-21T18:11:55.919086Z","responseId": "r1"}"#;
@@ -849,7 +885,8 @@ mod tests {
                 input_tokens: 0,
                 output_tokens: 2,
                 cache_read_tokens: 0,
-                cache_write_tokens: 0
+                cache_write_tokens: 0,
+                reasoning_tokens: 0
             }
         }));
     }

@@ -335,9 +335,11 @@ impl WireUsage {
             return Some(WireUsage(None));
         }
         let (mut input, mut output, mut details, mut cache_hit) = (None, None, None, None);
+        let mut reasoning = None;
         // Which known members were read: serde rejects one given twice.
         let (mut input_read, mut output_read, mut details_read, mut cache_hit_read) =
             (false, false, false, false);
+        let mut reasoning_read = false;
         s.object(|s, key| {
             let (read, target) = match key {
                 "prompt_tokens" => (&mut input_read, &mut input),
@@ -345,7 +347,12 @@ impl WireUsage {
                 "prompt_cache_hit_tokens" => (&mut cache_hit_read, &mut cache_hit),
                 "prompt_tokens_details" => {
                     first(&mut details_read)?;
-                    details = s.optional(prompt_details)?.flatten();
+                    details = s.optional(|s| detail(s, "cached_tokens"))?.flatten();
+                    return Some(());
+                }
+                "completion_tokens_details" => {
+                    first(&mut reasoning_read)?;
+                    reasoning = s.optional(|s| detail(s, "reasoning_tokens"))?.flatten();
                     return Some(());
                 }
                 _ => return s.skip(),
@@ -359,23 +366,26 @@ impl WireUsage {
             output_tokens: output.unwrap_or(0),
             cache_read_tokens: details.or(cache_hit).unwrap_or(0),
             cache_write_tokens: 0,
+            reasoning_tokens: reasoning.unwrap_or(0),
         })))
     }
 }
 
-/// `prompt_tokens_details`' cached count, read as [`PromptDetails`] deserializes an object.
-fn prompt_details(s: &mut Scanner<'_>) -> Option<Option<u64>> {
-    let mut cached = None;
-    let mut cached_read = false;
+/// The count `name` of a details object (`prompt_tokens_details`' `cached_tokens`,
+/// `completion_tokens_details`' `reasoning_tokens`), read as [`PromptDetails`] and
+/// [`CompletionDetails`] deserialize one.
+fn detail(s: &mut Scanner<'_>, name: &str) -> Option<Option<u64>> {
+    let mut count = None;
+    let mut count_read = false;
     s.object(|s, key| {
-        if key != "cached_tokens" {
+        if key != name {
             return s.skip();
         }
-        first(&mut cached_read)?;
-        cached = s.optional_count()?;
+        first(&mut count_read)?;
+        count = s.optional_count()?;
         Some(())
     })?;
-    Some(cached)
+    Some(count)
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -384,6 +394,7 @@ struct UsageFields {
     prompt_tokens: Count,
     completion_tokens: Count,
     prompt_tokens_details: Option<PromptDetails>,
+    completion_tokens_details: Option<CompletionDetails>,
     /// DeepSeek reports cache hits here instead of `prompt_tokens_details`.
     prompt_cache_hit_tokens: Count,
 }
@@ -392,6 +403,12 @@ struct UsageFields {
 #[serde(default)]
 struct PromptDetails {
     cached_tokens: Count,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct CompletionDetails {
+    reasoning_tokens: Count,
 }
 
 struct UsageVisitor;
@@ -413,6 +430,10 @@ impl<'de> Visitor<'de> for UsageVisitor {
             output_tokens: fields.completion_tokens.0.unwrap_or(0),
             cache_read_tokens: cached.unwrap_or(0),
             cache_write_tokens: 0,
+            reasoning_tokens: fields
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens.0)
+                .unwrap_or(0),
         })))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
@@ -580,10 +601,19 @@ mod tests {
                 input_tokens: 10,
                 output_tokens: 3,
                 cache_read_tokens: 4,
-                cache_write_tokens: 0
+                cache_write_tokens: 0,
+                reasoning_tokens: 0
             })
         );
         assert_eq!(probe(r#"{"u":null}"#).u.0, None);
+        // OpenAI's reasoning models count their reasoning apart, within `completion_tokens`.
+        let reasoning = probe(
+            r#"{"u":{"prompt_tokens":10,"completion_tokens":30,"completion_tokens_details":{"reasoning_tokens":22}}}"#,
+        );
+        assert_eq!(
+            reasoning.u.0.map(|u| (u.output_tokens, u.reasoning_tokens)),
+            Some((30, 22))
+        );
         let deepseek = probe(r#"{"u":{"prompt_tokens":10,"prompt_cache_hit_tokens":6}}"#);
         assert_eq!(deepseek.u.0.map(|u| u.cache_read_tokens), Some(6));
     }

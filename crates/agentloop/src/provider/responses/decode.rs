@@ -482,6 +482,7 @@ fn usage(usage: &Value) -> Option<Usage> {
         output_tokens: output.unwrap_or(0),
         cache_read_tokens: count("/input_tokens_details/cached_tokens").unwrap_or(0),
         cache_write_tokens: count("/input_tokens_details/cache_write_tokens").unwrap_or(0),
+        reasoning_tokens: count("/output_tokens_details/reasoning_tokens").unwrap_or(0),
     })
 }
 
@@ -600,6 +601,26 @@ mod tests {
         }
         decoder.end(&mut out).unwrap();
         out.into()
+    }
+
+    /// `output_tokens_details.reasoning_tokens` is kept apart (they are within `output_tokens`,
+    /// platform.openai.com/docs/api-reference/responses/object, `usage`).
+    #[test]
+    fn reasoning_tokens_are_kept_apart() {
+        let usage = usage(
+            &json!({"input_tokens": 50, "input_tokens_details": {"cached_tokens": 10},
+            "output_tokens": 300, "output_tokens_details": {"reasoning_tokens": 256}, "total_tokens": 350}),
+        );
+        assert_eq!(
+            usage,
+            Some(Usage {
+                input_tokens: 50,
+                output_tokens: 300,
+                cache_read_tokens: 10,
+                cache_write_tokens: 0,
+                reasoning_tokens: 256,
+            })
+        );
     }
 
     #[test]

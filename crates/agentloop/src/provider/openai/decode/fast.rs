@@ -715,7 +715,7 @@ mod tests {
     /// the cached count from either place servers put it, and anything else skipped.
     #[test]
     fn reads_usage_objects() {
-        let data = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":14,"completion_tokens":30,"total_tokens":44,"prompt_tokens_details":{"cached_tokens":6,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#;
+        let data = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":14,"completion_tokens":30,"total_tokens":44,"prompt_tokens_details":{"cached_tokens":6,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":22,"audio_tokens":0}}}"#;
         let chunk = read(data).unwrap();
         assert_eq!(Some(&chunk), serde(data).as_ref());
         assert_eq!(
@@ -725,6 +725,7 @@ mod tests {
                 output_tokens: 30,
                 cache_read_tokens: 6,
                 cache_write_tokens: 0,
+                reasoning_tokens: 22,
             })
         );
         for data in [
@@ -734,6 +735,8 @@ mod tests {
             r#"{"choices":[],"usage":{"prompt_tokens_details":{},"prompt_cache_hit_tokens":4}}"#,
             r#"{"choices":[],"usage":{"prompt_tokens":null,"completion_tokens":2}}"#,
             r#"{"choices":[],"usage":{}}"#,
+            r#"{"choices":[],"usage":{"completion_tokens_details":null}}"#,
+            r#"{"choices":[],"usage":{"completion_tokens_details":{"reasoning_tokens":null}}}"#,
         ] {
             assert_eq!(read(data), serde(data), "{data}");
             assert!(read(data).is_some(), "{data}");
@@ -861,6 +864,8 @@ mod tests {
         "total_tokens",
         "prompt_tokens_details",
         "cached_tokens",
+        "completion_tokens_details",
+        "reasoning_tokens",
         "prompt_cache_hit_tokens",
         "i\\u0064",
         "other",
@@ -898,6 +903,7 @@ mod tests {
         ]);
         let choices = array(choice);
         let details = fields(vec![KEYS.field("cached_tokens", count())]);
+        let completion_details = fields(vec![KEYS.field("reasoning_tokens", count())]);
         let usage = prop_oneof![
             1 => Just("null".to_owned()),
             3 => fields(vec![
@@ -905,6 +911,7 @@ mod tests {
                 KEYS.field("completion_tokens", count()),
                 KEYS.field("total_tokens", count()),
                 KEYS.field("prompt_tokens_details", details.boxed()),
+                KEYS.field("completion_tokens_details", completion_details.boxed()),
                 KEYS.field("prompt_cache_hit_tokens", count()),
             ]),
         ];

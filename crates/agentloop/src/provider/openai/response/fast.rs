@@ -269,6 +269,8 @@ mod tests {
         "completion_tokens",
         "prompt_tokens_details",
         "cached_tokens",
+        "completion_tokens_details",
+        "reasoning_tokens",
         "prompt_cache_hit_tokens",
         "i\\u0064",
         "other",
@@ -305,10 +307,12 @@ mod tests {
         ]);
         let choices = array(choice);
         let details = fields(vec![KEYS.field("cached_tokens", count())]);
+        let completion_details = fields(vec![KEYS.field("reasoning_tokens", count())]);
         let usage = fields(vec![
             KEYS.field("prompt_tokens", count()),
             KEYS.field("completion_tokens", count()),
             KEYS.field("prompt_tokens_details", details.boxed()),
+            KEYS.field("completion_tokens_details", completion_details.boxed()),
             KEYS.field("prompt_cache_hit_tokens", count()),
         ]);
         fields(vec![
