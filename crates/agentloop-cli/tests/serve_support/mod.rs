@@ -300,3 +300,42 @@ pub async fn follow_to_end(
     }
     panic!("the answer never reached message_end: {rest:?}");
 }
+
+/// The rest of an answer killed while its `slow` tool ran, after `fast` had run: the slow call
+/// answered as interrupted (not run again), then a three-delta answer, every event under a new
+/// id (past any the dead process gave); each tool ran once.
+pub fn assert_finished_after_an_interrupted_slow_tool(
+    rest: &[Sse],
+    fast: &AtomicUsize,
+    slow: &AtomicUsize,
+) {
+    assert_eq!(
+        names(rest),
+        [
+            "tool_call_result",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "message_end"
+        ]
+    );
+    assert_eq!(rest[0].2["id"], "call_slow");
+    assert_eq!(rest[0].2["is_error"], true);
+    let content = rest[0].2["content"].as_str().unwrap();
+    assert!(content.contains("was interrupted"), "{content}");
+    assert_eq!(rest[4].2["stop_reason"], "end_turn");
+    assert!(
+        rest.iter().all(|(id, _, _)| *id >= 1_000_000_000),
+        "{rest:?}"
+    );
+    assert_eq!(
+        fast.load(Ordering::SeqCst),
+        1,
+        "the completed tool ran once"
+    );
+    assert_eq!(
+        slow.load(Ordering::SeqCst),
+        1,
+        "the interrupted tool was not run again"
+    );
+}
