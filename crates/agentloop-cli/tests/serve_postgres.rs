@@ -26,9 +26,19 @@ use serve_support::{
 /// `agentloop serve --db URL` on a free port with the tools in `tools` against the mock model
 /// at `base_url`; its URL and what it said about its database.
 fn serve(db: &str, tools: &std::path::Path, base_url: &str) -> (Served, String, String) {
-    let mut command = command(db, tools, base_url);
     // A short lease, so a killed server's answers are taken over soon.
-    command.args(["--answer-lease-ms", "1000"]);
+    serve_leased(db, tools, base_url, "1000")
+}
+
+/// [`serve`] with answer leases of `lease_ms`.
+fn serve_leased(
+    db: &str,
+    tools: &std::path::Path,
+    base_url: &str,
+    lease_ms: &str,
+) -> (Served, String, String) {
+    let mut command = command(db, tools, base_url);
+    command.args(["--answer-lease-ms", lease_ms]);
     command.stderr(Stdio::piped());
     let (mut served, url) = start(command);
     // Read to the end on a thread of its own: a closed pipe would fail the server's next log.
@@ -392,6 +402,80 @@ async fn an_answer_running_on_a_server_killed_during_the_model_stream_is_finishe
         agentloop::Message::assistant("Deployed."),
         "{messages:?}"
     );
+    assert_eq!(model.calls(), 3);
+    b.kill();
+}
+
+/// A server stopped by SIGTERM hands its answer in flight over: with leases far longer than
+/// the test may take, the other server takes it over at once (told by the stopping one) and
+/// finishes it; the slow tool that was running is answered as interrupted, nothing runs twice,
+/// and the stopped server exits cleanly.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_stopped_by_sigterm_hands_its_answer_over_to_another_at_once() {
+    let Some(db) = database().await else {
+        return;
+    };
+    let (fast_url, fast) = counting_endpoint(false).await;
+    let (slow_url, slow) = counting_endpoint(true).await;
+    let model = MockServer::start(
+        Wire::OpenAi,
+        [
+            Turn::tool_call("fast", json!({})).with_ids(["call_fast"]),
+            Turn::tool_call("slow", json!({})).with_ids(["call_slow"]),
+            Turn::text("Done."),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    http_tool(&tools, "fast", &fast_url);
+    http_tool(&tools, "slow", &slow_url);
+    let start = || {
+        let (db, tools, base) = (db.clone(), tools.clone(), model.base_url());
+        // A minute: a takeover that waited for the lease would not finish in time.
+        tokio::task::spawn_blocking(move || serve_leased(&db, &tools, &base, "60000"))
+    };
+    let (mut a, a_url, _) = start().await.unwrap();
+    let (b, b_url, _) = start().await.unwrap();
+
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("{a_url}/v1/chat"))
+        .json(&json!({"message": "Deploy it"}))
+        .send()
+        .await
+        .unwrap();
+    let message_id = header(&response, "x-agentloop-message-id");
+    let seen = sse_until(response, |events| {
+        events
+            .iter()
+            .any(|(_, name, data)| name == "tool_call_start" && data["id"] == "call_slow")
+    })
+    .await;
+    wait_for(&slow, 1).await;
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &a.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let status = tokio::task::spawn_blocking(move || a.0.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "serve exited with {status} after SIGTERM");
+
+    let followed = tokio::time::timeout(
+        Duration::from_secs(20),
+        follow_to_end(&b_url, &message_id, seen.clone()),
+    )
+    .await
+    .expect("the other server finished the answer long before the lease would have expired");
+    let (kept, rest, _) = followed;
+    assert_eq!(kept, seen, "nothing seen was cut");
+    // The call that was running is answered as interrupted, not run again.
+    assert_finished_after_an_interrupted_slow_tool(&rest, &fast, &slow);
     assert_eq!(model.calls(), 3);
     b.kill();
 }

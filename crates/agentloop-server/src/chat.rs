@@ -1433,6 +1433,7 @@ pub(crate) fn keep_leases(state: &AppState) {
             }
         });
     }
+    let mut released = state.inner.store.released_elsewhere();
     tokio::spawn(async move {
         let mut renew = tokio::time::interval(lease / 3);
         let mut claim = tokio::time::interval(lease / 2);
@@ -1440,9 +1441,20 @@ pub(crate) fn keep_leases(state: &AppState) {
             timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         }
         loop {
+            // A stopping server handed answers over: take them now, not at the next tick.
+            let handed_over = async {
+                let Some(released) = released.as_mut() else {
+                    return std::future::pending().await;
+                };
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = released.recv().await
+                {
+                    std::future::pending::<()>().await;
+                }
+            };
             let claiming = tokio::select! {
                 _ = renew.tick() => false,
                 _ = claim.tick() => true,
+                () = handed_over => true,
                 () = shutdown.cancelled() => return,
             };
             let Some(inner) = weak.upgrade() else {

@@ -109,8 +109,9 @@
 //!
 //! [`Server::run`] stops on Ctrl-C or SIGTERM; [`Server::run_until`] on a future of your own.
 //! Either way the server stops accepting, cancels the answers in flight (each saves what it
-//! produced and its stream ends with `message_end`), waits for them and the connections to
-//! finish, up to `drain_timeout`, and returns. The routes of [`router`] mounted in an app of
+//! produced and its stream ends with `message_end`; on Postgres they are handed over to the
+//! other servers instead, see "Many servers on Postgres"), waits for them and the connections
+//! to finish, up to `drain_timeout`, and returns. The routes of [`router`] mounted in an app of
 //! your own get none of this: apply your own server's limits there.
 //!
 //! ## Many servers on Postgres
@@ -177,8 +178,15 @@
 //!   (by client address or cookie) are a preference, not a requirement: a stream served by the
 //!   server running the answer has no lag. Turn
 //!   off response buffering for `text/event-stream` (the server sends `X-Accel-Buffering: no`
-//!   for nginx) and keep idle timeouts above the keep-alive interval (15 s). Stop servers with
-//!   SIGTERM (their answers end as `interrupted`); a server that dies has its answers taken over.
+//!   for nginx) and keep idle timeouts above the keep-alive interval (15 s).
+//! - **Stopping a server (rolling deploys).** A server stopped by SIGTERM or Ctrl-C
+//!   ([`AppState::shutdown`]) hands its answers in flight over: each stops where its last
+//!   checkpoint stands, writing nothing more (its clients' streams end without `message_end`,
+//!   and they reconnect through any server), its lease ends at once and the other servers are
+//!   told (`NOTIFY agentloop_chat_released`), and one of them takes it over as after a crash,
+//!   without waiting for the lease. A tool that was running is answered as interrupted (or run
+//!   again when idempotent). Answers waiting for approval stay as they are. A server that dies
+//!   has its answers taken over when their leases expire.
 
 //! ## The chat event protocol, version 1
 //!
@@ -265,8 +273,8 @@
 //! an id that was cut gets 409 whose message names the last kept event: drop what came after
 //! it and reconnect from it (the page reconnects by itself for about 20 s, and on that 409 shows
 //! the answer again from its first event). An answer waiting for approval waits again (see
-//! "Approvals"). A shutdown by Ctrl-C or SIGTERM is not a crash: it ends the answers in flight
-//! as `interrupted`, and nothing is resumed. An answer resumed by approval decisions goes on from
+//! "Approvals"). With SQLite a shutdown by Ctrl-C or SIGTERM is not a crash: it ends the
+//! answers in flight as `interrupted`, and nothing is resumed (on Postgres they are handed over). An answer resumed by approval decisions goes on from
 //! its paused checkpoint ([`agentloop::Agent::decide_run_stream`]) and is checkpointed the same
 //! way.
 //!

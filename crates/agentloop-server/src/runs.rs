@@ -554,6 +554,17 @@ impl Runs {
         lock(&self.registry).by_message.remove(message_id);
     }
 
+    /// The answers this server is running: not finished, not paused, not copies of another
+    /// server's.
+    pub(crate) fn running(&self) -> Vec<Arc<RunLog>> {
+        lock(&self.registry)
+            .by_message
+            .values()
+            .filter(|run| !run.is_remote() && !run.is_finished() && !run.is_paused())
+            .cloned()
+            .collect()
+    }
+
     /// The run with this message id.
     pub(crate) fn get(&self, message_id: &str) -> Option<Arc<RunLog>> {
         lock(&self.registry).by_message.get(message_id).cloned()

@@ -154,10 +154,28 @@ impl AppState {
         }
     }
 
-    /// Cancel every chat in flight and wait until each has saved what it produced.
+    /// Cancel every chat in flight and wait until each has saved what it produced. With a
+    /// database shared by many servers the chats are handed over instead: each stops here as
+    /// it stands at its last checkpoint, writing nothing more, and another server takes it
+    /// over at once and finishes it (see the crate docs, "Many servers on Postgres").
     pub async fn shutdown(&self) {
+        let hand_over = self.inner.store.is_shared();
+        if hand_over {
+            for run in self.inner.runs.running() {
+                run.lose();
+            }
+        }
         self.inner.shutdown.cancel();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
+        if hand_over {
+            match self.inner.store.release_leases().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("handed {n} answers in flight over to the other servers"),
+                Err(e) => tracing::warn!(
+                    "could not hand the answers in flight over (another server takes them when their leases expire): {e}"
+                ),
+            }
+        }
     }
 }

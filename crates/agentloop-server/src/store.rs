@@ -1256,6 +1256,24 @@ impl Store {
         Ok((0, Vec::new()))
     }
 
+    /// Hand over the answers this server holds to the others (shared database only): their
+    /// leases end now and the others are told; how many there were.
+    pub(crate) async fn release_leases(&self) -> Result<u64, ServerError> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = self.pg() {
+            return self.named(pg.release_leases()).await;
+        }
+        Ok(0)
+    }
+
+    /// With a shared database, the message ids of answers a stopping server handed over.
+    pub(crate) fn released_elsewhere(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
+        #[cfg(feature = "postgres")]
+        return self.pg.as_ref().map(postgres::PgStore::released);
+        #[cfg(not(feature = "postgres"))]
+        None
+    }
+
     /// Ask the server running an answer to cancel it (shared database only); `false` when
     /// it is not running.
     pub(crate) async fn request_cancel(&self, message_id: String) -> Result<bool, ServerError> {

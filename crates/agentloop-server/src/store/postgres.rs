@@ -148,6 +148,8 @@ pub(crate) struct PgStore {
     written: broadcast::Sender<String>,
     /// Message ids of answers a cancel was asked for through any server.
     cancelled: broadcast::Sender<String>,
+    /// Message ids of answers a stopping server handed over, to take over now.
+    released: broadcast::Sender<String>,
     /// This server's name in the leases it holds: random, one per process.
     instance: Arc<str>,
     /// How long a lease lasts without renewal.
@@ -157,6 +159,10 @@ pub(crate) struct PgStore {
 /// The channel on which writing an answer's events (or cutting them, or forgetting the
 /// answer) names its message id, so servers following it read the new rows.
 const WRITTEN: &str = "agentloop_chat_written";
+
+/// The channel on which a server stopping gracefully names each answer it hands over, so
+/// another takes it over at once rather than when its lease would have expired.
+const RELEASED: &str = "agentloop_chat_released";
 
 /// The channel on which a cancel asked through any server names the answer's message id, so
 /// the server running it stops it.
@@ -247,6 +253,7 @@ async fn listen(
     decided: broadcast::Sender<String>,
     written: broadcast::Sender<String>,
     cancelled: broadcast::Sender<String>,
+    released: broadcast::Sender<String>,
     alive: mpsc::WeakUnboundedSender<Job>,
     ready: oneshot::Sender<()>,
 ) {
@@ -279,7 +286,7 @@ async fn listen(
         });
         let listening = client
             .batch_execute(&format!(
-                "LISTEN {DECIDED}; LISTEN {WRITTEN}; LISTEN {CANCEL}"
+                "LISTEN {DECIDED}; LISTEN {WRITTEN}; LISTEN {CANCEL}; LISTEN {RELEASED}"
             ))
             .await;
         ready.take().map(|ready| ready.send(()));
@@ -291,6 +298,7 @@ async fn listen(
                             let to = match channel.as_str() {
                                 WRITTEN => &written,
                                 CANCEL => &cancelled,
+                                RELEASED => &released,
                                 _ => &decided,
                             };
                             let _ = to.send(message_id);
@@ -352,12 +360,14 @@ impl PgStore {
         let (decided, _) = broadcast::channel(256);
         let (written, _) = broadcast::channel(1024);
         let (cancelled, _) = broadcast::channel(256);
+        let (released, _) = broadcast::channel(256);
         let (ready, listening) = oneshot::channel();
         tokio::spawn(listen(
             url.to_owned(),
             decided.clone(),
             written.clone(),
             cancelled.clone(),
+            released.clone(),
             jobs.downgrade(),
             ready,
         ));
@@ -368,6 +378,7 @@ impl PgStore {
             decided,
             written,
             cancelled,
+            released,
             instance: format!("srv_{:032x}", rand::random::<u128>()).into(),
             lease,
         })
@@ -381,6 +392,11 @@ impl PgStore {
     /// The message ids of answers a cancel was asked for through any server.
     pub(crate) fn cancelled(&self) -> broadcast::Receiver<String> {
         self.cancelled.subscribe()
+    }
+
+    /// The message ids of answers a stopping server handed over.
+    pub(crate) fn released(&self) -> broadcast::Receiver<String> {
+        self.released.subscribe()
     }
 
     /// How long this server's leases last.
@@ -1162,6 +1178,33 @@ impl PgStore {
                     }
                 }
                 Ok((rows.len() as u64, cancelled))
+            })
+        })
+    }
+
+    /// Hand over every answer this server holds (it is stopping): their leases end now, and
+    /// every server is told (`NOTIFY`), so one takes each over at once; how many there were.
+    pub(crate) fn release_leases(
+        &self,
+    ) -> impl Future<Output = Result<u64, ServerError>> + Send + 'static {
+        let owner = self.instance.clone();
+        self.call(move |client| {
+            Box::pin(async move {
+                let rows = client
+                    .query(
+                        &format!(
+                            "WITH freed AS (
+                                 UPDATE agentloop_chat_runs
+                                 SET lease_until = clock_timestamp() - interval '1 millisecond'
+                                 WHERE owner = $1 AND NOT finished
+                                 RETURNING message_id
+                             )
+                             SELECT pg_notify('{RELEASED}', message_id) FROM freed"
+                        ),
+                        &[&&*owner],
+                    )
+                    .await?;
+                Ok(rows.len() as u64)
             })
         })
     }
