@@ -18,9 +18,9 @@ use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
 use serve_support::{
-    Served, Sse, assert_finished_after_an_interrupted_slow_tool, command, counting_endpoint,
-    follow_to_end, header, http_tool, names, read_events, sse_until, start, stored_history,
-    tool_endpoint, wait_for,
+    FastThenSlow, Served, Sse, assert_finished_after_an_interrupted_slow_tool,
+    chat_until_the_slow_tool, command, fast_then_slow, follow_to_end, header, http_tool, names,
+    read_events, sse_until, start, stored_history, tool_endpoint,
 };
 
 /// `agentloop serve --db URL` on a free port with the tools in `tools` against the mock model
@@ -220,51 +220,17 @@ async fn an_answer_running_on_a_server_killed_during_a_slow_tool_is_finished_by_
     let Some(db) = database().await else {
         return;
     };
-    let (fast_url, fast) = counting_endpoint(false).await;
-    let (slow_url, slow) = counting_endpoint(true).await;
-    let model = MockServer::start(
-        Wire::OpenAi,
-        [
-            Turn::tool_call("fast", json!({})).with_ids(["call_fast"]),
-            Turn::tool_call("slow", json!({})).with_ids(["call_slow"]),
-            Turn::text("Done."),
-        ],
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools");
-    std::fs::create_dir(&tools).unwrap();
-    http_tool(&tools, "fast", &fast_url);
-    http_tool(&tools, "slow", &slow_url);
+    let FastThenSlow {
+        model,
+        dir: _dir,
+        tools,
+        fast,
+        slow,
+    } = fast_then_slow().await;
     let [(a, a_url), (b, b_url)] = two_servers(&db, &tools, &model.base_url()).await;
 
     let http = reqwest::Client::new();
-    let response = http
-        .post(format!("{a_url}/v1/chat"))
-        .json(&json!({"message": "Deploy it"}))
-        .send()
-        .await
-        .unwrap();
-    let conversation_id = header(&response, "x-agentloop-conversation-id");
-    let message_id = header(&response, "x-agentloop-message-id");
-    let seen = sse_until(response, |events| {
-        events
-            .iter()
-            .any(|(_, name, data)| name == "tool_call_start" && data["id"] == "call_slow")
-    })
-    .await;
-    assert_eq!(
-        names(&seen),
-        [
-            "message_start",
-            "tool_call_start",
-            "tool_call_result",
-            "tool_call_start"
-        ]
-    );
-    // The slow tool has started (its step was checkpointed before it), then A dies.
-    wait_for(&slow, 1).await;
+    let (conversation_id, message_id, seen) = chat_until_the_slow_tool(&a_url, &slow).await;
     a.kill();
 
     // The client reconnects to B, which follows the answer from the database until A's lease
@@ -415,23 +381,13 @@ async fn a_server_stopped_by_sigterm_hands_its_answer_over_to_another_at_once() 
     let Some(db) = database().await else {
         return;
     };
-    let (fast_url, fast) = counting_endpoint(false).await;
-    let (slow_url, slow) = counting_endpoint(true).await;
-    let model = MockServer::start(
-        Wire::OpenAi,
-        [
-            Turn::tool_call("fast", json!({})).with_ids(["call_fast"]),
-            Turn::tool_call("slow", json!({})).with_ids(["call_slow"]),
-            Turn::text("Done."),
-        ],
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools");
-    std::fs::create_dir(&tools).unwrap();
-    http_tool(&tools, "fast", &fast_url);
-    http_tool(&tools, "slow", &slow_url);
+    let FastThenSlow {
+        model,
+        dir: _dir,
+        tools,
+        fast,
+        slow,
+    } = fast_then_slow().await;
     let start = || {
         let (db, tools, base) = (db.clone(), tools.clone(), model.base_url());
         // A minute: a takeover that waited for the lease would not finish in time.
@@ -440,21 +396,7 @@ async fn a_server_stopped_by_sigterm_hands_its_answer_over_to_another_at_once() 
     let (mut a, a_url, _) = start().await.unwrap();
     let (b, b_url, _) = start().await.unwrap();
 
-    let http = reqwest::Client::new();
-    let response = http
-        .post(format!("{a_url}/v1/chat"))
-        .json(&json!({"message": "Deploy it"}))
-        .send()
-        .await
-        .unwrap();
-    let message_id = header(&response, "x-agentloop-message-id");
-    let seen = sse_until(response, |events| {
-        events
-            .iter()
-            .any(|(_, name, data)| name == "tool_call_start" && data["id"] == "call_slow")
-    })
-    .await;
-    wait_for(&slow, 1).await;
+    let (_, message_id, seen) = chat_until_the_slow_tool(&a_url, &slow).await;
     let stopped = std::process::Command::new("kill")
         .args(["-TERM", &a.0.id().to_string()])
         .status()

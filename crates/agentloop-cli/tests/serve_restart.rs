@@ -14,9 +14,9 @@ use agentloop_testkit::Turn;
 use agentloop_testkit::server::{MockServer, Wire};
 use serde_json::{Value, json};
 use serve_support::{
-    Served, Sse, assert_finished_after_an_interrupted_slow_tool, command, counting_endpoint,
-    header, http_tool, names, read_events, sse_until, start, stored_history, tool_endpoint,
-    wait_for,
+    FastThenSlow, Served, Sse, assert_finished_after_an_interrupted_slow_tool,
+    chat_until_the_slow_tool, command, counting_endpoint, fast_then_slow, header, http_tool, names,
+    read_events, sse_until, start, stored_history, tool_endpoint, wait_for,
 };
 
 /// `agentloop serve` with database `db` and the tools in `tools` against the mock model at
@@ -140,23 +140,13 @@ async fn an_answer_waiting_for_approval_survives_sigkill_and_is_approved_after_t
 #[tokio::test(flavor = "multi_thread")]
 async fn an_answer_killed_during_a_slow_tool_goes_on_after_the_restart_without_running_a_tool_twice()
  {
-    let (fast_url, fast) = counting_endpoint(false).await;
-    let (slow_url, slow) = counting_endpoint(true).await;
-    let model = MockServer::start(
-        Wire::OpenAi,
-        [
-            Turn::tool_call("fast", json!({})).with_ids(["call_fast"]),
-            Turn::tool_call("slow", json!({})).with_ids(["call_slow"]),
-            Turn::text("Done."),
-        ],
-    )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools");
-    std::fs::create_dir(&tools).unwrap();
-    http_tool(&tools, "fast", &fast_url);
-    http_tool(&tools, "slow", &slow_url);
+    let FastThenSlow {
+        model,
+        dir,
+        tools,
+        fast,
+        slow,
+    } = fast_then_slow().await;
     let db = dir.path().join("chats.db");
     let start = |db: std::path::PathBuf, tools: std::path::PathBuf, base: String| {
         tokio::task::spawn_blocking(move || serve(&db, &tools, &base))
@@ -165,31 +155,7 @@ async fn an_answer_killed_during_a_slow_tool_goes_on_after_the_restart_without_r
         .await
         .unwrap();
     let http = reqwest::Client::new();
-    let response = http
-        .post(format!("{url}/v1/chat"))
-        .json(&json!({"message": "Deploy it"}))
-        .send()
-        .await
-        .unwrap();
-    let conversation_id = header(&response, "x-agentloop-conversation-id");
-    let message_id = header(&response, "x-agentloop-message-id");
-    let seen = sse_until(response, |events| {
-        events
-            .iter()
-            .any(|(_, name, data)| name == "tool_call_start" && data["id"] == "call_slow")
-    })
-    .await;
-    assert_eq!(
-        names(&seen),
-        [
-            "message_start",
-            "tool_call_start",
-            "tool_call_result",
-            "tool_call_start"
-        ]
-    );
-    // The slow tool has started: its step's checkpoint is saved before any tool runs.
-    wait_for(&slow, 1).await;
+    let (conversation_id, message_id, seen) = chat_until_the_slow_tool(&url, &slow).await;
     server.kill();
 
     let (server, url) = start(db, tools, model.base_url()).await.unwrap();

@@ -339,3 +339,74 @@ pub fn assert_finished_after_an_interrupted_slow_tool(
         "the interrupted tool was not run again"
     );
 }
+
+/// A model that calls `fast`, then `slow` (which never answers), then says "Done."; a folder
+/// whose `tools` holds both as HTTP tools; how often each was called.
+pub struct FastThenSlow {
+    pub model: agentloop_testkit::server::MockServer,
+    pub dir: tempfile::TempDir,
+    pub tools: std::path::PathBuf,
+    pub fast: Arc<AtomicUsize>,
+    pub slow: Arc<AtomicUsize>,
+}
+
+/// See [`FastThenSlow`].
+pub async fn fast_then_slow() -> FastThenSlow {
+    use agentloop_testkit::Turn;
+    let (fast_url, fast) = counting_endpoint(false).await;
+    let (slow_url, slow) = counting_endpoint(true).await;
+    let model = agentloop_testkit::server::MockServer::start(
+        agentloop_testkit::server::Wire::OpenAi,
+        [
+            Turn::tool_call("fast", json!({})).with_ids(["call_fast"]),
+            Turn::tool_call("slow", json!({})).with_ids(["call_slow"]),
+            Turn::text("Done."),
+        ],
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    http_tool(&tools, "fast", &fast_url);
+    http_tool(&tools, "slow", &slow_url);
+    FastThenSlow {
+        model,
+        dir,
+        tools,
+        fast,
+        slow,
+    }
+}
+
+/// Send "Deploy it" through the server at `url` and read the answer until the [`FastThenSlow`]
+/// model's slow tool has started: the conversation's id, the answer's, and the events seen
+/// (checked).
+pub async fn chat_until_the_slow_tool(url: &str, slow: &AtomicUsize) -> (String, String, Vec<Sse>) {
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/chat"))
+        .json(&json!({"message": "Deploy it"}))
+        .send()
+        .await
+        .unwrap();
+    let conversation_id = header(&response, "x-agentloop-conversation-id");
+    let message_id = header(&response, "x-agentloop-message-id");
+    let seen = sse_until(response, |events| {
+        events
+            .iter()
+            .any(|(_, name, data)| name == "tool_call_start" && data["id"] == "call_slow")
+    })
+    .await;
+    assert_eq!(
+        names(&seen),
+        [
+            "message_start",
+            "tool_call_start",
+            "tool_call_result",
+            "tool_call_start"
+        ]
+    );
+    // Its step's checkpoint is saved before any tool runs.
+    wait_for(slow, 1).await;
+    (conversation_id, message_id, seen)
+}
