@@ -111,8 +111,9 @@ async fn a_run_future_outlives_its_agent_and_stays_small() {
     let run = agent.run("Hi");
     drop(agent);
     let size = std::mem::size_of_val(&run);
-    // Room for the run's own cancellation token on top of 2 KiB.
-    assert!(size <= 2112, "a run's future is {size} bytes");
+    // Room for the run's own cancellation token and the usage's reasoning count on top of
+    // 2 KiB.
+    assert!(size <= 2120, "a run's future is {size} bytes");
 
     let result = tokio::spawn(run).await.unwrap().unwrap();
 
