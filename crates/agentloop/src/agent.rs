@@ -315,13 +315,7 @@ impl Agent {
         decisions: impl IntoIterator<Item = (D, Decision)>,
         store: &S,
     ) -> impl Future<Output = Result<RunResult>> + Send + 'static {
-        let decisions: Vec<(String, Decision)> = decisions
-            .into_iter()
-            .map(|(id, decision)| (id.into(), decision))
-            .collect();
-        let agent = self.clone();
-        let decide: run::Decide =
-            Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions));
+        let decide = self.decider(decisions);
         run::resume_durable_set(
             self.provider.clone(),
             self.tools.clone(),
@@ -342,13 +336,7 @@ impl Agent {
         decisions: impl IntoIterator<Item = (D, Decision)>,
         store: &S,
     ) -> RunStream {
-        let decisions: Vec<(String, Decision)> = decisions
-            .into_iter()
-            .map(|(id, decision)| (id.into(), decision))
-            .collect();
-        let agent = self.clone();
-        let decide: run::Decide =
-            Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions));
+        let decide = self.decider(decisions);
         run::resume_durable_stream_set(
             self.provider.clone(),
             self.tools.clone(),
@@ -621,16 +609,10 @@ impl Agent {
     where
         T: JsonSchema + DeserializeOwned + Send + 'static,
     {
-        let decisions: Vec<(String, Decision)> = decisions
-            .into_iter()
-            .map(|(id, decision)| (id.into(), decision))
-            .collect();
+        let decide = self.decider(decisions);
         let store: Arc<dyn RunStore> = Arc::new(store.clone());
         let run_id = run_id.into();
         let (checkpoint, spec, tool) = typed_checkpoint(&*store, &run_id, output).await?;
-        let agent = self.clone();
-        let decide: run::Decide =
-            Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions));
         let stream = run::resume_durable_output_stream_set(
             self.provider.clone(),
             self.tools.clone(),
@@ -664,6 +646,19 @@ impl Agent {
         };
         let spec = output.restored(name, saved)?;
         Ok((self.decided(paused, decisions)?, spec))
+    }
+
+    /// `decisions` applied to a durable run's paused machine once it is loaded.
+    fn decider<D: Into<String>>(
+        &self,
+        decisions: impl IntoIterator<Item = (D, Decision)>,
+    ) -> run::Decide {
+        let decisions: Vec<(String, Decision)> = decisions
+            .into_iter()
+            .map(|(id, decision)| (id.into(), decision))
+            .collect();
+        let agent = self.clone();
+        Box::new(move |machine| agent.decided(&PausedRun::new(machine), decisions))
     }
 
     /// The paused machine with the decisions applied, edited inputs checked first.
