@@ -8,8 +8,8 @@
 //!
 //! | strategy | what the request carries | where the answer is |
 //! | --- | --- | --- |
-//! | [`OutputStrategy::Native`] (the default of OpenAI, Responses and Gemini 3) | OpenAI `response_format` (`json_schema`), Responses `text.format`, Anthropic `output_config.format`, Gemini `generationConfig.responseJsonSchema`, Bedrock `outputConfig.textFormat` ([`crate::message::Request::output`]), each in its provider's [schema dialect](crate::tool::schema::Dialect) | the answer's text |
-//! | [`OutputStrategy::Tool`] (the default elsewhere: Anthropic, Bedrock, whose structured output only some models take, and Geminis before 3, which refuse it beside tools) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
+//! | [`OutputStrategy::Native`] (the default of OpenAI, Responses, Gemini 3, and Claude 4.5 and later on Anthropic and Bedrock) | OpenAI `response_format` (`json_schema`), Responses `text.format`, Anthropic `output_config.format`, Gemini `generationConfig.responseJsonSchema`, Bedrock `outputConfig.textFormat` ([`crate::message::Request::output`]), each in its provider's [schema dialect](crate::tool::schema::Dialect) | the answer's text |
+//! | [`OutputStrategy::Tool`] (the default elsewhere: Claudes before 4.5 and Bedrock's other models, whose structured output only some take, and Geminis before 3, which refuse it beside tools) | a `final_answer` tool beside the others, and a tool choice of "some tool" | the final-answer call's arguments; the run ends when it is called with valid input |
 //! | [`OutputStrategy::Prompted`] | the schema in the system prompt | JSON found in the answer's text (a code fence, or the outermost `{...}` / `[...]`) |
 //!
 //! An answer that fails the checks goes back to the model with each problem at its JSON

@@ -185,6 +185,69 @@ async fn openai_answers_natively_and_anthropic_and_gemini_by_the_final_answer_to
     }
 }
 
+/// Claude 4.5 and later take structured output, on the Messages API and through Converse
+/// (platform.claude.com/docs/en/build-with-claude/structured-outputs; Bedrock user guide, "Get
+/// validated JSON results from models"): a typed run on one answers natively unless told
+/// otherwise, and one on an older Claude by the final-answer tool.
+#[tokio::test]
+async fn a_claude_4_5_answers_natively_by_default_and_an_older_claude_by_the_final_answer_tool() {
+    for (wire, model, native) in [
+        (Wire::Anthropic, "claude-sonnet-4-5-20250929", true),
+        (Wire::Anthropic, "claude-sonnet-4-20250514", false),
+        (
+            Wire::Bedrock,
+            "us.anthropic.claude-haiku-4-5-20251001-v1:0",
+            true,
+        ),
+        (
+            Wire::Bedrock,
+            "anthropic.claude-3-5-sonnet-20240620-v1:0",
+            false,
+        ),
+    ] {
+        let answer = r#"{"city": "Paris", "temp_c": 18}"#;
+        let server = MockServer::start(
+            wire,
+            [if native {
+                Turn::text(answer)
+            } else {
+                Turn::tool_call("final_answer", serde_json::from_str(answer).unwrap())
+            }],
+        )
+        .await
+        .unwrap();
+        let typed = Agent::builder_shared(provider(&server))
+            .model(model)
+            .build()
+            .run_output::<Report>("Weather in Paris?")
+            .await
+            .unwrap();
+        assert_eq!(typed.value.city, "Paris", "{model}");
+        let body = &server.requests()[0].body;
+        let (format, tools) = match wire {
+            Wire::Bedrock => (body.get("outputConfig"), wire_tools(wire, body)),
+            _ => (body.get("output_config"), wire_tools(wire, body)),
+        };
+        let names: Vec<&str> = tools
+            .iter()
+            .map(|t| {
+                t["name"]
+                    .as_str()
+                    .or(t["toolSpec"]["name"].as_str())
+                    .unwrap()
+            })
+            .collect();
+        if native {
+            assert!(format.is_some(), "{model}: {body}");
+            assert!(names.is_empty(), "{model}: {names:?}");
+        } else {
+            assert_eq!(format, None, "{model}");
+            assert_eq!(names, ["final_answer"], "{model}");
+        }
+        server.assert_complete();
+    }
+}
+
 #[tokio::test]
 async fn a_tool_call_then_a_native_typed_answer() {
     for wire in WIRES {

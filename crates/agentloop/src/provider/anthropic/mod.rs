@@ -25,6 +25,7 @@
 //! request puts `caller` back on its `tool_use` and names the last assistant turn's container.
 
 mod decode;
+pub(crate) mod models;
 mod request;
 mod response;
 pub mod tools;
@@ -224,12 +225,20 @@ impl Anthropic {
 }
 
 impl Provider for Anthropic {
-    /// The final-answer tool: structured outputs (`output_config.format`) are there, on
-    /// recent models only, and take a subset of JSON Schema that the schema is not compiled
-    /// to yet (objects closed, no numeric bounds); choose them with
-    /// [`crate::Output::with_strategy`].
+    /// The final-answer tool: structured outputs (`output_config.format`) are for Claude 4.5
+    /// and later only, which [`Self::output_strategy_for`] picks them for by the model's name;
+    /// [`crate::Output::with_strategy`] chooses either for any model.
     fn output_strategy(&self) -> crate::output::OutputStrategy {
         crate::output::OutputStrategy::Tool
+    }
+
+    /// Structured outputs on Claude 4.5 and later, the final-answer tool before them.
+    fn output_strategy_for(&self, request: &Request) -> crate::output::OutputStrategy {
+        if models::takes_structured_output(&request.model) {
+            crate::output::OutputStrategy::Native
+        } else {
+            self.output_strategy()
+        }
     }
 
     fn name(&self) -> &str {

@@ -447,6 +447,17 @@ impl Provider for Bedrock {
         PROVIDER_NAME
     }
 
+    /// `outputConfig.textFormat` for the Claudes that take it (4.5 and later, by the model
+    /// id), the final-answer tool for every other model: Converse's structured output is for
+    /// some models only.
+    fn output_strategy_for(&self, request: &Request) -> crate::output::OutputStrategy {
+        if crate::provider::anthropic::models::takes_structured_output(&request.model) {
+            crate::output::OutputStrategy::Native
+        } else {
+            self.output_strategy()
+        }
+    }
+
     fn stream(&self, request: &Request) -> EventStream {
         match self.prepared(request, true) {
             Ok((path, body, headers)) => {
