@@ -87,7 +87,7 @@ struct Fields<A> {
 impl<A: Sink> Fields<A> {
     fn special(&mut self, field: &Field, value: &str) -> bool {
         match field.name() {
-            "otel.name" => self.name = Some(text(value).into()),
+            "otel.name" => self.name = Some(text(value)),
             "otel.kind" => self.kind = kind(value),
             "otel.status_code" => self.status = Some(status(value)),
             "otel.status_description" => self.status = Some(Status::error(value.to_owned())),
