@@ -48,6 +48,8 @@ mod layer;
 #[cfg(feature = "otel")]
 mod otel;
 
+use std::borrow::Cow;
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -87,6 +89,56 @@ pub fn provider_name(provider: &str) -> &str {
     }
 }
 
+/// A value the spans and metrics carry often (operation, provider and finish-reason names, tool
+/// outcomes) as a `'static` string: kept borrowed, an exporter copies nothing for it.
+pub(crate) fn known(value: &str) -> Option<&'static str> {
+    Some(match value {
+        "chat" => "chat",
+        "invoke_agent" => "invoke_agent",
+        "execute_tool" => "execute_tool",
+        "function" => "function",
+        "tools/call" => "tools/call",
+        "openai" => "openai",
+        "openai-responses" => "openai-responses",
+        "anthropic" => "anthropic",
+        "gemini" => "gemini",
+        "vertex" => "vertex",
+        "bedrock" => "bedrock",
+        "scripted" => "scripted",
+        "gcp.gemini" => "gcp.gemini",
+        "gcp.vertex_ai" => "gcp.vertex_ai",
+        "aws.bedrock" => "aws.bedrock",
+        "x_ai" => "x_ai",
+        "mistral_ai" => "mistral_ai",
+        "moonshot_ai" => "moonshot_ai",
+        "deepseek" => "deepseek",
+        "groq" => "groq",
+        "openrouter" => "openrouter",
+        "end_turn" => "end_turn",
+        "tool_use" => "tool_use",
+        "max_tokens" => "max_tokens",
+        "stop_sequence" => "stop_sequence",
+        "refusal" => "refusal",
+        "failed" => "failed",
+        "invalid_arguments" => "invalid_arguments",
+        "cancelled" => "cancelled",
+        _ => return None,
+    })
+}
+
+/// A span's conventional name, `{operation} {target}`: formatted only by a subscriber that
+/// records it, once.
+struct SpanName<'a>(&'static str, Option<&'a str>);
+
+impl fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(target) => write!(f, "{} {target}", self.0),
+            None => f.write_str(self.0),
+        }
+    }
+}
+
 /// Whether `provider`'s `input_tokens` leave the cached tokens out (the conventions count
 /// them in).
 fn cache_apart(provider: &str) -> bool {
@@ -110,39 +162,24 @@ pub(crate) fn agent_span(
     model: &str,
     conversation: Option<&str>,
 ) -> Span {
-    let span = tracing::info_span!(
+    let agent = telemetry.agent_name.as_deref();
+    tracing::info_span!(
         "invoke_agent",
-        otel.name = Empty,
+        otel.name = %SpanName("invoke_agent", agent),
         otel.kind = "internal",
         otel.status_code = Empty,
         error.type = Empty,
         gen_ai.operation.name = "invoke_agent",
         gen_ai.provider.name = provider_name(provider),
-        gen_ai.agent.name = Empty,
+        gen_ai.agent.name = agent,
         gen_ai.request.model = model,
-        gen_ai.conversation.id = Empty,
+        gen_ai.conversation.id = conversation,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
         gen_ai.usage.reasoning.output_tokens = Empty,
-    );
-    if span.is_disabled() {
-        return span;
-    }
-    match &telemetry.agent_name {
-        Some(name) => {
-            span.record("otel.name", format!("invoke_agent {name}"));
-            span.record("gen_ai.agent.name", &**name);
-        }
-        None => {
-            span.record("otel.name", "invoke_agent");
-        }
-    }
-    if let Some(id) = conversation {
-        span.record("gen_ai.conversation.id", id);
-    }
-    span
+    )
 }
 
 /// Record how a run ended on its span.
@@ -150,12 +187,21 @@ pub(crate) fn agent_end(span: &Span, provider: &str, result: &RunResult, took: D
     if span.is_disabled() {
         return;
     }
-    record_usage(span, provider, &result.usage);
     let error = result.error.as_ref().map(Error::kind);
-    if let Some(kind) = error {
-        span.record("otel.status_code", "error");
-        span.record("error.type", kind);
-    }
+    let usage = UsageFields::new(provider, &result.usage);
+    let status = error.map(|_| "error");
+    record_fields(
+        span,
+        [
+            ("otel.status_code", &status),
+            ("error.type", &error),
+            ("gen_ai.usage.input_tokens", &usage.input),
+            ("gen_ai.usage.output_tokens", &usage.output),
+            ("gen_ai.usage.cache_read.input_tokens", &usage.read),
+            ("gen_ai.usage.cache_creation.input_tokens", &usage.write),
+            ("gen_ai.usage.reasoning.output_tokens", &usage.reasoning),
+        ],
+    );
     #[cfg(feature = "otel")]
     otel::agent_duration(provider, took, error);
     #[cfg(not(feature = "otel"))]
@@ -167,8 +213,7 @@ pub(crate) fn agent_failed(span: &Span, provider: &str, error: &Error, took: Dur
     if span.is_disabled() {
         return;
     }
-    span.record("otel.status_code", "error");
-    span.record("error.type", error.kind());
+    record_error(span, error.kind());
     #[cfg(feature = "otel")]
     otel::agent_duration(provider, took, Some(error.kind()));
     #[cfg(not(feature = "otel"))]
@@ -186,7 +231,7 @@ fn chat_span(
     let span = span_under!(
         parent,
         "chat",
-        otel.name = format!("chat {}", request.model),
+        otel.name = %SpanName("chat", Some(&request.model)),
         otel.kind = "client",
         otel.status_code = Empty,
         error.type = Empty,
@@ -230,8 +275,9 @@ fn chat_end(
     span: &Span,
     record_content: bool,
     provider: &str,
-    request_model: &str,
+    request_model: &Arc<str>,
     answer: Result<&Response, &Error>,
+    first_chunk: Option<f64>,
     took: Duration,
 ) {
     if span.is_disabled() {
@@ -241,6 +287,7 @@ fn chat_end(
         Ok(response) => {
             let model = (!response.model.is_empty()).then_some(response.model.as_str());
             let id = (!response.id.is_empty()).then_some(response.id.as_str());
+            let usage = UsageFields::new(provider, &response.usage);
             record_fields(
                 span,
                 [
@@ -250,19 +297,28 @@ fn chat_end(
                         "gen_ai.response.finish_reasons",
                         &response.stop_reason.as_str(),
                     ),
+                    ("gen_ai.usage.input_tokens", &usage.input),
+                    ("gen_ai.usage.output_tokens", &usage.output),
+                    ("gen_ai.usage.cache_read.input_tokens", &usage.read),
+                    ("gen_ai.usage.cache_creation.input_tokens", &usage.write),
+                    ("gen_ai.usage.reasoning.output_tokens", &usage.reasoning),
+                    ("gen_ai.response.time_to_first_chunk", &first_chunk),
                 ],
             );
-            record_usage(span, provider, &response.usage);
             if record_content {
                 let mut message = message_json(&response.to_message());
                 message["finish_reason"] = response.stop_reason.as_str().into();
                 span.record("gen_ai.output.messages", json!([message]).to_string());
             }
         }
-        Err(error) => {
-            span.record("otel.status_code", "error");
-            span.record("error.type", error.kind());
-        }
+        Err(error) => record_fields(
+            span,
+            [
+                ("otel.status_code", &"error"),
+                ("error.type", &error.kind()),
+                ("gen_ai.response.time_to_first_chunk", &first_chunk),
+            ],
+        ),
     }
     #[cfg(feature = "otel")]
     otel::chat_metrics(provider, request_model, answer, took);
@@ -270,25 +326,40 @@ fn chat_end(
     let _ = (request_model, took);
 }
 
-fn record_usage(span: &Span, provider: &str, usage: &Usage) {
-    let cached = usage.cache_read_tokens + usage.cache_write_tokens;
-    let input = if cache_apart(provider) {
-        usage.input_tokens + cached
-    } else {
-        usage.input_tokens
-    };
-    let read = (usage.cache_read_tokens > 0).then_some(usage.cache_read_tokens);
-    let write = (usage.cache_write_tokens > 0).then_some(usage.cache_write_tokens);
-    let reasoning = (usage.reasoning_tokens > 0).then_some(usage.reasoning_tokens);
+/// A usage's `gen_ai.usage.*` values, as the conventions count them (a zero count of the
+/// optional kinds is left out).
+struct UsageFields {
+    input: u64,
+    output: u64,
+    read: Option<u64>,
+    write: Option<u64>,
+    reasoning: Option<u64>,
+}
+
+impl UsageFields {
+    fn new(provider: &str, usage: &Usage) -> Self {
+        let cached = usage.cache_read_tokens + usage.cache_write_tokens;
+        let input = if cache_apart(provider) {
+            usage.input_tokens + cached
+        } else {
+            usage.input_tokens
+        };
+        let nonzero = |n: u64| (n > 0).then_some(n);
+        Self {
+            input,
+            output: usage.output_tokens,
+            read: nonzero(usage.cache_read_tokens),
+            write: nonzero(usage.cache_write_tokens),
+            reasoning: nonzero(usage.reasoning_tokens),
+        }
+    }
+}
+
+/// Record a failure (`error.type` `kind`) on a span, in one record.
+fn record_error(span: &Span, kind: &'static str) {
     record_fields(
         span,
-        [
-            ("gen_ai.usage.input_tokens", &input),
-            ("gen_ai.usage.output_tokens", &usage.output_tokens),
-            ("gen_ai.usage.cache_read.input_tokens", &read),
-            ("gen_ai.usage.cache_creation.input_tokens", &write),
-            ("gen_ai.usage.reasoning.output_tokens", &reasoning),
-        ],
+        [("otel.status_code", &"error"), ("error.type", &kind)],
     );
 }
 
@@ -317,7 +388,7 @@ fn tool_span(parent: Option<&Span>, telemetry: &Telemetry, call: &ToolCall, inpu
     let span = span_under!(
         parent,
         "execute_tool",
-        otel.name = format!("execute_tool {}", call.name),
+        otel.name = %SpanName("execute_tool", Some(&call.name)),
         otel.kind = "internal",
         otel.status_code = Empty,
         error.type = Empty,
@@ -339,7 +410,7 @@ fn tool_span(parent: Option<&Span>, telemetry: &Telemetry, call: &ToolCall, inpu
 fn tool_end(
     span: &Span,
     record_content: bool,
-    name: &str,
+    name: &Arc<str>,
     ended: Option<&Result<ToolOutput, ToolError>>,
     took: Duration,
 ) {
@@ -352,8 +423,7 @@ fn tool_end(
         None => Some("cancelled"),
     };
     if let Some(kind) = error {
-        span.record("otel.status_code", "error");
-        span.record("error.type", kind);
+        record_error(span, kind);
     }
     if record_content && let Some(ended) = ended {
         let result = match ended {
@@ -384,13 +454,15 @@ fn tool_end(
 pub(crate) struct CallTrace {
     span: Span,
     started: Instant,
-    /// The provider (a model call) or the tool's name.
-    name: String,
-    /// The requested model (a model call).
-    model: String,
+    /// The provider (a model call).
+    provider: Cow<'static, str>,
+    /// The requested model (a model call) or the tool's name, shared with the metrics.
+    target: Arc<str>,
     record_content: bool,
     /// A streamed call's first chunk is still to come.
     waiting_first: bool,
+    /// When it came, in seconds: recorded with the call's end, in the same record.
+    first_chunk: Option<f64>,
 }
 
 impl CallTrace {
@@ -406,10 +478,11 @@ impl CallTrace {
         (!span.is_disabled()).then(|| Self {
             span,
             started: Instant::now(),
-            name: provider.to_owned(),
-            model: request.model.clone(),
+            provider: known(provider).map_or_else(|| provider.to_owned().into(), Cow::Borrowed),
+            target: request.model.as_str().into(),
             record_content: telemetry.record_content,
             waiting_first: streamed,
+            first_chunk: None,
         })
     }
 
@@ -424,10 +497,11 @@ impl CallTrace {
         (!span.is_disabled()).then(|| Self {
             span,
             started: Instant::now(),
-            name: call.name.clone(),
-            model: String::new(),
+            provider: Cow::Borrowed(""),
+            target: call.name.as_str().into(),
             record_content: telemetry.record_content,
             waiting_first: false,
+            first_chunk: None,
         })
     }
 
@@ -436,10 +510,15 @@ impl CallTrace {
     pub(crate) fn chunk(&mut self) {
         if self.waiting_first {
             self.waiting_first = false;
-            self.span.record(
-                "gen_ai.response.time_to_first_chunk",
-                self.started.elapsed().as_secs_f64(),
-            );
+            self.first_chunk = Some(self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// The run stopped the call: only its time to first chunk is recorded.
+    pub(crate) fn chat_stopped(&self) {
+        if let Some(first) = self.first_chunk {
+            self.span
+                .record("gen_ai.response.time_to_first_chunk", first);
         }
     }
 
@@ -448,9 +527,10 @@ impl CallTrace {
         chat_end(
             &self.span,
             self.record_content,
-            &self.name,
-            &self.model,
+            &self.provider,
+            &self.target,
             answer,
+            self.first_chunk,
             self.started.elapsed(),
         );
     }
@@ -481,7 +561,7 @@ impl CallTrace {
                     tool_end(
                         &trace.span,
                         trace.record_content,
-                        &trace.name,
+                        &trace.target,
                         Some(&ended),
                         trace.started.elapsed(),
                     );
@@ -502,7 +582,7 @@ impl Drop for ToolEnding {
             tool_end(
                 &trace.span,
                 trace.record_content,
-                &trace.name,
+                &trace.target,
                 None,
                 trace.started.elapsed(),
             );

@@ -67,7 +67,7 @@ impl StreamedCall {
             match &end {
                 CallEnd::Finished => trace.chat_ended(Ok(&response)),
                 CallEnd::Failed(error) => trace.chat_ended(Err(error)),
-                CallEnd::Stopped(_) => {}
+                CallEnd::Stopped(_) => trace.chat_stopped(),
             }
         }
         (response, end)

@@ -43,19 +43,51 @@ thread_local! {
     static ENTERED: RefCell<Vec<(Id, ContextGuard)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Where a visit puts the attributes it finds.
+trait Sink {
+    fn push(&mut self, attribute: KeyValue);
+}
+
+impl Sink for Vec<KeyValue> {
+    fn push(&mut self, attribute: KeyValue) {
+        Vec::push(self, attribute);
+    }
+}
+
+/// A record's attributes, on the stack: a record sets a few, and a `Vec` per record would be
+/// an allocation each.
+#[derive(Default)]
+struct Few {
+    inline: [Option<KeyValue>; 8],
+    len: usize,
+    more: Vec<KeyValue>,
+}
+
+impl Sink for Few {
+    fn push(&mut self, attribute: KeyValue) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = Some(attribute);
+                self.len += 1;
+            }
+            None => self.more.push(attribute),
+        }
+    }
+}
+
 /// What a span's fields set: its name, kind and status, and its attributes.
 #[derive(Default)]
-struct Fields {
+struct Fields<A> {
     name: Option<Cow<'static, str>>,
     kind: Option<SpanKind>,
     status: Option<Status>,
-    attributes: Vec<KeyValue>,
+    attributes: A,
 }
 
-impl Fields {
+impl<A: Sink> Fields<A> {
     fn special(&mut self, field: &Field, value: &str) -> bool {
         match field.name() {
-            "otel.name" => self.name = Some(value.to_owned().into()),
+            "otel.name" => self.name = Some(text(value)),
             "otel.kind" => self.kind = kind(value),
             "otel.status_code" => self.status = Some(status(value)),
             "otel.status_description" => self.status = Some(Status::error(value.to_owned())),
@@ -68,7 +100,9 @@ impl Fields {
         self.attributes
             .push(KeyValue::new(Key::from_static_str(field.name()), value));
     }
+}
 
+impl Fields<Few> {
     /// Apply what a record set to a started span.
     fn update(self, span: &opentelemetry::trace::SpanRef<'_>) {
         if let Some(name) = self.name {
@@ -77,9 +111,18 @@ impl Fields {
         if let Some(status) = self.status {
             span.set_status(status);
         }
-        if !self.attributes.is_empty() {
-            span.set_attributes(self.attributes);
+        let Few { inline, len, more } = self.attributes;
+        if len > 0 {
+            span.set_attributes(inline.into_iter().flatten().chain(more));
         }
+    }
+}
+
+/// A string value, borrowed when it is a [`known`](super::known) one.
+fn text(value: &str) -> Cow<'static, str> {
+    match super::known(value) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(value.to_owned()),
     }
 }
 
@@ -107,16 +150,19 @@ fn status(value: &str) -> Status {
     }
 }
 
-impl Visit for Fields {
+impl<A: Sink> Visit for Fields<A> {
     fn record_str(&mut self, field: &Field, value: &str) {
         if !self.special(field, value) {
-            self.push(field, value.to_owned());
+            self.push(field, text(value));
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let text = format!("{value:?}");
-        if !self.special(field, &text) {
+        // The span's name (`otel.name = %SpanName(..)`) is formatted once and kept as it is.
+        if field.name() == "otel.name" {
+            self.name = Some(text.into());
+        } else if !self.special(field, &text) {
             self.push(field, text);
         }
     }
@@ -188,8 +234,11 @@ where
             None if attrs.is_contextual() => Context::current(),
             None => Context::new(),
         };
+        // Room for the attributes a span ends with, usually: its fields less the `otel.*` ones
+        // and the contents recorded only when opted in. Kept small enough for the allocator's
+        // per-thread cache; a span with more grows it once.
         let mut fields = Fields {
-            attributes: Vec::with_capacity(attrs.fields().len()),
+            attributes: Vec::with_capacity(attrs.fields().len().min(16)),
             ..Fields::default()
         };
         attrs.record(&mut fields);
@@ -212,7 +261,7 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let mut fields = Fields::default();
+        let mut fields = Fields::<Few>::default();
         values.record(&mut fields);
         if let Some(traced) = span.extensions().get::<Traced>() {
             fields.update(&traced.0.span());

@@ -1,11 +1,11 @@
 //! OTLP/HTTP (protobuf) export of the runs' spans and the GenAI metrics (feature `otel`).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::metrics::Histogram;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::{KeyValue, Value};
+use opentelemetry::{Key, KeyValue, StringValue, Value};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
@@ -15,7 +15,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::provider_name;
+use super::{known, provider_name};
 use crate::error::Error;
 use crate::message::Response;
 
@@ -222,57 +222,62 @@ impl Instruments {
     }
 }
 
-/// `gen_ai.provider.name` as an attribute value, without a copy for the providers we know.
-fn provider_value(provider: &str) -> Value {
-    const KNOWN: [&str; 12] = [
-        "openai",
-        "anthropic",
-        "gcp.gemini",
-        "gcp.vertex_ai",
-        "aws.bedrock",
-        "x_ai",
-        "mistral_ai",
-        "moonshot_ai",
-        "deepseek",
-        "groq",
-        "openrouter",
-        "scripted",
-    ];
-    let name = provider_name(provider);
-    match KNOWN.iter().find(|known| **known == name) {
-        Some(known) => Value::from(*known),
-        None => Value::from(name.to_owned()),
+/// A string attribute's value, borrowed when it is a [`known`] one.
+fn value(text: &str) -> Value {
+    match known(text) {
+        Some(known) => Value::from(known),
+        None => Value::from(text.to_owned()),
     }
 }
 
-/// A model call's token usage and duration. The three measurements share one attribute list,
+/// `model` as an attribute value: the call's shared copy when they are the same.
+fn model_value(model: &str, shared: &Arc<str>) -> Value {
+    if model == &**shared {
+        Value::String(StringValue::from(Arc::clone(shared)))
+    } else {
+        Value::from(model.to_owned())
+    }
+}
+
+/// A placeholder in an attribute array, never recorded.
+fn unset() -> KeyValue {
+    KeyValue::new(Key::from_static_str(""), false)
+}
+
+/// A model call's token usage and duration. The three measurements share one attribute array,
 /// each a prefix of it or its last entry changed.
 pub(super) fn chat_metrics(
     provider: &str,
-    request_model: &str,
+    request_model: &Arc<str>,
     answer: Result<&Response, &Error>,
     took: Duration,
 ) {
     let Some(instruments) = INSTRUMENTS.get() else {
         return;
     };
-    let mut attributes = Vec::with_capacity(5);
-    attributes.extend([
+    let mut attributes = [
         KeyValue::new("gen_ai.operation.name", "chat"),
-        KeyValue::new("gen_ai.provider.name", provider_value(provider)),
-        KeyValue::new("gen_ai.request.model", request_model.to_owned()),
-    ]);
+        KeyValue::new("gen_ai.provider.name", value(provider_name(provider))),
+        KeyValue::new(
+            "gen_ai.request.model",
+            Value::String(StringValue::from(Arc::clone(request_model))),
+        ),
+        unset(),
+        unset(),
+    ];
+    let mut len = 3;
     match answer {
         Ok(response) => {
             if !response.model.is_empty() {
-                attributes.push(KeyValue::new(
+                attributes[len] = KeyValue::new(
                     "gen_ai.response.model",
-                    response.model.clone(),
-                ));
+                    model_value(&response.model, request_model),
+                );
+                len += 1;
             }
             instruments
                 .operation_duration
-                .record(took.as_secs_f64(), &attributes);
+                .record(took.as_secs_f64(), &attributes[..len]);
             let usage = &response.usage;
             let cached = usage.cache_read_tokens + usage.cache_write_tokens;
             let input = if super::cache_apart(provider) {
@@ -280,40 +285,42 @@ pub(super) fn chat_metrics(
             } else {
                 usage.input_tokens
             };
-            attributes.push(KeyValue::new("gen_ai.token.type", "input"));
-            instruments.token_usage.record(input, &attributes);
-            if let Some(last) = attributes.last_mut() {
-                *last = KeyValue::new("gen_ai.token.type", "output");
-            }
+            attributes[len] = KeyValue::new("gen_ai.token.type", "input");
+            instruments.token_usage.record(input, &attributes[..=len]);
+            attributes[len] = KeyValue::new("gen_ai.token.type", "output");
             instruments
                 .token_usage
-                .record(usage.output_tokens, &attributes);
+                .record(usage.output_tokens, &attributes[..=len]);
         }
         Err(error) => {
-            attributes.push(KeyValue::new("error.type", error.kind()));
+            attributes[len] = KeyValue::new("error.type", error.kind());
             instruments
                 .operation_duration
-                .record(took.as_secs_f64(), &attributes);
+                .record(took.as_secs_f64(), &attributes[..=len]);
         }
     }
 }
 
 /// A tool call's duration.
-pub(super) fn tool_duration(name: &str, took: Duration, error: Option<&'static str>) {
+pub(super) fn tool_duration(name: &Arc<str>, took: Duration, error: Option<&'static str>) {
     let Some(instruments) = INSTRUMENTS.get() else {
         return;
     };
-    let mut attributes = Vec::with_capacity(3);
-    attributes.extend([
+    let attributes = [
         KeyValue::new("gen_ai.operation.name", "execute_tool"),
-        KeyValue::new("gen_ai.tool.name", name.to_owned()),
-    ]);
-    if let Some(kind) = error {
-        attributes.push(KeyValue::new("error.type", kind));
-    }
+        KeyValue::new(
+            "gen_ai.tool.name",
+            Value::String(StringValue::from(Arc::clone(name))),
+        ),
+        match error {
+            Some(kind) => KeyValue::new("error.type", kind),
+            None => unset(),
+        },
+    ];
+    let len = if error.is_some() { 3 } else { 2 };
     instruments
         .tool_duration
-        .record(took.as_secs_f64(), &attributes);
+        .record(took.as_secs_f64(), &attributes[..len]);
 }
 
 /// A run's duration.
@@ -321,15 +328,16 @@ pub(super) fn agent_duration(provider: &str, took: Duration, error: Option<&'sta
     let Some(instruments) = INSTRUMENTS.get() else {
         return;
     };
-    let mut attributes = Vec::with_capacity(3);
-    attributes.extend([
+    let attributes = [
         KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-        KeyValue::new("gen_ai.provider.name", provider_value(provider)),
-    ]);
-    if let Some(kind) = error {
-        attributes.push(KeyValue::new("error.type", kind));
-    }
+        KeyValue::new("gen_ai.provider.name", value(provider_name(provider))),
+        match error {
+            Some(kind) => KeyValue::new("error.type", kind),
+            None => unset(),
+        },
+    ];
+    let len = if error.is_some() { 3 } else { 2 };
     instruments
         .agent_duration
-        .record(took.as_secs_f64(), &attributes);
+        .record(took.as_secs_f64(), &attributes[..len]);
 }
