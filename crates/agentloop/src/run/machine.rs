@@ -196,6 +196,11 @@ pub struct Machine {
     /// Bedrock): the token budget adds them, as the provider bills them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     cache_apart: bool,
+    /// A message before the last may have changed (a context strategy edited the history)
+    /// since a durable run last encoded it: its encodings kept for checkpoints are stale (see
+    /// [`Self::take_history_edited`]). Not saved.
+    #[serde(skip)]
+    history_edited: bool,
 }
 
 /// A typed answer due: under which name, whether as a call to the tool of that name, and the
@@ -233,6 +238,7 @@ impl Machine {
             approved_tools: BTreeSet::new(),
             output: None,
             cache_apart: false,
+            history_edited: false,
         }
     }
 
@@ -455,9 +461,34 @@ impl Machine {
         }
     }
 
-    /// The history, for the context policy's strategies (which keep it valid).
+    /// The history, for the context policy's strategies (which keep it valid). Everything
+    /// else only appends messages or changes the last one, which durable runs' checkpoints
+    /// rely on (see [`Self::take_history_edited`]).
     pub(crate) fn messages_mut(&mut self) -> &mut Vec<Message> {
+        self.history_edited = true;
         &mut self.request.messages
+    }
+
+    /// Whether a message before the last may have changed since the last call: until then the
+    /// history only had messages appended and its last one changed, and steps likewise (only
+    /// the last step changes).
+    pub(crate) fn take_history_edited(&mut self) -> bool {
+        std::mem::take(&mut self.history_edited)
+    }
+
+    /// The history and the steps, taken out (for a checkpoint that encodes them apart); put
+    /// them back with [`Self::restore_history`].
+    pub(crate) fn take_history(&mut self) -> (Vec<Message>, Vec<Step>) {
+        (
+            std::mem::take(&mut self.request.messages),
+            std::mem::take(&mut self.steps),
+        )
+    }
+
+    /// Put back what [`Self::take_history`] took.
+    pub(crate) fn restore_history(&mut self, messages: Vec<Message>, steps: Vec<Step>) {
+        self.request.messages = messages;
+        self.steps = steps;
     }
 
     /// The limits the run enforces.
