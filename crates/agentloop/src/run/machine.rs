@@ -201,6 +201,10 @@ pub struct Machine {
     /// [`Self::take_history_edited`]). Not saved.
     #[serde(skip)]
     history_edited: bool,
+    /// The last message or the last step may have changed since a durable run last encoded
+    /// them (see [`Self::take_history_edited`]). Not saved.
+    #[serde(skip)]
+    tail_edited: bool,
 }
 
 /// A typed answer due: under which name, whether as a call to the tool of that name, and the
@@ -239,6 +243,7 @@ impl Machine {
             output: None,
             cache_apart: false,
             history_edited: false,
+            tail_edited: false,
         }
     }
 
@@ -469,11 +474,27 @@ impl Machine {
         &mut self.request.messages
     }
 
-    /// Whether a message before the last may have changed since the last call: until then the
-    /// history only had messages appended and its last one changed, and steps likewise (only
-    /// the last step changes).
-    pub(crate) fn take_history_edited(&mut self) -> bool {
-        std::mem::take(&mut self.history_edited)
+    /// Whether a message before the last may have changed since the last call (until then the
+    /// history only had messages appended, and steps likewise), and whether the last message
+    /// or the last step may have: every change to them goes through [`Self::last_message_mut`]
+    /// and [`Self::last_step_mut`].
+    pub(crate) fn take_history_edited(&mut self) -> (bool, bool) {
+        (
+            std::mem::take(&mut self.history_edited),
+            std::mem::take(&mut self.tail_edited),
+        )
+    }
+
+    /// The last message, to change it (see [`Self::take_history_edited`]).
+    fn last_message_mut(&mut self) -> Option<&mut Message> {
+        self.tail_edited = true;
+        self.request.messages.last_mut()
+    }
+
+    /// The last step, to change it (see [`Self::take_history_edited`]).
+    fn last_step_mut(&mut self) -> Option<&mut Step> {
+        self.tail_edited = true;
+        self.steps.last_mut()
     }
 
     /// The history and the steps, taken out (for a checkpoint that encodes them apart); put
@@ -520,7 +541,7 @@ impl Machine {
     /// The new user message a run starts with, for the prompt hooks: the last message, when it
     /// is the user's and answers no tool call.
     pub(crate) fn prompt_mut(&mut self) -> Option<&mut Message> {
-        self.request.messages.last_mut().filter(|last| {
+        self.last_message_mut().filter(|last| {
             last.role == Role::User
                 && !last
                     .content
@@ -824,7 +845,7 @@ impl Machine {
 
     /// Put an edited call's input in the history and the step, where the model's was.
     fn edit_call(&mut self, edited: &ToolCall) {
-        if let Some(message) = self.request.messages.last_mut() {
+        if let Some(message) = self.last_message_mut() {
             for block in &mut message.content {
                 if let ContentBlock::ToolUse { id, input, .. } = block
                     && *id == edited.id
@@ -833,7 +854,7 @@ impl Machine {
                 }
             }
         }
-        if let Some(step) = self.steps.last_mut() {
+        if let Some(step) = self.last_step_mut() {
             for call in &mut step.tool_calls {
                 if call.id == edited.id {
                     call.input = edited.input.clone();
@@ -886,7 +907,7 @@ impl Machine {
             if !held.pending.is_empty() {
                 held.reported = held.settled.len();
                 held.paused = true;
-                if let Some(step) = self.steps.last_mut() {
+                if let Some(step) = self.last_step_mut() {
                     step.duration += duration;
                 }
                 self.phase = Phase::AwaitingApproval {
@@ -1064,7 +1085,7 @@ impl Machine {
                 .messages
                 .push(Message::new(Role::User, blocks.collect()));
         }
-        if let Some(step) = self.steps.last_mut() {
+        if let Some(step) = self.last_step_mut() {
             step.outcomes = pairs.into_iter().map(|(_, o)| o).collect();
             step.tool_results = results;
             step.duration += duration;
@@ -1186,7 +1207,7 @@ impl Machine {
 
     /// Record what the last step's model call cost (the driver prices it).
     pub(crate) fn price_last_step(&mut self, cost: Option<Cost>) {
-        if let Some(step) = self.steps.last_mut() {
+        if let Some(step) = self.last_step_mut() {
             step.cost = cost;
         }
     }

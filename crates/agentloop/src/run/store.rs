@@ -255,9 +255,9 @@ pub(crate) fn state_json(machine: &Machine, capacity: usize) -> Result<String> {
 
 /// A durable run's machine in the checkpoint format, byte for byte what [`state_json`] writes,
 /// from the encodings of the messages and steps it wrote for earlier checkpoints: a run's
-/// history only grows, so each checkpoint encodes only what is new. Only the last message
-/// and the last step may still change, so they are encoded every time; a machine whose
-/// history was edited otherwise ([`Machine::take_history_edited`]) starts over.
+/// history only grows, so each checkpoint encodes only what is new or changed. Only the last
+/// message and the last step may still change, and the machine says when they did; a machine
+/// whose history was edited otherwise starts over (see [`Machine::take_history_edited`]).
 #[derive(Debug, Default)]
 struct Encoded {
     messages: Sealed,
@@ -267,43 +267,75 @@ struct Encoded {
     size: usize,
 }
 
-/// The encodings of a list's items before its last one, joined by commas.
+/// The encodings of a list's items: those before the last one, joined by commas, and the last
+/// one apart, as it may still change.
 #[derive(Debug, Default)]
 struct Sealed {
     json: Vec<u8>,
     count: usize,
+    /// The encoding of the item at `count`, when `last_valid`.
+    last: Vec<u8>,
+    last_valid: bool,
 }
 
 impl Sealed {
     fn clear(&mut self) {
         self.json.clear();
         self.count = 0;
+        self.last_valid = false;
     }
 
-    /// Write `items` (without brackets) to `out`, encoding only the items not kept yet, and
-    /// keep every item but the last.
-    fn write<T: Serialize>(&mut self, items: &[T], out: &mut Vec<u8>) -> serde_json::Result<()> {
+    /// Write `items` (without brackets) to `out`, encoding only the items not kept yet, or
+    /// changed (`tail_changed`: the item last written as the last one may have), and keep them.
+    fn write<T: Serialize>(
+        &mut self,
+        items: &[T],
+        tail_changed: bool,
+        out: &mut Vec<u8>,
+    ) -> serde_json::Result<()> {
+        let result = self.encode(items, tail_changed);
+        if result.is_err() {
+            self.clear();
+            return result;
+        }
+        out.extend_from_slice(&self.json);
+        if !items.is_empty() {
+            if self.count > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&self.last);
+        }
+        Ok(())
+    }
+
+    fn encode<T: Serialize>(&mut self, items: &[T], tail_changed: bool) -> serde_json::Result<()> {
         let sealed = items.len().saturating_sub(1);
         if self.count > sealed {
             // Fewer items than kept: not the same list grown.
             self.clear();
         }
+        if tail_changed {
+            self.last_valid = false;
+        }
         for item in &items[self.count..sealed] {
             if self.count > 0 {
                 self.json.push(b',');
             }
-            if let Err(e) = serde_json::to_writer(&mut self.json, item) {
-                self.clear();
-                return Err(e);
+            if self.last_valid {
+                // The item written last time as the last one, unchanged since.
+                self.json.extend_from_slice(&self.last);
+                self.last_valid = false;
+            } else {
+                serde_json::to_writer(&mut self.json, item)?;
             }
             self.count += 1;
         }
-        out.extend_from_slice(&self.json);
-        if let Some(last) = items.last() {
-            if sealed > 0 {
-                out.push(b',');
-            }
-            serde_json::to_writer(&mut *out, last)?;
+        if let Some(last) = items.last()
+            && !self.last_valid
+        {
+            self.last.clear();
+            serde_json::to_writer(&mut self.last, last)?;
+            self.last_valid = true;
         }
         Ok(())
     }
@@ -332,7 +364,8 @@ static STEPS: LazyLock<memmem::Finder<'static>> =
 impl Encoded {
     /// `machine` as [`state_json`] encodes it.
     fn encode(&mut self, machine: &mut Machine) -> Result<String> {
-        if machine.take_history_edited() {
+        let (edited, tail_changed) = machine.take_history_edited();
+        if edited {
             self.messages.clear();
             self.steps.clear();
         }
@@ -344,6 +377,9 @@ impl Encoded {
             splice_point(&header, &MESSAGES),
             splice_point(&header, &STEPS),
         ) else {
+            // What changed since the parts were kept is not tracked past this save.
+            self.messages.clear();
+            self.steps.clear();
             return state_json(machine, self.size + 1024);
         };
         let failed = |e| Error::parse("run checkpoint", e);
@@ -352,9 +388,9 @@ impl Encoded {
         json.extend_from_slice(&header[..first]);
         let mut list = |json: &mut Vec<u8>, messages: bool| {
             if messages {
-                self.messages.write(machine.messages(), json)
+                self.messages.write(machine.messages(), tail_changed, json)
             } else {
-                self.steps.write(machine.steps(), json)
+                self.steps.write(machine.steps(), tail_changed, json)
             }
         };
         list(&mut json, messages_first).map_err(failed)?;
@@ -474,6 +510,8 @@ mod tests {
         Fail,
         /// The run is cancelled with a partial answer.
         Interrupt { text: String },
+        /// The last step is priced (or its price dropped).
+        Price { priced: bool },
     }
 
     fn change() -> impl Strategy<Value = Change> {
@@ -487,6 +525,7 @@ mod tests {
             1 => text.prop_map(|text| Change::Prompt { text }),
             1 => Just(Change::Fail),
             1 => text.prop_map(|text| Change::Interrupt { text }),
+            2 => any::<bool>().prop_map(|priced| Change::Price { priced }),
         ]
     }
 
@@ -496,7 +535,12 @@ mod tests {
             content.push(ContentBlock::ToolUse {
                 id: format!("c{turn}-{n}"),
                 name: "get_weather".into(),
-                input: json!({"city": text, "n": n}),
+                // A second call's input looks like the steps' place while it is pending.
+                input: if n == 1 {
+                    json!({"city": text, "steps": []})
+                } else {
+                    json!({"city": text, "n": n})
+                },
             });
         }
         Response {
@@ -567,6 +611,9 @@ mod tests {
             Change::Interrupt { text } => {
                 machine.interrupt(RunStopReason::Cancelled, Some(response(0, &text, turn)));
             }
+            Change::Price { priced } => {
+                machine.price_last_step(priced.then(crate::cost::Cost::default));
+            }
         }
     }
 
@@ -607,5 +654,33 @@ mod tests {
         let parts = encoded.encode(&mut machine).unwrap();
         assert_eq!(parts, state_json(&machine, 0).unwrap());
         assert_eq!(encoded.messages.count, 0, "nothing kept: nothing spliced");
+    }
+
+    /// A checkpoint encoded whole (a lookalike of the history's place, gone by the next one)
+    /// leaves nothing stale behind: the last step changed before it is encoded again after.
+    #[test]
+    fn parts_kept_before_a_whole_encoding_are_not_reused_after_it() {
+        let lookalike = crate::tool::ToolDefinition::Function(std::sync::Arc::new(
+            crate::tool::FunctionDefinition {
+                name: "odd".into(),
+                description: String::new(),
+                input_schema: json!({"type": "object", "steps": []}),
+                strict: false,
+            },
+        ));
+        let mut machine = Machine::new(
+            Request::new("m", vec![Message::user("Weather?")]),
+            Limits::default(),
+        );
+        machine.on_response(response(1, "Paris", 0), Duration::ZERO);
+        let mut encoded = Encoded::default();
+        encoded.encode(&mut machine).unwrap();
+        machine.replace_tools(&[], [lookalike]);
+        machine.price_last_step(Some(crate::cost::Cost::default()));
+        let whole = encoded.encode(&mut machine).unwrap();
+        assert_eq!(whole, state_json(&machine, 0).unwrap());
+        machine.replace_tools(&["odd".to_owned()], []);
+        let parts = encoded.encode(&mut machine).unwrap();
+        assert_eq!(parts, state_json(&machine, 0).unwrap());
     }
 }
