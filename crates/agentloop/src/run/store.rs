@@ -393,9 +393,16 @@ impl Encoded {
                 self.steps.write(machine.steps(), tail_changed, json)
             }
         };
-        list(&mut json, messages_first).map_err(failed)?;
-        json.extend_from_slice(&header[first..second]);
-        list(&mut json, !messages_first).map_err(failed)?;
+        let written = list(&mut json, messages_first).and_then(|()| {
+            json.extend_from_slice(&header[first..second]);
+            list(&mut json, !messages_first)
+        });
+        if let Err(e) = written {
+            // The flags read above are spent: keep nothing that they would have invalidated.
+            self.messages.clear();
+            self.steps.clear();
+            return Err(failed(e));
+        }
         json.extend_from_slice(&header[second..]);
         self.size = json.len();
         // Every part is serde_json's UTF-8; the check is cheap next to the serializing.
