@@ -196,6 +196,15 @@ pub struct Machine {
     /// Bedrock): the token budget adds them, as the provider bills them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     cache_apart: bool,
+    /// A message before the last may have changed (a context strategy edited the history)
+    /// since a durable run last encoded it: its encodings kept for checkpoints are stale (see
+    /// [`Self::take_history_edited`]). Not saved.
+    #[serde(skip)]
+    history_edited: bool,
+    /// The last message or the last step may have changed since a durable run last encoded
+    /// them (see [`Self::take_history_edited`]). Not saved.
+    #[serde(skip)]
+    tail_edited: bool,
 }
 
 /// A typed answer due: under which name, whether as a call to the tool of that name, and the
@@ -233,6 +242,8 @@ impl Machine {
             approved_tools: BTreeSet::new(),
             output: None,
             cache_apart: false,
+            history_edited: false,
+            tail_edited: false,
         }
     }
 
@@ -455,9 +466,50 @@ impl Machine {
         }
     }
 
-    /// The history, for the context policy's strategies (which keep it valid).
+    /// The history, for the context policy's strategies (which keep it valid). Everything
+    /// else only appends messages or changes the last one, which durable runs' checkpoints
+    /// rely on (see [`Self::take_history_edited`]).
     pub(crate) fn messages_mut(&mut self) -> &mut Vec<Message> {
+        self.history_edited = true;
         &mut self.request.messages
+    }
+
+    /// Whether a message before the last may have changed since the last call (until then the
+    /// history only had messages appended, and steps likewise), and whether the last message
+    /// or the last step may have: every change to them goes through [`Self::last_message_mut`]
+    /// and [`Self::last_step_mut`].
+    pub(crate) fn take_history_edited(&mut self) -> (bool, bool) {
+        (
+            std::mem::take(&mut self.history_edited),
+            std::mem::take(&mut self.tail_edited),
+        )
+    }
+
+    /// The last message, to change it (see [`Self::take_history_edited`]).
+    fn last_message_mut(&mut self) -> Option<&mut Message> {
+        self.tail_edited = true;
+        self.request.messages.last_mut()
+    }
+
+    /// The last step, to change it (see [`Self::take_history_edited`]).
+    fn last_step_mut(&mut self) -> Option<&mut Step> {
+        self.tail_edited = true;
+        self.steps.last_mut()
+    }
+
+    /// The history and the steps, taken out (for a checkpoint that encodes them apart); put
+    /// them back with [`Self::restore_history`].
+    pub(crate) fn take_history(&mut self) -> (Vec<Message>, Vec<Step>) {
+        (
+            std::mem::take(&mut self.request.messages),
+            std::mem::take(&mut self.steps),
+        )
+    }
+
+    /// Put back what [`Self::take_history`] took.
+    pub(crate) fn restore_history(&mut self, messages: Vec<Message>, steps: Vec<Step>) {
+        self.request.messages = messages;
+        self.steps = steps;
     }
 
     /// The limits the run enforces.
@@ -489,7 +541,7 @@ impl Machine {
     /// The new user message a run starts with, for the prompt hooks: the last message, when it
     /// is the user's and answers no tool call.
     pub(crate) fn prompt_mut(&mut self) -> Option<&mut Message> {
-        self.request.messages.last_mut().filter(|last| {
+        self.last_message_mut().filter(|last| {
             last.role == Role::User
                 && !last
                     .content
@@ -793,7 +845,7 @@ impl Machine {
 
     /// Put an edited call's input in the history and the step, where the model's was.
     fn edit_call(&mut self, edited: &ToolCall) {
-        if let Some(message) = self.request.messages.last_mut() {
+        if let Some(message) = self.last_message_mut() {
             for block in &mut message.content {
                 if let ContentBlock::ToolUse { id, input, .. } = block
                     && *id == edited.id
@@ -802,7 +854,7 @@ impl Machine {
                 }
             }
         }
-        if let Some(step) = self.steps.last_mut() {
+        if let Some(step) = self.last_step_mut() {
             for call in &mut step.tool_calls {
                 if call.id == edited.id {
                     call.input = edited.input.clone();
@@ -855,7 +907,7 @@ impl Machine {
             if !held.pending.is_empty() {
                 held.reported = held.settled.len();
                 held.paused = true;
-                if let Some(step) = self.steps.last_mut() {
+                if let Some(step) = self.last_step_mut() {
                     step.duration += duration;
                 }
                 self.phase = Phase::AwaitingApproval {
@@ -1033,7 +1085,7 @@ impl Machine {
                 .messages
                 .push(Message::new(Role::User, blocks.collect()));
         }
-        if let Some(step) = self.steps.last_mut() {
+        if let Some(step) = self.last_step_mut() {
             step.outcomes = pairs.into_iter().map(|(_, o)| o).collect();
             step.tool_results = results;
             step.duration += duration;
@@ -1155,7 +1207,7 @@ impl Machine {
 
     /// Record what the last step's model call cost (the driver prices it).
     pub(crate) fn price_last_step(&mut self, cost: Option<Cost>) {
-        if let Some(step) = self.steps.last_mut() {
+        if let Some(step) = self.last_step_mut() {
             step.cost = cost;
         }
     }

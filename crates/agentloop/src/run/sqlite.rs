@@ -1,7 +1,7 @@
 //! [`SqliteStore`]: durable runs' checkpoints in one SQLite file.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, mpsc};
 use std::time::Duration;
 
@@ -43,20 +43,31 @@ pub struct SqliteStore {
     path: Arc<PathBuf>,
 }
 
-/// The connection, and the commits since the write-ahead log was last copied into the
-/// database.
+/// The connection, and the commits (and their states' bytes) since the write-ahead log was
+/// last copied into the database.
 struct Shared {
     connection: Mutex<Connection>,
     commits: AtomicU32,
+    bytes: AtomicUsize,
 }
 
 /// How long the writer thread waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Commits between two copies of the write-ahead log into the database (each commit adds a
-/// few pages; SQLite's own default is every 1000 pages). The copy waits for the disk, so the
-/// writer thread makes it, never a caller's thread.
-const COMMITS_PER_WAL_CHECKPOINT: u32 = 256;
+/// Commits between two copies of the write-ahead log into the database, at most: each copy
+/// waits for the disk twice whatever it copies, so fewer copies cost less. The writer thread
+/// makes them, never a caller's thread.
+const COMMITS_PER_WAL_CHECKPOINT: u32 = 1024;
+
+/// Bytes of states committed between two copies, at most: a commit adds pages about the size
+/// of its state, so the log stays near SQLite's own bound (1000 pages) when states are large.
+const BYTES_PER_WAL_CHECKPOINT: usize = 4 << 20;
+
+/// Whether the log is due to be copied into the database after `commits` commits of `bytes`
+/// bytes of states since the last copy.
+fn wal_checkpoint_due(commits: u32, bytes: usize) -> bool {
+    commits >= COMMITS_PER_WAL_CHECKPOINT || bytes >= BYTES_PER_WAL_CHECKPOINT
+}
 
 impl Shared {
     fn connection(&self) -> MutexGuard<'_, Connection> {
@@ -65,14 +76,18 @@ impl Shared {
             .unwrap_or_else(|poisoned| recovered(poisoned.into_inner()))
     }
 
-    /// Count a commit; whether the log is due to be copied into the database.
-    fn committed(&self) -> bool {
-        self.commits.fetch_add(1, Ordering::Relaxed) + 1 >= COMMITS_PER_WAL_CHECKPOINT
+    /// Count a commit of `bytes` bytes of states; whether the log is due to be copied into the
+    /// database.
+    fn committed(&self, bytes: usize) -> bool {
+        let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        let bytes = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        wal_checkpoint_due(commits, bytes)
     }
 
     /// Copy the write-ahead log into the database, as far as readers allow.
     fn checkpoint_wal(&self, connection: &Connection) {
         self.commits.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
         // A failed copy is retried after the next commits; the log stays valid meanwhile.
         let _ = connection.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
     }
@@ -144,6 +159,7 @@ impl SqliteStore {
         let shared = Arc::new(Shared {
             connection: Mutex::new(connection),
             commits: AtomicU32::new(0),
+            bytes: AtomicUsize::new(0),
         });
         // One long-lived thread rather than a blocking-pool task per save: a checkpoint is
         // written at every step, and the thread ends when the last clone of the store drops.
@@ -211,7 +227,7 @@ impl SqliteStore {
         match saved {
             Err(e) if is_busy(&e) => None,
             saved => {
-                if saved.is_ok() && self.shared.committed() {
+                if saved.is_ok() && self.shared.committed(state.len()) {
                     let _ = self.jobs.send(Job::CheckpointWal);
                 }
                 Some(finish(&connection, run_id, read, saved))
@@ -262,6 +278,7 @@ fn write_loop(shared: &Shared, queue: mpsc::Receiver<Job>) {
             }
         }
         let wrote = !saves.is_empty();
+        let bytes = saves.iter().map(|(_, _, _, state, _)| state.len()).sum();
         match saves.len() {
             0 => {}
             1 => {
@@ -271,7 +288,7 @@ fn write_loop(shared: &Shared, queue: mpsc::Receiver<Job>) {
             }
             _ => save_together(connection, &mut saves),
         }
-        if checkpoint || (wrote && shared.committed()) {
+        if checkpoint || (wrote && shared.committed(bytes)) {
             shared.checkpoint_wal(connection);
         }
     }
@@ -481,5 +498,21 @@ impl RunStore for SqliteStore {
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<RunSummary>>> {
         self.ask("", |reply| Job::List { reply })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The log is copied after many commits of small states, or after a few megabytes of
+    /// large ones: each copy waits for the disk twice, whatever it copies.
+    #[test]
+    fn the_log_is_copied_after_1024_commits_or_4_mib_of_states() {
+        assert!(!wal_checkpoint_due(256, 256 * 3_000));
+        assert!(!wal_checkpoint_due(1023, 1023 * 3_000));
+        assert!(wal_checkpoint_due(1024, 1024 * 3_000));
+        assert!(!wal_checkpoint_due(100, (4 << 20) - 1));
+        assert!(wal_checkpoint_due(100, 4 << 20));
     }
 }
