@@ -208,6 +208,7 @@ fn recorded(dir: &Path) -> (BTreeSet<String>, BTreeSet<String>, String) {
     let loaded = runtime.block_on(async {
         #[cfg(feature = "postgres")]
         if let Ok(url) = std::fs::read_to_string(dir.join("postgres-url")) {
+            killed_worker_gone(&url).await;
             let store = PostgresStore::connect(&url, "observer", Duration::from_millis(150))
                 .await
                 .unwrap();
@@ -245,6 +246,33 @@ fn recorded(dir: &Path) -> (BTreeSet<String>, BTreeSet<String>, String) {
         phase
     };
     (ids, started, phase)
+}
+
+/// Wait until no backend but ours is connected to the run's database: a SIGKILLed worker's
+/// backend still commits a statement it had received before it sees the socket closed, so a
+/// checkpoint read before then could be older than what the next worker resumes from.
+#[cfg(feature = "postgres")]
+async fn killed_worker_gone(url: &str) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    for _ in 0..500 {
+        let others: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if others == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the killed worker's connection to {url} stayed open for 5 s");
 }
 
 /// Tool results by call id: (text, is_error).
