@@ -1,5 +1,5 @@
 //! Every wire fault the testkit server can inject × {blocking `run`, streaming `run_stream`} ×
-//! {OpenAI, Anthropic, Gemini, Responses} × {fault in the first model call, fault in the call after a tool step},
+//! {OpenAI, Anthropic, Gemini, Bedrock, Responses} × {fault in the first model call, fault in the call after a tool step},
 //! over real loopback HTTP. Each cell asserts the documented outcome (recovery after
 //! retries, or a run that stops with `Error` and the typed cause), the exact number of requests
 //! (so a retry after a stream started yielding would show), a valid history, and a time bound.

@@ -1,7 +1,8 @@
 //! The Gemini provider end to end against the testkit's Gemini wire server: a run with two
 //! parallel calls after signed reasoning (blocking and streamed) whose second request carries
 //! the signature back on the part Gemini signed, Vertex AI routing with a bearer token, and
-//! errors typed from Google's error bodies.
+//! errors typed from Google's error bodies (a streamed call's 404 labelled `text/event-stream`
+//! with plain JSON included).
 
 use std::convert::Infallible;
 
@@ -192,4 +193,62 @@ async fn google_error_bodies_become_typed_errors() {
             if t == "INVALID_ARGUMENT" && message == "Invalid JSON payload"),
         "{error:?}"
     );
+}
+
+/// A streamed call to a model that does not exist: Gemini answers 404 with `content-type:
+/// text/event-stream` and a bare JSON error body, no `data:` line (the recording
+/// `streams-batch2/gemini/error-404-plain-json-body-on-event-stream.sse`, status and header as
+/// its SOURCES.md entry says). Served as recorded from a loopback socket, it is a typed
+/// not-found error with Google's message, not an empty answer, and is not retried.
+#[tokio::test]
+async fn a_streamed_404_labelled_event_stream_with_plain_json_is_a_typed_error() {
+    use futures::StreamExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let body = br#"{"error":{"code":404,"message":"models/gemini-nonexistent is not found for API version v1beta, or is not supported for generateContent.","status":"NOT_FOUND"}}"#;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let mut requests = 0;
+        // Bounded: the client must not retry, so a second connection would be a failure.
+        while let Ok(Ok((mut socket, _))) =
+            tokio::time::timeout(std::time::Duration::from_millis(300), listener.accept()).await
+        {
+            requests += 1;
+            let mut request = Vec::new();
+            let mut buf = [0; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+            }
+            let head = format!(
+                "HTTP/1.1 404 Not Found\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            socket.write_all(head.as_bytes()).await.unwrap();
+            socket.write_all(body).await.unwrap();
+            socket.shutdown().await.ok();
+            if requests > 3 {
+                break;
+            }
+        }
+        requests
+    });
+    let mut config = HttpConfig::new(format!("http://{address}"));
+    config.api_key = Some(ApiKey::new("AIza-wire-test"));
+    let provider = Gemini::new(config).unwrap();
+    let request = Request::new("gemini-nonexistent", vec![Message::user("hi")]);
+    let mut stream = provider.stream(&request);
+    let first = stream.next().await.expect("an item");
+    let error = first.expect_err("an error, not an answer");
+    assert!(
+        matches!(&error, Error::InvalidRequest { status: 404, error_type: Some(t), message, .. }
+            if t == "NOT_FOUND" && message.starts_with("models/gemini-nonexistent is not found")),
+        "{error:?}"
+    );
+    assert!(!error.is_retryable());
+    assert_eq!(server.await.unwrap(), 1, "sent once");
 }

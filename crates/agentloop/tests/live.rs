@@ -8,6 +8,7 @@
 //! | `deepseek_*` | `DEEPSEEK_API_KEY` | `deepseek-v4-flash` |
 //! | `anthropic_*` | `ANTHROPIC_API_KEY` | `claude-haiku-4-5` (`ANTHROPIC_MODEL`) |
 //! | `gemini_*` | `GEMINI_API_KEY` | `gemini-2.5-flash` (`GEMINI_MODEL`); a Gemini 3 model also checks thought signatures going back |
+//! | `vertex_*` | `VERTEX_ACCESS_TOKEN` (or `GOOGLE_ACCESS_TOKEN`, e.g. from `gcloud auth print-access-token`) and `GOOGLE_CLOUD_PROJECT` (`GOOGLE_CLOUD_LOCATION`, default `global`) | `gemini-2.5-flash` (`VERTEX_MODEL`) |
 //! | `responses_*` | `OPENAI_API_KEY` (`OPENAI_BASE_URL`) | `gpt-5-mini` (`OPENAI_RESPONSES_MODEL`), a reasoning model, so the encrypted reasoning item goes back with `store: false` |
 //! | `bedrock_*` | `AWS_REGION` and `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, `AWS_BEARER_TOKEN_BEDROCK` or a `~/.aws/credentials` profile | `amazon.nova-lite-v1:0` (`BEDROCK_MODEL`); `BEDROCK_THINKING_MODEL` (a Claude model) for signed reasoning |
 //!
@@ -136,6 +137,15 @@ async fn gemini_tool_round_trip() {
     let gemini = Gemini::from_env().expect("set GEMINI_API_KEY");
     let request = weather_request(model("GEMINI_MODEL", "gemini-2.5-flash"), 1024, false);
     round_trip(&gemini, request).await;
+}
+
+#[tokio::test]
+#[ignore = "calls the real Vertex AI API; needs VERTEX_ACCESS_TOKEN and GOOGLE_CLOUD_PROJECT"]
+async fn vertex_tool_round_trip() {
+    let spec = format!("vertex/{}", model("VERTEX_MODEL", "gemini-2.5-flash"));
+    let (vertex, model) = agentloop::provider::route::from_model(&spec, Default::default())
+        .expect("set VERTEX_ACCESS_TOKEN and GOOGLE_CLOUD_PROJECT");
+    round_trip(&vertex, weather_request(model, 1024, false)).await;
 }
 
 #[tokio::test]

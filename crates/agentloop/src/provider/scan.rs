@@ -30,7 +30,7 @@ fn stop_marks(word: u64) -> u64 {
     marks & HIGHS
 }
 
-fn is_stop(b: u8) -> bool {
+const fn is_stop(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
 }
 
@@ -202,6 +202,127 @@ fn hex4(digits: &[u8]) -> Option<u32> {
     })
 }
 
+/// JSON text a hand-written reader expects verbatim where a service always writes the same
+/// bytes (keys, punctuation, spacing) between the values it reads: consumed whole by
+/// [`Scanner::layout`] instead of token by token. Build it in a `const`, so a text that is not
+/// whole tokens fails the build.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layout {
+    text: &'static str,
+    /// How many more objects and arrays the text opens than it closes (negative: closes).
+    depth: i8,
+}
+
+impl Layout {
+    /// The layout of `text`, whole JSON tokens that do not end inside a string.
+    pub const fn new(text: &'static str) -> Self {
+        let bytes = text.as_bytes();
+        let mut depth: i8 = 0;
+        let mut in_string = false;
+        let mut i = 0;
+        while i < bytes.len() {
+            match (in_string, bytes[i]) {
+                (true, b'\\') => i += 1,
+                (true, b'"') | (false, b'"') => in_string = !in_string,
+                (false, b'{' | b'[') => depth += 1,
+                (false, b'}' | b']') => depth -= 1,
+                _ => {}
+            }
+            i += 1;
+        }
+        assert!(
+            !in_string,
+            "a layout ends between tokens, not inside a string"
+        );
+        Self { text, depth }
+    }
+
+    /// The text.
+    #[cfg(test)]
+    pub const fn text(&self) -> &'static str {
+        self.text
+    }
+}
+
+/// An object key as a service writes it, with its colon and the spacing after it
+/// (`"index": `), for [`Scanner::object_body_in_order`]. Build it in a `const`, so a text that
+/// is not a plain key fails the build.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Key {
+    text: &'static str,
+    name: &'static str,
+    /// The text's first eight bytes as one word: most keys looked for are not next, and one
+    /// comparison of a word tells.
+    head: u64,
+}
+
+impl Key {
+    /// The key written as `text`: a quoted key without escapes, a colon, then spaces.
+    pub const fn new(text: &'static str) -> Self {
+        let bytes = text.as_bytes();
+        assert!(
+            !bytes.is_empty() && bytes[0] == b'"',
+            "a key starts with a quote"
+        );
+        let mut end = 1;
+        while end < bytes.len() && bytes[end] != b'"' {
+            assert!(!is_stop(bytes[end]), "a key without escapes");
+            end += 1;
+        }
+        assert!(
+            end + 1 < bytes.len() && bytes[end + 1] == b':',
+            "a colon after the key"
+        );
+        let mut i = end + 2;
+        while i < bytes.len() {
+            assert!(bytes[i] == b' ', "only spaces after the colon");
+            i += 1;
+        }
+        assert!(bytes.len() >= 8, "a key's text has eight bytes or more");
+        let (quoted, _) = bytes.split_at(end);
+        let (_, name) = quoted.split_at(1);
+        let Ok(name) = std::str::from_utf8(name) else {
+            panic!("a key is text");
+        };
+        let head = u64::from_le_bytes([
+            bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+        ]);
+        Self { text, name, head }
+    }
+
+    /// Whether `rest` starts with this key's text.
+    #[inline]
+    fn starts(&self, rest: &[u8]) -> bool {
+        word(rest, 0) == Some(self.head) && starts_with(rest, self.text.as_bytes())
+    }
+}
+
+/// The eight bytes of `bytes` at `at`, as one word.
+#[inline]
+fn word(bytes: &[u8], at: usize) -> Option<u64> {
+    let word: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(word))
+}
+
+/// `rest.starts_with(text)`, a word at a time: the texts compared are a few words long, too
+/// short for a call to `memcmp` to pay.
+#[inline]
+fn starts_with(rest: &[u8], text: &[u8]) -> bool {
+    let len = text.len();
+    if len < 8 || rest.len() < len {
+        return rest.starts_with(text);
+    }
+    let mut at = 0;
+    while at + 8 < len {
+        if word(rest, at) != word(text, at) {
+            return false;
+        }
+        at += 8;
+    }
+    // The last word overlaps the one before when the length is not a multiple of eight.
+    word(rest, len - 8) == word(text, len - 8)
+}
+
 /// A cursor over one JSON text.
 pub(super) struct Scanner<'a> {
     text: &'a str,
@@ -287,6 +408,23 @@ impl<'a> Scanner<'a> {
     pub fn literal(&mut self, word: &str) -> Option<()> {
         let rest = self.text.get(self.at..)?;
         rest.starts_with(word).then(|| self.at += word.len())
+    }
+
+    /// Consume `layout`'s text if it is next, exactly (no whitespace skipped), and follow the
+    /// objects and arrays it opens or closes.
+    #[inline]
+    pub fn layout(&mut self, layout: &Layout) -> Option<()> {
+        let rest = self.bytes().get(self.at..)?;
+        if !starts_with(rest, layout.text.as_bytes()) {
+            return None;
+        }
+        let depth = self.depth.checked_add_signed(layout.depth)?;
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.depth = depth;
+        self.at += layout.text.len();
+        Some(())
     }
 
     /// Consume `null` if it is next; `false` (nothing consumed) if another value is.
@@ -444,6 +582,14 @@ impl<'a> Scanner<'a> {
     pub fn object(&mut self, field: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.expect(b'{')?;
         self.enter()?;
+        self.object_body(field)
+    }
+
+    /// The rest of an object whose `{` was read: its members, if any, and the closing `}`.
+    pub fn object_body(
+        &mut self,
+        field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
         if self.peek()? == b'}' {
             self.at += 1;
             self.depth -= 1;
@@ -462,6 +608,95 @@ impl<'a> Scanner<'a> {
             self.member_start = self.at;
             let key = self.key()?;
             self.expect(b':')?;
+            field(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    /// An object whose members come in `order` (see [`Self::object_body_in_order`]).
+    pub fn object_in_order(
+        &mut self,
+        order: &[Key],
+        field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        self.expect(b'{')?;
+        self.enter()?;
+        self.object_body_in_order(order, field)
+    }
+
+    /// The rest of an object whose `{` was read, from a service that writes the members it
+    /// sends in one order and spacing: each key is first looked for among `order` (the keys it
+    /// may send, in its order) after the last one found there, in one comparison each, and
+    /// read as any key only when none of them is next. `field` reads each value, as in
+    /// [`Self::object`].
+    pub fn object_body_in_order(
+        &mut self,
+        order: &[Key],
+        field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        if self.peek()? == b'}' {
+            self.at += 1;
+            self.depth -= 1;
+            return Some(());
+        }
+        self.members_in_order(order, field)
+    }
+
+    /// [`Self::after_member`] for members in `order` (see [`Self::object_body_in_order`]).
+    pub fn after_member_in_order(
+        &mut self,
+        order: &[Key],
+        field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        match self.peek()? {
+            b',' => {
+                self.at += 1;
+                self.members_in_order(order, field)
+            }
+            b'}' => {
+                self.at += 1;
+                self.depth -= 1;
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Self::members`], keys looked for in `order` first.
+    fn members_in_order(
+        &mut self,
+        order: &[Key],
+        mut field: impl FnMut(&mut Self, &'a str) -> Option<()>,
+    ) -> Option<()> {
+        let mut next = 0;
+        loop {
+            self.member_start = self.at;
+            let rest = self.bytes().get(self.at..)?;
+            let found = order
+                .get(next..)
+                .and_then(|keys| keys.iter().position(|k| k.starts(rest)));
+            let key = match found {
+                Some(i) => {
+                    let key = order.get(next + i)?;
+                    next += i + 1;
+                    self.at += key.text.len();
+                    key.name
+                }
+                None => {
+                    let key = self.key()?;
+                    self.expect(b':')?;
+                    key
+                }
+            };
             field(self, key)?;
             match self.peek()? {
                 b',' => self.at += 1,
@@ -496,23 +731,36 @@ impl<'a> Scanner<'a> {
     }
 
     /// An array: `item` reads each element (and must consume it).
-    pub fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+    pub fn array(&mut self, item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.expect(b'[')?;
         self.enter()?;
+        self.array_body(item)
+    }
+
+    /// The rest of an array whose `[` was read: its elements, if any, and the closing `]`.
+    pub fn array_body(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         if self.peek()? == b']' {
             self.at += 1;
-        } else {
-            loop {
-                item(self)?;
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b']' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+            self.depth -= 1;
+            return Some(());
+        }
+        item(self)?;
+        self.after_item(item)
+    }
+
+    /// The rest of an array after an element: `,` and more elements, each read by `item`, up
+    /// to and including the closing `]`.
+    pub fn after_item(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        loop {
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    break;
                 }
+                _ => return None,
             }
+            item(self)?;
         }
         self.depth -= 1;
         Some(())
@@ -534,19 +782,31 @@ where
 }
 
 /// `fast`, what a hand-written reader made of `data`, passed on; debug builds and fuzz targets
-/// first hold it to serde's answer (see [`check_against_serde`]).
+/// first hold it to serde's answer (see [`check`]). Only Bedrock's reader (feature `bedrock`)
+/// returns its value; the others fill theirs in place and call [`check`].
+#[cfg(feature = "bedrock")]
 #[inline]
 pub(super) fn checked<'a, T>(data: &'a str, fast: Option<T>) -> Option<T>
 where
     T: serde::Deserialize<'a> + PartialEq + std::fmt::Debug,
 {
-    #[cfg(any(debug_assertions, fuzzing))]
     if let Some(fast) = &fast {
-        check_against_serde(data, fast);
+        check(data, fast);
     }
-    #[cfg(not(any(debug_assertions, fuzzing)))]
-    let _ = data;
     fast
+}
+
+/// Debug builds and fuzz targets hold `fast`, what a hand-written reader made of `data`, to
+/// serde's answer (see [`check_against_serde`]); other builds take it as it is.
+#[inline]
+pub(super) fn check<'a, T>(data: &'a str, fast: &T)
+where
+    T: serde::Deserialize<'a> + PartialEq + std::fmt::Debug,
+{
+    #[cfg(any(debug_assertions, fuzzing))]
+    check_against_serde(data, fast);
+    #[cfg(not(any(debug_assertions, fuzzing)))]
+    let _ = (data, fast);
 }
 
 /// Note a known member as read, in its own flag; `None` if it was read before: serde rejects a
@@ -763,6 +1023,107 @@ mod tests {
         assert!(!skips(&deep));
         let shallow = format!("{}{}", "[".repeat(60), "]".repeat(60));
         assert!(skips(&shallow));
+    }
+
+    #[test]
+    fn layouts_follow_the_depth_of_their_text() {
+        const OPENS: Layout = Layout::new(r#"{"a": [{"b": "]}\"{", "c": ["#);
+        const CLOSES: Layout = Layout::new("}]]}");
+        assert_eq!((OPENS.depth, CLOSES.depth), (4, -4));
+        let text = r#"{"a": [{"b": "]}\"{", "c": [1]}]}"#;
+        let mut s = Scanner::new(text);
+        assert_eq!(s.layout(&CLOSES), None);
+        s.layout(&OPENS).expect("opens");
+        assert_eq!(s.depth, 4);
+        s.array_body(Scanner::skip).expect("the last array");
+        s.layout(&Layout::new("}]}")).expect("closes");
+        assert_eq!(s.depth, 0);
+        assert!(s.finish().is_some());
+        // Closing more than is open, or opening past the limit, is left to serde.
+        assert_eq!(Scanner::new("}").layout(&Layout::new("}")), None);
+        let mut deep = Scanner::new("[[");
+        deep.depth = MAX_DEPTH - 1;
+        assert_eq!(deep.layout(&Layout::new("[[")), None);
+    }
+
+    #[test]
+    fn keys_know_their_name() {
+        const KEY: Key = Key::new(r#""promptTokenCount": "#);
+        assert_eq!(KEY.name, "promptTokenCount");
+        assert!(KEY.starts(br#""promptTokenCount": 5"#));
+        assert!(!KEY.starts(br#""promptTokenCount":5"#));
+        assert!(!KEY.starts(br#""promptTokensDetails": []"#));
+        assert!(!KEY.starts(br#""prompt"#));
+    }
+
+    #[test]
+    fn starts_with_compares_every_byte() {
+        for len in 0..40 {
+            let text: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            for extra in [0, 1, 9] {
+                let mut rest = text.clone();
+                rest.extend(std::iter::repeat_n(b'z', extra));
+                assert!(starts_with(&rest, &text), "{len} {extra}");
+                for at in 0..len {
+                    let mut other = rest.clone();
+                    other[at] ^= 0x20;
+                    assert!(!starts_with(&other, &text), "{len} {extra} {at}");
+                }
+            }
+            if len > 0 {
+                assert!(!starts_with(&text[..len - 1], &text), "{len}");
+            }
+        }
+    }
+
+    const ORDER: [Key; 3] = [
+        Key::new(r#""alpha": "#),
+        Key::new(r#""beta": "#),
+        Key::new(r#""gamma":  "#),
+    ];
+
+    /// The members of `text`'s object as (key, value text), read with or without `ORDER`.
+    fn members_read(text: &str, in_order: bool) -> Option<Vec<(String, String)>> {
+        let mut s = Scanner::new(text);
+        let mut read = Vec::new();
+        let field = |s: &mut Scanner<'_>, key: &str| {
+            let start = s.position();
+            s.skip()?;
+            let value = text.get(start..s.position())?.trim_start();
+            read.push((key.to_owned(), value.to_owned()));
+            Some(())
+        };
+        if in_order {
+            s.object_in_order(&ORDER, field)?;
+        } else {
+            s.object(field)?;
+        }
+        s.finish()?;
+        Some(read)
+    }
+
+    proptest! {
+        /// Keys found through an order are the keys read one by one, whatever the order,
+        /// spacing and keys of the text.
+        #[test]
+        fn members_in_order_read_as_members_do(
+            members in prop::collection::vec(
+                (
+                    prop::sample::select(vec!["alpha", "beta", "gamma", "gam", "betas", "alph\\u0061", ""]),
+                    prop::sample::select(vec![":", ": ", ":  ", " : "]),
+                    prop::sample::select(vec!["1", "\"x\"", "[]", "{\"a\": 1}", "nul"]),
+                ),
+                0..5,
+            ),
+            space in prop::sample::select(vec!["", " ", "\n"]),
+        ) {
+            let members: Vec<String> = members
+                .iter()
+                .map(|(key, colon, value)| format!("{space}\"{key}\"{colon}{value}"))
+                .collect();
+            let text = format!("{{{}}}", members.join(","));
+            prop_assert_eq!(members_read(&text, true), members_read(&text, false), "{}", text);
+        }
     }
 
     #[test]

@@ -404,7 +404,9 @@ impl SseDecoder for GeminiDecoder {
         // Chunks of the documented shape are read into borrowed structs; anything else (a
         // field of another type, an array of chunks) goes through a `Value`, which reads every
         // shape the same way, only slower.
-        if let Some(chunk) = scan::checked(data, fast::read(data)) {
+        let mut chunk = WireChunk::default();
+        if fast::read_into(data, &mut chunk).is_some() {
+            scan::check(data, &chunk);
             return self.typed(&chunk, out);
         }
         if let Ok(chunk) = serde_json::from_str::<WireChunk<'_>>(data) {
@@ -552,7 +554,7 @@ impl UsageCounts {
 }
 
 /// The chunk members the decoder reads; the rare or nested ones stay raw until used.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireChunk<'a> {
     #[serde(default, borrow)]
@@ -569,7 +571,7 @@ struct WireChunk<'a> {
     prompt_feedback: Option<&'a RawValue>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WireCandidate<'a> {
     #[serde(default, borrow)]
@@ -659,7 +661,7 @@ impl PartialEq for WirePart<'_> {
 }
 
 /// `usageMetadata`, read through [`UsageCounts`] (its other members are skipped).
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(transparent)]
 struct WireUsage(UsageCounts);
 
