@@ -7,6 +7,11 @@
 //! item, a response object or an error object, duplicate members, escaped keys, numbers where
 //! strings belong, invalid JSON) and the caller falls back to serde. Where it answers, it
 //! answers what serde would: debug builds and fuzzing check every event against serde.
+//!
+//! A text delta written as the API writes it (the documented member order, or the sorted order
+//! many recorded streams have, no spacing) is read value by value: the fixed runs of keys and
+//! punctuation between the values are each checked in one comparison ([`TEXT_DELTA`],
+//! [`SORTED_TEXT_DELTA`]); any other event, order or spacing is read key by key.
 
 use std::borrow::Cow;
 
