@@ -204,7 +204,9 @@ fn hex4(digits: &[u8]) -> Option<u32> {
 /// The JSON string whose body starts at `start` in `bytes` (just after its opening quote),
 /// for readers of bytes not yet known to be UTF-8: its text, checked as UTF-8 and decoded as
 /// serde_json decodes it, and the index after its closing quote. `None` for anything
-/// serde_json rejects or that decodes to a lone surrogate (both left to serde).
+/// serde_json rejects or that decodes to a lone surrogate (both left to serde). Built with its
+/// one caller, Bedrock's reader.
+#[cfg(feature = "bedrock")]
 #[inline]
 pub(super) fn string_body(bytes: &[u8], start: usize) -> Option<(Cow<'_, str>, usize)> {
     let stop = next_stop(bytes, start)?;
