@@ -88,12 +88,11 @@ const EXACT_BELOW: usize = 256;
 /// text (a whole document) it is decoded into `scratch`, which keeps its room from string to
 /// string, and copied out: one pass less than finding the string's end first to size it.
 fn decode_escaped(
-    text: &str,
+    bytes: &[u8],
     start: usize,
     stop: usize,
     scratch: &mut Vec<u8>,
 ) -> Option<(String, usize)> {
-    let bytes = text.as_bytes();
     let rest = bytes.len().saturating_sub(start);
     if rest <= EXACT_BELOW {
         let mut out = Vec::with_capacity(rest);
@@ -202,6 +201,23 @@ fn hex4(digits: &[u8]) -> Option<u32> {
     })
 }
 
+/// The JSON string whose body starts at `start` in `bytes` (just after its opening quote),
+/// for readers of bytes not yet known to be UTF-8: its text, checked as UTF-8 and decoded as
+/// serde_json decodes it, and the index after its closing quote. `None` for anything
+/// serde_json rejects or that decodes to a lone surrogate (both left to serde). Built with its
+/// one caller, Bedrock's reader.
+#[cfg(feature = "bedrock")]
+#[inline]
+pub(super) fn string_body(bytes: &[u8], start: usize) -> Option<(Cow<'_, str>, usize)> {
+    let stop = next_stop(bytes, start)?;
+    if bytes.get(stop) == Some(&b'"') {
+        let text = std::str::from_utf8(bytes.get(start..stop)?).ok()?;
+        return Some((Cow::Borrowed(text), stop + 1));
+    }
+    let (text, end) = decode_escaped(bytes, start, stop, &mut Vec::new())?;
+    Some((Cow::Owned(text), end + 1))
+}
+
 /// JSON text a hand-written reader expects verbatim where a service always writes the same
 /// bytes (keys, punctuation, spacing) between the values it reads: consumed whole by
 /// [`Scanner::layout`] instead of token by token. Build it in a `const`, so a text that is not
@@ -307,7 +323,7 @@ fn word(bytes: &[u8], at: usize) -> Option<u64> {
 /// `rest.starts_with(text)`, a word at a time: the texts compared are a few words long, too
 /// short for a call to `memcmp` to pay.
 #[inline]
-fn starts_with(rest: &[u8], text: &[u8]) -> bool {
+pub(super) fn starts_with(rest: &[u8], text: &[u8]) -> bool {
     let len = text.len();
     if len < 8 || rest.len() < len {
         return rest.starts_with(text);
@@ -457,7 +473,7 @@ impl<'a> Scanner<'a> {
             self.at = stop + 1;
             return self.text.get(start..stop).map(Cow::Borrowed);
         }
-        let (text, end) = decode_escaped(self.text, start, stop, &mut self.scratch)?;
+        let (text, end) = decode_escaped(self.bytes(), start, stop, &mut self.scratch)?;
         self.at = end + 1;
         Some(Cow::Owned(text))
     }
@@ -805,6 +821,27 @@ where
 {
     #[cfg(any(debug_assertions, fuzzing))]
     check_against_serde(data, fast);
+    #[cfg(not(any(debug_assertions, fuzzing)))]
+    let _ = (data, fast);
+}
+
+/// [`check`] for a reader of bytes not yet known to be UTF-8: `fast` must be what serde makes
+/// of `data` read as bytes.
+#[cfg(feature = "bedrock")]
+#[inline]
+pub(super) fn check_slice<'a, T>(data: &'a [u8], fast: &T)
+where
+    T: serde::Deserialize<'a> + PartialEq + std::fmt::Debug,
+{
+    #[cfg(any(debug_assertions, fuzzing))]
+    {
+        let serde = serde_json::from_slice::<T>(data);
+        assert!(
+            matches!(&serde, Ok(value) if value == fast),
+            "a hand-written reader disagrees with serde on {:?}: fast {fast:?}, serde {serde:?}",
+            String::from_utf8_lossy(data)
+        );
+    }
     #[cfg(not(any(debug_assertions, fuzzing)))]
     let _ = (data, fast);
 }

@@ -35,6 +35,12 @@ use crate::stream::StreamEvent;
 
 mod fast;
 
+/// A `contentBlockDelta` event frame's headers as Bedrock writes them (`:event-type`,
+/// `:content-type`, `:message-type`, each a string).
+const DELTA_HEADERS: &[u8] = b"\x0b:event-type\x07\x00\x11contentBlockDelta\
+\x0d:content-type\x07\x00\x10application/json\
+\x0d:message-type\x07\x00\x05event";
+
 /// The `ConverseStream` decoder (one per response): frames in, events out.
 #[derive(Debug, Default)]
 pub struct BedrockDecoder {
@@ -115,6 +121,11 @@ impl BedrockDecoder {
 
     /// Take in one frame.
     pub fn frame(&mut self, frame: &Frame<'_>, out: &mut VecDeque<StreamEvent>) -> Result<()> {
+        // Nearly every frame is a delta event with Bedrock's headers in Bedrock's order: one
+        // comparison tells, instead of a walk through the headers per lookup.
+        if frame.headers() == DELTA_HEADERS {
+            return self.content_block_delta(frame.payload, out);
+        }
         match frame.header(":message-type").unwrap_or("event") {
             "event" => {}
             "exception" => {
@@ -148,21 +159,7 @@ impl BedrockDecoder {
         out: &mut VecDeque<StreamEvent>,
     ) -> Result<()> {
         match kind {
-            "contentBlockDelta" => {
-                // serde_json reads bytes as UTF-8 text too, and rejects what is not.
-                let fast = std::str::from_utf8(payload)
-                    .ok()
-                    .and_then(|data| scan::checked(data, fast::read(data)));
-                let event = match fast {
-                    Some(event) => event,
-                    None => serde_json::from_slice::<DeltaEvent<'_>>(payload)
-                        .map_err(|e| Error::parse("Bedrock contentBlockDelta event", e))?,
-                };
-                self.start(out);
-                if let Some(delta) = event.delta {
-                    self.delta(event.index, delta, out)?;
-                }
-            }
+            "contentBlockDelta" => self.content_block_delta(payload, out)?,
             "messageStart" => self.start(out),
             "contentBlockStart" => {
                 let value = parse_value(kind, payload)?;
@@ -224,6 +221,35 @@ impl BedrockDecoder {
             }
             // Events this version does not know (new ones appear) are skipped.
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A `contentBlockDelta` payload: a text delta in Bedrock's layout straight from its
+    /// bytes, any other delta through the key-by-key reader, then serde.
+    fn content_block_delta(
+        &mut self,
+        payload: &[u8],
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<()> {
+        let fast = match fast::read_text_layout(payload) {
+            Some(event) => {
+                scan::check_slice(payload, &event);
+                Some(event)
+            }
+            // serde_json reads bytes as UTF-8 text too, and rejects what is not.
+            None => std::str::from_utf8(payload)
+                .ok()
+                .and_then(|data| scan::checked(data, fast::read(data))),
+        };
+        let event = match fast {
+            Some(event) => event,
+            None => serde_json::from_slice::<DeltaEvent<'_>>(payload)
+                .map_err(|e| Error::parse("Bedrock contentBlockDelta event", e))?,
+        };
+        self.start(out);
+        if let Some(delta) = event.delta {
+            self.delta(event.index, delta, out)?;
         }
         Ok(())
     }

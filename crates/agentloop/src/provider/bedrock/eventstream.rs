@@ -58,6 +58,12 @@ pub struct Frame<'a> {
 }
 
 impl<'a> Frame<'a> {
+    /// The headers section as sent (for comparing it whole with the headers a service always
+    /// sends).
+    pub(crate) fn headers(&self) -> &'a [u8] {
+        self.headers
+    }
+
     /// The value of the string header `name` (`:event-type`, `:message-type`, ...); `None`
     /// when absent or not a string.
     pub fn header(&self, name: &str) -> Option<&'a str> {
@@ -140,7 +146,11 @@ pub fn parse(bytes: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
     let Some(frame) = bytes.get(..len) else {
         return Ok(None);
     };
-    if crc32fast::hash(&frame[..len - 4]) != be32(frame, len - 4) {
+    // The message CRC runs over the prelude too: it goes on from the prelude's CRC, which
+    // `frame_len` checked, rather than hashing those bytes again.
+    let mut crc = crc32fast::Hasher::new_with_initial(be32(frame, 8));
+    crc.update(&frame[8..len - 4]);
+    if crc.finalize() != be32(frame, len - 4) {
         return Err(FrameError::MessageCrc);
     }
     let headers_len = be32(frame, 4) as usize;
