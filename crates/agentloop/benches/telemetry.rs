@@ -11,10 +11,13 @@
 //!
 //! - `off`: no subscriber (what every untraced program pays: a callsite check per span);
 //! - `filtered`: a subscriber that does not want `agentloop`'s spans;
+//! - `registry`: `tracing`'s registry with a layer that wants `agentloop`'s spans and does
+//!   nothing with them: what building the spans costs before any exporter's work;
 //! - `otel_noop` (feature `otel`): [`agentloop::telemetry::layer`] on an SDK tracer provider
 //!   whose batch exporter drops every span, and the GenAI metrics recorded
 //!   ([`agentloop::telemetry::record_metrics`]) by a periodic reader whose exporter drops them: the cost of
-//!   building the spans and metrics and handing them over, without the network;
+//!   building the spans and metrics and handing them over, without the network
+//!   (`TELEMETRY_BENCH_NO_METRICS=1` leaves the metrics out, for the spans' share);
 //!
 //! CPU is the process's (`CLOCK_PROCESS_CPUTIME_ID`: every thread, the span processor's
 //! included). Each round runs every variant's batch in turn, the order rotating; the table gives
@@ -186,7 +189,6 @@ fn variants() -> Vec<Variant> {
         tracing_subscriber::fmt::layer()
             .with_filter(Targets::new().with_target("nothing", tracing::Level::INFO)),
     );
-    #[cfg_attr(not(feature = "otel"), expect(unused_mut))]
     let mut variants = vec![
         Variant {
             name: "off",
@@ -197,6 +199,18 @@ fn variants() -> Vec<Variant> {
             dispatch: Some(Dispatch::new(filtered)),
         },
     ];
+    {
+        /// Wants `agentloop`'s spans (through the filter) and does nothing with them.
+        struct Nothing;
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Nothing {}
+        let registry = tracing_subscriber::registry().with(
+            Nothing.with_filter(Targets::new().with_target("agentloop", tracing::Level::INFO)),
+        );
+        variants.push(Variant {
+            name: "registry",
+            dispatch: Some(Dispatch::new(registry)),
+        });
+    }
     #[cfg(feature = "otel")]
     {
         let provider = SdkTracerProvider::builder()
@@ -205,7 +219,9 @@ fn variants() -> Vec<Variant> {
         let meter = SdkMeterProvider::builder()
             .with_periodic_exporter(Discard)
             .build();
-        assert!(agentloop::telemetry::record_metrics(&meter));
+        if std::env::var_os("TELEMETRY_BENCH_NO_METRICS").is_none() {
+            assert!(agentloop::telemetry::record_metrics(&meter));
+        }
         // Kept for the process: the span processor's thread and the instruments.
         std::mem::forget(meter);
         let traced = tracing_subscriber::registry()
