@@ -4,39 +4,51 @@
 //!
 //! - `http`: the OpenAI provider over loopback HTTP against the testkit's pre-rendered server
 //!   (one SSE event per write), which runs in a child process so that its CPU is not counted:
-//!   the peer matrix's `event / stream / 1` cell;
+//!   the peer matrix's `event / stream / 1` cell (`TELEMETRY_BENCH_SERVER_CPU=0` pins the
+//!   server to CPU 0, apart from the client, as the peer matrix does);
 //! - `scripted`: the testkit's scripted model, no network (the run layer alone);
 //!
 //! each with
 //!
-//! - `off`: no subscriber (what every untraced program pays: a callsite check per span);
+//! - `off`: no subscriber, no tracer, no metrics (what every untraced program pays: a callsite
+//!   check per span);
 //! - `filtered`: a subscriber that does not want `agentloop`'s spans;
 //! - `registry`: `tracing`'s registry with a layer that wants `agentloop`'s spans and does
-//!   nothing with them: what building the spans costs before any exporter's work;
-//! - `otel_noop` (feature `otel`): [`agentloop::telemetry::layer`] on an SDK tracer provider
-//!   whose batch exporter drops every span, and the GenAI metrics recorded
-//!   ([`agentloop::telemetry::record_metrics`]) by a periodic reader whose exporter drops them: the cost of
-//!   building the spans and metrics and handing them over, without the network
-//!   (`TELEMETRY_BENCH_NO_METRICS=1` leaves the metrics out, for the spans' share);
+//!   nothing with them: what building the `tracing` spans costs;
+//! - `otel_layer` (feature `otel`): [`agentloop::telemetry::layer`] on an SDK tracer provider
+//!   whose batch exporter drops every span: the OpenTelemetry spans made from the `tracing`
+//!   ones;
+//! - `otel_noop` (feature `otel`): what [`agentloop::telemetry::init_from_env`] sets up, with
+//!   exporters that drop everything: the runs build their OpenTelemetry spans themselves for
+//!   that provider's tracer, and record the GenAI metrics with a periodic reader
+//!   (`TELEMETRY_BENCH_NO_METRICS=1` leaves the metrics out, for the spans' share).
 //!
-//! CPU is the process's (`CLOCK_PROCESS_CPUTIME_ID`: every thread, the span processor's
-//! included). Each round runs every variant's batch in turn, the order rotating; the table gives
-//! each variant's median over the rounds, per run and as a ratio to `off`.
+//! The OpenTelemetry variants' runs record the metrics (`Telemetry::metrics`), the others'
+//! do not. CPU is the process's (`CLOCK_PROCESS_CPUTIME_ID`: every thread, the span
+//! processor's and the metric reader's included). Each round runs every variant's batch in
+//! turn, the order rotating; the table gives each variant's median over the rounds, per run
+//! and as a ratio to `off`. `TELEMETRY_BENCH_ONLY=otel_noop` keeps `off` and that variant,
+//! `TELEMETRY_BENCH_WORKLOAD=http` one workload:
 //!
 //! ```text
-//! cargo bench -p agentloop --features otel --bench telemetry
-//! TELEMETRY_BENCH_RUNS=2000 TELEMETRY_BENCH_ROUNDS=11 taskset -c 1 target/release/deps/telemetry-* --bench
+//! cargo bench -p agentloop --features otel --bench telemetry --no-run
+//! TELEMETRY_BENCH_ONLY=otel_noop TELEMETRY_BENCH_RUNS=2000 TELEMETRY_BENCH_ROUNDS=9 \
+//!   taskset -c 1 target/release/deps/telemetry-* --bench
 //! ```
 //!
 //! Several dispatchers alive in one process make `tracing` ask each span callsite whether it
 //! is wanted every time (its cached interest becomes "sometimes"), which a program with one
-//! global subscriber never pays. For the figure such a program sees, run one variant per
-//! process as the global default, processes alternating, and compare their medians:
+//! global subscriber never pays; `otel_noop` and `off` pay it alike. To run one variant as
+//! the process's global subscriber (`otel_noop`: `telemetry::install`, as `init_from_env`
+//! does), processes alternating, and compare their medians:
 //!
 //! ```text
 //! for i in 1 2 3 4 5; do for v in off otel_noop; do
 //!   TELEMETRY_BENCH_GLOBAL=$v taskset -c 1 target/release/deps/telemetry-* --bench; done; done
 //! ```
+//!
+//! Separate processes differ by a few microseconds per HTTP run on their own (their memory
+//! layouts differ), so the one-process comparison is the finer one.
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -178,26 +190,37 @@ impl PushMetricExporter for Discard {
     }
 }
 
-/// A variant: its name and the subscriber its batches run under (`None`: no subscriber).
+/// A variant: its name, the subscriber its batches run under (`None`: no subscriber), the
+/// tracer its runs build their spans for and whether they record the metrics.
 struct Variant {
     name: &'static str,
     dispatch: Option<Dispatch>,
+    #[cfg(feature = "otel")]
+    tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
+    metrics: bool,
 }
 
-fn variants() -> Vec<Variant> {
+impl Variant {
+    fn new(name: &'static str, dispatch: Option<Dispatch>) -> Self {
+        Self {
+            name,
+            dispatch,
+            #[cfg(feature = "otel")]
+            tracer: None,
+            metrics: false,
+        }
+    }
+}
+
+/// The variants; `global`: the one that will be the process's global subscriber, alone.
+fn variants(global: Option<&str>) -> Vec<Variant> {
     let filtered = tracing_subscriber::registry().with(
         tracing_subscriber::fmt::layer()
             .with_filter(Targets::new().with_target("nothing", tracing::Level::INFO)),
     );
     let mut variants = vec![
-        Variant {
-            name: "off",
-            dispatch: None,
-        },
-        Variant {
-            name: "filtered",
-            dispatch: Some(Dispatch::new(filtered)),
-        },
+        Variant::new("off", None),
+        Variant::new("filtered", Some(Dispatch::new(filtered))),
     ];
     {
         /// Wants `agentloop`'s spans (through the filter) and does nothing with them.
@@ -206,31 +229,49 @@ fn variants() -> Vec<Variant> {
         let registry = tracing_subscriber::registry().with(
             Nothing.with_filter(Targets::new().with_target("agentloop", tracing::Level::INFO)),
         );
-        variants.push(Variant {
-            name: "registry",
-            dispatch: Some(Dispatch::new(registry)),
-        });
+        variants.push(Variant::new("registry", Some(Dispatch::new(registry))));
     }
     #[cfg(feature = "otel")]
     {
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(Discard)
             .build();
-        let meter = SdkMeterProvider::builder()
-            .with_periodic_exporter(Discard)
-            .build();
-        if std::env::var_os("TELEMETRY_BENCH_NO_METRICS").is_none() {
-            assert!(agentloop::telemetry::record_metrics(&meter));
-        }
-        // Kept for the process: the span processor's thread and the instruments.
-        std::mem::forget(meter);
-        let traced = tracing_subscriber::registry()
-            .with(agentloop::telemetry::layer(provider.tracer("agentloop")));
+        let tracer = provider.tracer("agentloop");
+        // Kept for the process: the span processor's thread.
         std::mem::forget(provider);
-        variants.push(Variant {
-            name: "otel_noop",
-            dispatch: Some(Dispatch::new(traced)),
+        // Recorded by the OpenTelemetry variants' runs only (`Telemetry::metrics`).
+        let metrics = std::env::var_os("TELEMETRY_BENCH_NO_METRICS").is_none();
+        let meter = metrics.then(|| {
+            let meter = SdkMeterProvider::builder()
+                .with_periodic_exporter(Discard)
+                .build();
+            // Kept for the process: the instruments and the reader's thread.
+            std::mem::forget(meter.clone());
+            meter
         });
+        let traced =
+            tracing_subscriber::registry().with(agentloop::telemetry::layer(tracer.clone()));
+        variants.push(Variant {
+            metrics,
+            ..Variant::new("otel_layer", Some(Dispatch::new(traced)))
+        });
+        if global == Some("otel_noop") {
+            // What `init_from_env` installs, with exporters that drop everything.
+            agentloop::telemetry::install(tracer, meter.as_ref()).expect("the only subscriber");
+            variants.push(Variant {
+                metrics,
+                ..Variant::new("otel_noop", None)
+            });
+        } else {
+            if let Some(meter) = &meter {
+                assert!(agentloop::telemetry::record_metrics(meter));
+            }
+            variants.push(Variant {
+                tracer: Some(tracer),
+                metrics,
+                ..Variant::new("otel_noop", None)
+            });
+        }
     }
     variants
 }
@@ -242,6 +283,14 @@ fn batch(
     variant: &Variant,
     runs: usize,
 ) -> Duration {
+    let traced = agent.with_options(|o| {
+        o.telemetry.metrics = variant.metrics;
+        #[cfg(feature = "otel")]
+        {
+            o.telemetry.tracer = variant.tracer.clone();
+        }
+    });
+    let agent = &traced;
     let run_all = || {
         let started = cpu();
         runtime.block_on(async {
@@ -292,8 +341,20 @@ fn serve() {
 }
 
 /// The server in a child process (this binary again), and its base URL.
+///
+/// `TELEMETRY_BENCH_SERVER_CPU=0` pins it to CPU 0 (with `taskset`), as the peer matrix pins
+/// its servers apart from the client: a server sharing the client's core also shares its caches.
 fn server() -> (Child, String) {
-    let mut child = Command::new(std::env::current_exe().expect("this binary's path"))
+    let exe = std::env::current_exe().expect("this binary's path");
+    let mut command = match std::env::var("TELEMETRY_BENCH_SERVER_CPU") {
+        Ok(cpu) => {
+            let mut taskset = Command::new("taskset");
+            taskset.arg("-c").arg(cpu).arg(exe);
+            taskset
+        }
+        Err(_) => Command::new(exe),
+    };
+    let mut child = command
         .env(SERVE, "1")
         .stdout(Stdio::piped())
         .spawn()
@@ -328,14 +389,19 @@ fn main() {
         .expect("a tokio runtime");
     let (mut child, base_url) = server();
     let http = agent(OpenAi::compatible(base_url).expect("the provider"));
-    let workloads = [("http", http), ("scripted", scripted())];
-    let mut variants = variants();
+    let mut workloads = vec![("http", http), ("scripted", scripted())];
+    // For a profile of one workload: `TELEMETRY_BENCH_WORKLOAD=http`.
+    if let Ok(only) = std::env::var("TELEMETRY_BENCH_WORKLOAD") {
+        workloads.retain(|(name, _)| *name == only);
+    }
+    let global = std::env::var("TELEMETRY_BENCH_GLOBAL").ok();
+    let mut variants = variants(global.as_deref());
     // For a profile of one variant: `TELEMETRY_BENCH_ONLY=otel_noop` (`off` stays, as the base).
     if let Ok(only) = std::env::var("TELEMETRY_BENCH_ONLY") {
         variants.retain(|v| v.name == "off" || v.name == only);
     }
     // One variant as the process's global subscriber, nothing else alive (see the module docs).
-    if let Ok(global) = std::env::var("TELEMETRY_BENCH_GLOBAL") {
+    if let Some(global) = global {
         variants.retain(|v| v.name == global);
         let Some(variant) = variants.first_mut() else {
             panic!("no variant `{global}`");

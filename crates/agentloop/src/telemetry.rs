@@ -15,21 +15,32 @@
 //! | `execute_tool` per tool handler run | internal | `gen_ai.operation.name`, `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type` (`function`), `error.type` (`failed`, `invalid_arguments`, `cancelled`) when it did not complete |
 //! | `tools/call` per MCP tool call | client | `mcp.method.name`, `gen_ai.operation.name`, `gen_ai.tool.name` |
 //!
-//! `tracing` fields hold no arrays: `gen_ai.response.finish_reasons` is the call's one reason
-//! as a string, and the message attributes below are JSON text. A tool whose handler is dropped
-//! before it ends (its timeout, the run's end) has `error.type` `cancelled`; calls answered
-//! without running (unknown tool, arguments that do not fit, denied) have no `execute_tool`
-//! span.
+//! `tracing` fields hold no arrays: on a `tracing` span `gen_ai.response.finish_reasons` is the
+//! call's one reason as a string ([`layer`] exports it as the conventions' string array), and
+//! the message attributes below are JSON text. A tool whose handler is dropped before it ends
+//! (its timeout, the run's end) has `error.type` `cancelled`; calls answered without running
+//! (unknown tool, arguments that do not fit, denied) have no `execute_tool` span. A handler
+//! starts and runs inside its `execute_tool` span, so the spans it makes (an MCP call's, the
+//! application's own) nest under it.
 //!
 //! Message contents (`gen_ai.input.messages`, `gen_ai.output.messages`,
 //! `gen_ai.system_instructions`, `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`) are
 //! recorded only with [`Telemetry::record_content`]: prompts and tool results can hold secrets.
 //!
-//! The `otel` feature adds [`init_from_env`], which exports these spans and the conventions'
-//! metrics (`gen_ai.client.token.usage`, `gen_ai.client.operation.duration`,
-//! `gen_ai.execute_tool.duration`, `gen_ai.invoke_agent.duration`) over OTLP/HTTP, and its
-//! parts for a subscriber and exporters of your own: [`layer`] (the spans) and
-//! [`record_metrics`] (the metrics).
+//! The `otel` feature adds OpenTelemetry export:
+//!
+//! - [`init_from_env`]: the spans and the conventions' metrics (`gen_ai.client.token.usage`,
+//!   `gen_ai.client.operation.duration`, `gen_ai.execute_tool.duration`,
+//!   `gen_ai.invoke_agent.duration`) over OTLP/HTTP, as the standard `OTEL_*` variables say,
+//!   in one call; [`install`] does the same with exporters of your own.
+//! - Runs build their OpenTelemetry spans themselves, for the tracer [`set_tracer`] (or
+//!   [`Telemetry::tracer`]) names: the same spans [`layer`] makes of the `tracing` ones, at
+//!   about half the cost, since nothing goes through `tracing`'s registry. `init_from_env` and
+//!   `install` export this way.
+//! - [`layer`]: the spans through a `tracing` subscriber of your own, when you prefer to compose
+//!   it there; it leaves out the spans of runs that build their own.
+//! - [`record_metrics`]: the metrics with a meter provider of your own; every run records them
+//!   once they are set up, unless its [`Telemetry::metrics`] is off.
 //!
 //! ```
 //! # use agentloop::Agent;
@@ -44,14 +55,18 @@
 //! ```
 
 #[cfg(feature = "otel")]
+mod direct;
+#[cfg(feature = "otel")]
 mod layer;
+#[cfg(feature = "otel")]
+mod metrics;
 #[cfg(feature = "otel")]
 mod otel;
 
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -64,16 +79,39 @@ use crate::run::RunResult;
 use crate::tool::{ToolCall, ToolError, ToolOutput};
 
 #[cfg(feature = "otel")]
-pub use otel::{InitError, TelemetryGuard, init_from_env, layer, record_metrics};
+pub use direct::set_tracer;
+#[cfg(feature = "otel")]
+pub use metrics::record_metrics;
+#[cfg(feature = "otel")]
+pub use otel::{InitError, TelemetryGuard, init_from_env, install, layer};
 
 /// What a run's telemetry records (see the module docs).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Telemetry {
     /// The agent's name: `gen_ai.agent.name`, and the run span's `invoke_agent {name}`.
     pub agent_name: Option<Arc<str>>,
     /// Record message contents, tool arguments and results in the spans (off by default:
     /// prompts and tool results can hold secrets).
     pub record_content: bool,
+    /// The tracer this run's spans go to, built by the run itself rather than through
+    /// `tracing` (feature `otel`; `None`: the one [`set_tracer`] set, if any).
+    #[cfg(feature = "otel")]
+    pub tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
+    /// Record the conventions' metrics, once [`record_metrics`] (or [`init_from_env`]) set
+    /// them up (on by default; feature `otel`).
+    pub metrics: bool,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self {
+            agent_name: None,
+            record_content: false,
+            #[cfg(feature = "otel")]
+            tracer: None,
+            metrics: true,
+        }
+    }
 }
 
 /// The conventions' `gen_ai.provider.name` for one of ours ([`crate::Provider::name`]).
@@ -155,12 +193,33 @@ macro_rules! span_under {
     };
 }
 
-/// The span of a run. Its fields are filled only when a subscriber wants it.
-pub(crate) fn agent_span(
+/// Whether `metadata` is one of a run's own spans (`invoke_agent`, `chat`, `execute_tool`).
+#[cfg(feature = "otel")]
+fn is_run_span(metadata: &tracing::Metadata<'_>) -> bool {
+    metadata.is_span()
+        && metadata.target() == module_path!()
+        && matches!(metadata.name(), "invoke_agent" | "chat" | "execute_tool")
+}
+
+/// Whether a run with `telemetry` records the conventions' metrics ([`record_metrics`]).
+fn metrics_on(telemetry: &Telemetry) -> bool {
+    #[cfg(feature = "otel")]
+    return telemetry.metrics && metrics::metrics_on();
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = telemetry;
+        false
+    }
+}
+
+/// The span of a run, for a subscriber. Its fields are filled only when one wants it.
+/// `exported`: the run builds its OpenTelemetry span itself, and [`layer`] leaves this one be.
+fn agent_span(
     telemetry: &Telemetry,
     provider: &str,
     model: &str,
     conversation: Option<&str>,
+    exported: bool,
 ) -> Span {
     let agent = telemetry.agent_name.as_deref();
     tracing::info_span!(
@@ -168,6 +227,7 @@ pub(crate) fn agent_span(
         otel.name = %SpanName("invoke_agent", agent),
         otel.kind = "internal",
         otel.status_code = Empty,
+        agentloop.exported = exported.then_some(true),
         error.type = Empty,
         gen_ai.operation.name = "invoke_agent",
         gen_ai.provider.name = provider_name(provider),
@@ -182,58 +242,111 @@ pub(crate) fn agent_span(
     )
 }
 
-/// Record how a run ended on its span.
-pub(crate) fn agent_end(span: &Span, provider: &str, result: &RunResult, took: Duration) {
-    if span.is_disabled() {
-        return;
-    }
-    let error = result.error.as_ref().map(Error::kind);
-    let usage = UsageFields::new(provider, &result.usage);
-    let status = error.map(|_| "error");
-    record_fields(
-        span,
-        [
-            ("otel.status_code", &status),
-            ("error.type", &error),
-            ("gen_ai.usage.input_tokens", &usage.input),
-            ("gen_ai.usage.output_tokens", &usage.output),
-            ("gen_ai.usage.cache_read.input_tokens", &usage.read),
-            ("gen_ai.usage.cache_creation.input_tokens", &usage.write),
-            ("gen_ai.usage.reasoning.output_tokens", &usage.reasoning),
-        ],
-    );
+/// A traced run: its span for subscribers, its OpenTelemetry span when it exports its own
+/// ([`Telemetry::tracer`]), and when it started. Kept out of the run's future (see
+/// `run::driver`).
+pub(crate) struct RunTrace {
+    span: Span,
+    /// The run's OpenTelemetry span, when it exports its own.
     #[cfg(feature = "otel")]
-    otel::agent_duration(provider, took, error);
-    #[cfg(not(feature = "otel"))]
-    let _ = took;
+    otel: Option<opentelemetry::Context>,
+    /// Whether it records the metrics.
+    metrics: bool,
+    started: Instant,
 }
 
-/// Record a run that failed before its first step (a prompt hook blocked it).
-pub(crate) fn agent_failed(span: &Span, provider: &str, error: &Error, took: Duration) {
-    if span.is_disabled() {
-        return;
+impl RunTrace {
+    /// A run's trace, when a subscriber, a tracer or the metrics want it.
+    pub(crate) fn start(
+        telemetry: &Telemetry,
+        provider: &str,
+        model: &str,
+        conversation: Option<&str>,
+    ) -> Option<Self> {
+        #[cfg(feature = "otel")]
+        let otel = direct::tracer(telemetry)
+            .map(|tracer| direct::agent(tracer, telemetry, provider, model, conversation));
+        #[cfg(feature = "otel")]
+        let exported = otel.is_some();
+        #[cfg(not(feature = "otel"))]
+        let exported = false;
+        let span = agent_span(telemetry, provider, model, conversation, exported);
+        let metrics = metrics_on(telemetry);
+        let wanted = !span.is_disabled() || exported || metrics;
+        wanted.then(|| Self {
+            span,
+            #[cfg(feature = "otel")]
+            otel,
+            metrics,
+            started: Instant::now(),
+        })
     }
-    record_error(span, error.kind());
-    #[cfg(feature = "otel")]
-    otel::agent_duration(provider, took, Some(error.kind()));
-    #[cfg(not(feature = "otel"))]
-    let _ = (provider, took);
+
+    /// The run's span, when a subscriber wants it: its calls' spans go under it.
+    fn span(&self) -> Option<&Span> {
+        (!self.span.is_disabled()).then_some(&self.span)
+    }
+
+    /// Record how the run ended: its result, or the error that ended it before its first
+    /// step (a prompt hook blocked it).
+    pub(crate) fn ended(&self, provider: &str, ended: Result<&RunResult, &Error>) {
+        let took = self.started.elapsed();
+        let (error, usage) = match ended {
+            Ok(result) => (
+                result.error.as_ref().map(Error::kind),
+                Some(UsageFields::new(provider, &result.usage)),
+            ),
+            Err(error) => (Some(error.kind()), None),
+        };
+        if let Some(span) = self.span() {
+            match &usage {
+                Some(usage) => {
+                    let status = error.map(|_| "error");
+                    record_fields(
+                        span,
+                        [
+                            ("otel.status_code", &status),
+                            ("error.type", &error),
+                            ("gen_ai.usage.input_tokens", &usage.input),
+                            ("gen_ai.usage.output_tokens", &usage.output),
+                            ("gen_ai.usage.cache_read.input_tokens", &usage.read),
+                            ("gen_ai.usage.cache_creation.input_tokens", &usage.write),
+                            ("gen_ai.usage.reasoning.output_tokens", &usage.reasoning),
+                        ],
+                    );
+                }
+                None => record_error(span, error.unwrap_or("failed")),
+            }
+        }
+        #[cfg(feature = "otel")]
+        {
+            if let Some(run) = &self.otel {
+                direct::agent_end(run, usage.as_ref(), error);
+            }
+            if self.metrics {
+                metrics::agent_duration(provider, took, error);
+            }
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (took, usage, self.metrics);
+    }
 }
 
-/// The span of a model call.
+/// The span of a model call, for a subscriber.
 fn chat_span(
     parent: Option<&Span>,
-    telemetry: &Telemetry,
     provider: &str,
     request: &Request,
     streamed: bool,
+    exported: bool,
 ) -> Span {
-    let span = span_under!(
+    span_under!(
         parent,
         "chat",
         otel.name = %SpanName("chat", Some(&request.model)),
         otel.kind = "client",
         otel.status_code = Empty,
+        agentloop.exported = exported.then_some(true),
         error.type = Empty,
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = provider_name(provider),
@@ -255,75 +368,24 @@ fn chat_span(
         gen_ai.system_instructions = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
-    );
-    if span.is_disabled() {
-        return span;
-    }
-    if telemetry.record_content {
-        if let Some(system) = &request.system {
-            let parts = json!([{"type": "text", "content": system}]);
-            span.record("gen_ai.system_instructions", parts.to_string());
-        }
-        let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
-        span.record("gen_ai.input.messages", Value::Array(messages).to_string());
-    }
-    span
+    )
 }
 
-/// Record a model call's end on its span, and its metrics.
-fn chat_end(
-    span: &Span,
-    record_content: bool,
-    provider: &str,
-    request_model: &Arc<str>,
-    answer: Result<&Response, &Error>,
-    first_chunk: Option<f64>,
-    took: Duration,
-) {
-    if span.is_disabled() {
-        return;
-    }
-    match answer {
-        Ok(response) => {
-            let model = (!response.model.is_empty()).then_some(response.model.as_str());
-            let id = (!response.id.is_empty()).then_some(response.id.as_str());
-            let usage = UsageFields::new(provider, &response.usage);
-            record_fields(
-                span,
-                [
-                    ("gen_ai.response.model", &model),
-                    ("gen_ai.response.id", &id),
-                    (
-                        "gen_ai.response.finish_reasons",
-                        &response.stop_reason.as_str(),
-                    ),
-                    ("gen_ai.usage.input_tokens", &usage.input),
-                    ("gen_ai.usage.output_tokens", &usage.output),
-                    ("gen_ai.usage.cache_read.input_tokens", &usage.read),
-                    ("gen_ai.usage.cache_creation.input_tokens", &usage.write),
-                    ("gen_ai.usage.reasoning.output_tokens", &usage.reasoning),
-                    ("gen_ai.response.time_to_first_chunk", &first_chunk),
-                ],
-            );
-            if record_content {
-                let mut message = message_json(&response.to_message());
-                message["finish_reason"] = response.stop_reason.as_str().into();
-                span.record("gen_ai.output.messages", json!([message]).to_string());
-            }
-        }
-        Err(error) => record_fields(
-            span,
-            [
-                ("otel.status_code", &"error"),
-                ("error.type", &error.kind()),
-                ("gen_ai.response.time_to_first_chunk", &first_chunk),
-            ],
-        ),
-    }
-    #[cfg(feature = "otel")]
-    otel::chat_metrics(provider, request_model, answer, took);
-    #[cfg(not(feature = "otel"))]
-    let _ = (request_model, took);
+/// A request's `gen_ai.system_instructions` (when it has some) and `gen_ai.input.messages`.
+fn chat_content(request: &Request) -> (Option<String>, String) {
+    let system = request
+        .system
+        .as_ref()
+        .map(|system| json!([{"type": "text", "content": system}]).to_string());
+    let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    (system, Value::Array(messages).to_string())
+}
+
+/// A response's `gen_ai.output.messages`.
+fn output_content(response: &Response) -> String {
+    let mut message = message_json(&response.to_message());
+    message["finish_reason"] = response.stop_reason.as_str().into();
+    json!([message]).to_string()
 }
 
 /// A usage's `gen_ai.usage.*` values, as the conventions count them (a zero count of the
@@ -383,14 +445,15 @@ fn record_fields<const N: usize>(span: &Span, values: [(&str, &dyn tracing::Valu
     span.record_all(&fields.value_set(&pairs));
 }
 
-/// The span of a tool call.
-fn tool_span(parent: Option<&Span>, telemetry: &Telemetry, call: &ToolCall, input: &Value) -> Span {
-    let span = span_under!(
+/// The span of a tool call, for a subscriber.
+fn tool_span(parent: Option<&Span>, call: &ToolCall, exported: bool) -> Span {
+    span_under!(
         parent,
         "execute_tool",
         otel.name = %SpanName("execute_tool", Some(&call.name)),
         otel.kind = "internal",
         otel.status_code = Empty,
+        agentloop.exported = exported.then_some(true),
         error.type = Empty,
         gen_ai.operation.name = "execute_tool",
         gen_ai.tool.name = call.name.as_str(),
@@ -398,65 +461,44 @@ fn tool_span(parent: Option<&Span>, telemetry: &Telemetry, call: &ToolCall, inpu
         gen_ai.tool.type = "function",
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
-    );
-    if telemetry.record_content && !span.is_disabled() {
-        span.record("gen_ai.tool.call.arguments", input.to_string());
-    }
-    span
+    )
 }
 
-/// Record how a tool's handler ended on its span, and its duration: `None` when it was
-/// dropped before it ended (its timeout, or the run's end).
-fn tool_end(
-    span: &Span,
-    record_content: bool,
-    name: &Arc<str>,
-    ended: Option<&Result<ToolOutput, ToolError>>,
-    took: Duration,
-) {
-    let error = match ended {
-        Some(Ok(_)) => None,
-        Some(Err(ToolError::Failed(_))) => Some("failed"),
-        Some(Err(ToolError::InvalidArguments(_))) => Some("invalid_arguments"),
-        // Asking a person for input pauses the call; it did not fail.
-        Some(Err(ToolError::InputRequired(_))) => None,
-        None => Some("cancelled"),
-    };
-    if let Some(kind) = error {
-        record_error(span, kind);
+/// `gen_ai.tool.call.result`: what the handler gave, as text.
+fn tool_result(ended: &Result<ToolOutput, ToolError>) -> String {
+    match ended {
+        Ok(output) => match output.structured() {
+            Some(value) => value.to_string(),
+            None => output.content().to_text(),
+        },
+        Err(ToolError::Failed(message)) => message.clone(),
+        Err(ToolError::InvalidArguments(violations)) => violations
+            .iter()
+            .map(|v| format!("{}: {}", v.path, v.message))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(ToolError::InputRequired(request)) => {
+            format!("input required: {}", request.message)
+        }
     }
-    if record_content && let Some(ended) = ended {
-        let result = match ended {
-            Ok(output) => match output.structured() {
-                Some(value) => value.to_string(),
-                None => output.content().to_text(),
-            },
-            Err(ToolError::Failed(message)) => message.clone(),
-            Err(ToolError::InvalidArguments(violations)) => violations
-                .iter()
-                .map(|v| format!("{}: {}", v.path, v.message))
-                .collect::<Vec<_>>()
-                .join("; "),
-            Err(ToolError::InputRequired(request)) => {
-                format!("input required: {}", request.message)
-            }
-        };
-        span.record("gen_ai.tool.call.result", result);
-    }
-    #[cfg(feature = "otel")]
-    otel::tool_duration(name, took, error);
-    #[cfg(not(feature = "otel"))]
-    let _ = (name, took);
 }
 
 /// A model call's or a tool's span, carried by the call's own (boxed) future so that a run's
-/// future does not grow with it; only built when a subscriber wants the span.
+/// future does not grow with it; only built when a subscriber, a tracer or the metrics want
+/// it.
 pub(crate) struct CallTrace {
     span: Span,
+    /// The call's OpenTelemetry span, when the run exports its own.
+    #[cfg(feature = "otel")]
+    otel: Option<direct::CallSpan>,
+    /// Whether it records the metrics.
+    metrics: bool,
     started: Instant,
     /// The provider (a model call).
     provider: Cow<'static, str>,
-    /// The requested model (a model call) or the tool's name, shared with the metrics.
+    /// The requested model (a model call) or the tool's name, shared with the spans and the
+    /// metrics.
+    #[cfg(feature = "otel")]
     target: Arc<str>,
     record_content: bool,
     /// A streamed call's first chunk is still to come.
@@ -465,40 +507,122 @@ pub(crate) struct CallTrace {
     first_chunk: Option<f64>,
 }
 
+/// The OpenTelemetry context a call's span goes under: its run's, else the current one.
+#[cfg(feature = "otel")]
+fn otel_parent<T>(run: Option<&RunTrace>, start: impl FnOnce(&opentelemetry::Context) -> T) -> T {
+    match run.and_then(|run| run.otel.as_ref()) {
+        Some(parent) => start(parent),
+        None => start(&opentelemetry::Context::current()),
+    }
+}
+
 impl CallTrace {
-    /// A model call's trace, when its span is wanted.
+    /// A model call's trace under its run's, when it is wanted.
     pub(crate) fn chat(
-        parent: Option<&Span>,
+        run: Option<&RunTrace>,
         telemetry: &Telemetry,
         provider: &str,
         request: &Request,
         streamed: bool,
     ) -> Option<Self> {
-        let span = chat_span(parent, telemetry, provider, request, streamed);
-        (!span.is_disabled()).then(|| Self {
+        #[cfg(feature = "otel")]
+        let tracer = direct::tracer(telemetry);
+        #[cfg(feature = "otel")]
+        let exported = tracer.is_some();
+        #[cfg(not(feature = "otel"))]
+        let exported = false;
+        let span = chat_span(
+            run.and_then(RunTrace::span),
+            provider,
+            request,
+            streamed,
+            exported,
+        );
+        let traced = !span.is_disabled();
+        let content =
+            (telemetry.record_content && (traced || exported)).then(|| chat_content(request));
+        if traced && let Some((system, messages)) = &content {
+            if let Some(system) = system {
+                span.record("gen_ai.system_instructions", system.as_str());
+            }
+            span.record("gen_ai.input.messages", messages.as_str());
+        }
+        #[cfg(feature = "otel")]
+        let target: Arc<str> = request.model.as_str().into();
+        #[cfg(feature = "otel")]
+        let otel = tracer.map(|tracer| {
+            let call = direct::ChatStart {
+                provider,
+                model: &target,
+                streamed,
+                max_tokens: request.max_tokens,
+                temperature: request.temperature,
+                top_p: request.top_p,
+                top_k: request.top_k,
+                content,
+            };
+            direct::CallSpan::Chat(otel_parent(run, |parent| {
+                direct::chat(tracer, parent, call)
+            }))
+        });
+        #[cfg(not(feature = "otel"))]
+        let _ = content;
+        let metrics = metrics_on(telemetry);
+        (traced || exported || metrics).then(|| Self {
             span,
+            #[cfg(feature = "otel")]
+            otel,
+            metrics,
             started: Instant::now(),
             provider: known(provider).map_or_else(|| provider.to_owned().into(), Cow::Borrowed),
-            target: request.model.as_str().into(),
+            #[cfg(feature = "otel")]
+            target,
             record_content: telemetry.record_content,
             waiting_first: streamed,
             first_chunk: None,
         })
     }
 
-    /// A tool call's trace, when its span is wanted.
+    /// A tool call's trace under its run's, when it is wanted.
     pub(crate) fn tool(
-        parent: Option<&Span>,
+        run: Option<&RunTrace>,
         telemetry: &Telemetry,
         call: &ToolCall,
         input: &Value,
     ) -> Option<Self> {
-        let span = tool_span(parent, telemetry, call, input);
-        (!span.is_disabled()).then(|| Self {
+        #[cfg(feature = "otel")]
+        let tracer = direct::tracer(telemetry);
+        #[cfg(feature = "otel")]
+        let exported = tracer.is_some();
+        #[cfg(not(feature = "otel"))]
+        let exported = false;
+        let span = tool_span(run.and_then(RunTrace::span), call, exported);
+        let traced = !span.is_disabled();
+        let arguments =
+            (telemetry.record_content && (traced || exported)).then(|| input.to_string());
+        if traced && let Some(arguments) = &arguments {
+            span.record("gen_ai.tool.call.arguments", arguments.as_str());
+        }
+        #[cfg(feature = "otel")]
+        let target: Arc<str> = call.name.as_str().into();
+        #[cfg(feature = "otel")]
+        let otel = tracer.map(|tracer| {
+            direct::CallSpan::Tool(otel_parent(run, |parent| {
+                direct::tool(tracer, parent, &target, &call.id, arguments)
+            }))
+        });
+        #[cfg(not(feature = "otel"))]
+        let _ = arguments;
+        let metrics = metrics_on(telemetry);
+        (traced || exported || metrics).then(|| Self {
             span,
+            #[cfg(feature = "otel")]
+            otel,
+            metrics,
             started: Instant::now(),
             provider: Cow::Borrowed(""),
-            target: call.name.as_str().into(),
+            #[cfg(feature = "otel")]
+            target,
             record_content: telemetry.record_content,
             waiting_first: false,
             first_chunk: None,
@@ -515,24 +639,119 @@ impl CallTrace {
     }
 
     /// The run stopped the call: only its time to first chunk is recorded.
-    pub(crate) fn chat_stopped(&self) {
-        if let Some(first) = self.first_chunk {
+    pub(crate) fn chat_stopped(&mut self) {
+        if let Some(first) = self.first_chunk
+            && !self.span.is_disabled()
+        {
             self.span
                 .record("gen_ai.response.time_to_first_chunk", first);
         }
+        #[cfg(feature = "otel")]
+        if let Some(direct::CallSpan::Chat(call)) = &mut self.otel {
+            direct::chat_end(call, None, self.first_chunk);
+        }
     }
 
-    /// Record how the model call ended.
-    pub(crate) fn chat_ended(&self, answer: Result<&Response, &Error>) {
-        chat_end(
-            &self.span,
-            self.record_content,
-            &self.provider,
-            &self.target,
-            answer,
-            self.first_chunk,
-            self.started.elapsed(),
-        );
+    /// Record how the model call ended, and its metrics.
+    pub(crate) fn chat_ended(&mut self, answer: Result<&Response, &Error>) {
+        let took = self.started.elapsed();
+        let first_chunk = self.first_chunk;
+        let output = match answer {
+            Ok(response) if self.record_content => Some(output_content(response)),
+            _ => None,
+        };
+        if !self.span.is_disabled() {
+            match answer {
+                Ok(response) => {
+                    let model = (!response.model.is_empty()).then_some(response.model.as_str());
+                    let id = (!response.id.is_empty()).then_some(response.id.as_str());
+                    let usage = UsageFields::new(&self.provider, &response.usage);
+                    record_fields(
+                        &self.span,
+                        [
+                            ("gen_ai.response.model", &model),
+                            ("gen_ai.response.id", &id),
+                            (
+                                "gen_ai.response.finish_reasons",
+                                &response.stop_reason.as_str(),
+                            ),
+                            ("gen_ai.usage.input_tokens", &usage.input),
+                            ("gen_ai.usage.output_tokens", &usage.output),
+                            ("gen_ai.usage.cache_read.input_tokens", &usage.read),
+                            ("gen_ai.usage.cache_creation.input_tokens", &usage.write),
+                            ("gen_ai.usage.reasoning.output_tokens", &usage.reasoning),
+                            ("gen_ai.response.time_to_first_chunk", &first_chunk),
+                        ],
+                    );
+                    if let Some(output) = &output {
+                        self.span.record("gen_ai.output.messages", output.as_str());
+                    }
+                }
+                Err(error) => record_fields(
+                    &self.span,
+                    [
+                        ("otel.status_code", &"error"),
+                        ("error.type", &error.kind()),
+                        ("gen_ai.response.time_to_first_chunk", &first_chunk),
+                    ],
+                ),
+            }
+        }
+        #[cfg(feature = "otel")]
+        {
+            if let Some(direct::CallSpan::Chat(call)) = &mut self.otel {
+                let ended = answer
+                    .map(|response| direct::ChatEnd {
+                        model: (!response.model.is_empty()).then_some(response.model.as_str()),
+                        request_model: &self.target,
+                        id: (!response.id.is_empty()).then_some(response.id.as_str()),
+                        finish_reason: response.stop_reason.as_str(),
+                        usage: UsageFields::new(&self.provider, &response.usage),
+                        output,
+                    })
+                    .map_err(Error::kind);
+                direct::chat_end(call, Some(ended), first_chunk);
+            }
+            if self.metrics {
+                metrics::chat_metrics(&self.provider, &self.target, answer, took);
+            }
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (took, output, self.metrics);
+    }
+
+    /// Record how a tool's handler ended, and its duration: `None` when it was dropped before
+    /// it ended (its timeout, or the run's end).
+    fn tool_ended(&self, ended: Option<&Result<ToolOutput, ToolError>>) {
+        let took = self.started.elapsed();
+        let error = match ended {
+            Some(Ok(_)) => None,
+            Some(Err(ToolError::Failed(_))) => Some("failed"),
+            Some(Err(ToolError::InvalidArguments(_))) => Some("invalid_arguments"),
+            // Asking a person for input pauses the call; it did not fail.
+            Some(Err(ToolError::InputRequired(_))) => None,
+            None => Some("cancelled"),
+        };
+        let result = ended.filter(|_| self.record_content).map(tool_result);
+        if !self.span.is_disabled() {
+            if let Some(kind) = error {
+                record_error(&self.span, kind);
+            }
+            if let Some(result) = &result {
+                self.span.record("gen_ai.tool.call.result", result.as_str());
+            }
+        }
+        #[cfg(feature = "otel")]
+        {
+            if let Some(direct::CallSpan::Tool(call)) = &self.otel {
+                direct::tool_end(call, result, error);
+            }
+            if self.metrics {
+                metrics::tool_duration(&self.target, took, error);
+            }
+        }
+        #[cfg(not(feature = "otel"))]
+        let _ = (took, result, self.metrics);
     }
 
     /// The provider's whole answer in this span, recorded when it ends.
@@ -540,36 +759,48 @@ impl CallTrace {
         self,
         call: BoxFuture<'static, Result<Response, Error>>,
     ) -> BoxFuture<'static, Result<Response, Error>> {
+        let mut trace = self;
         Box::pin(async move {
-            let answer = call.instrument(self.span.clone()).await;
-            self.chat_ended(answer.as_ref());
+            let answer = call.instrument(trace.span.clone()).await;
+            trace.chat_ended(answer.as_ref());
             answer
         })
     }
 
-    /// The tool's handler in this span, its end recorded (also when it is dropped first).
+    /// The tool's handler, started by `start` and run in this span, its end recorded (also
+    /// when it is dropped first). The handler starts and runs with the span entered and, when
+    /// the run exports its own spans, its OpenTelemetry context current: spans the handler
+    /// makes (an MCP call's, the application's own) nest under it.
     pub(crate) fn run_tool(
         self,
-        call: BoxFuture<'static, Result<ToolOutput, ToolError>>,
+        start: impl FnOnce() -> BoxFuture<'static, Result<ToolOutput, ToolError>>,
     ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         let span = self.span.clone();
+        #[cfg(feature = "otel")]
+        let context = match &self.otel {
+            Some(direct::CallSpan::Tool(context)) => Some(context.clone()),
+            _ => None,
+        };
+        let call = {
+            let _entered = span.enter();
+            #[cfg(feature = "otel")]
+            let _attached = context.as_ref().map(|context| context.clone().attach());
+            start()
+        };
         let mut ending = ToolEnding(Some(self));
-        Box::pin(
-            async move {
-                let ended = call.await;
-                if let Some(trace) = ending.0.take() {
-                    tool_end(
-                        &trace.span,
-                        trace.record_content,
-                        &trace.target,
-                        Some(&ended),
-                        trace.started.elapsed(),
-                    );
-                }
-                ended
+        let handler = async move {
+            let ended = call.await;
+            if let Some(trace) = ending.0.take() {
+                trace.tool_ended(Some(&ended));
             }
-            .instrument(span),
-        )
+            ended
+        };
+        #[cfg(feature = "otel")]
+        if let Some(context) = context {
+            use opentelemetry::trace::FutureExt as _;
+            return Box::pin(handler.with_context(context).instrument(span));
+        }
+        Box::pin(handler.instrument(span))
     }
 }
 
@@ -579,13 +810,7 @@ struct ToolEnding(Option<CallTrace>);
 impl Drop for ToolEnding {
     fn drop(&mut self) {
         if let Some(trace) = self.0.take() {
-            tool_end(
-                &trace.span,
-                trace.record_content,
-                &trace.target,
-                None,
-                trace.started.elapsed(),
-            );
+            trace.tool_ended(None);
         }
     }
 }

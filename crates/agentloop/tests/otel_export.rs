@@ -90,6 +90,10 @@ fn text(value: &AnyValue) -> String {
         Some(any_value::Value::IntValue(i)) => i.to_string(),
         Some(any_value::Value::DoubleValue(d)) => d.to_string(),
         Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(any_value::Value::ArrayValue(array)) => {
+            let items: Vec<String> = array.values.iter().map(text).collect();
+            format!("[{}]", items.join(","))
+        }
         other => format!("{other:?}"),
     }
 }
@@ -177,7 +181,7 @@ fn chat(id: &str, finish: &str, input: &str, output: &str) -> BTreeMap<String, S
         ("gen_ai.request.temperature", "0.5"),
         ("gen_ai.response.model", "scripted"),
         ("gen_ai.response.id", id),
-        ("gen_ai.response.finish_reasons", finish),
+        ("gen_ai.response.finish_reasons", &format!("[{finish}]")),
         ("gen_ai.usage.input_tokens", input),
         ("gen_ai.usage.output_tokens", output),
     ])
@@ -241,6 +245,17 @@ async fn runs_are_exported_over_otlp_http_with_the_genai_spans_and_metrics() {
         .and_then(|kv| kv.value.clone())
         .and_then(|v| v.value);
     assert_eq!(input, Some(any_value::Value::IntValue(30)));
+    // The finish reasons are the conventions' string array.
+    let reasons = children[0]
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "gen_ai.response.finish_reasons")
+        .and_then(|kv| kv.value.clone())
+        .and_then(|v| v.value);
+    assert!(
+        matches!(&reasons, Some(any_value::Value::ArrayValue(array)) if array.values.len() == 1),
+        "{reasons:?}"
+    );
     let shape: Vec<(&str, i32)> = children.iter().map(|s| (s.name.as_str(), s.kind)).collect();
     assert_eq!(
         shape,

@@ -13,7 +13,6 @@ use rust_decimal::Decimal;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::Span;
 
 use super::approval::{Approval, ApprovalContext, InputReply};
 use super::events::Outbox;
@@ -31,7 +30,7 @@ use crate::message::{Message, Request, Response};
 use crate::output::OutputSpec;
 use crate::provider::Provider;
 use crate::provider::http::deadline::later;
-use crate::telemetry;
+use crate::telemetry::{self, RunTrace};
 use crate::tool::{Tool, ToolCall, ToolContext, ToolDefinition, ToolError, ToolOutput, Violation};
 
 /// The tools of a run, by name. Shared: an agent builds it once, and its runs clone a pointer.
@@ -118,12 +117,6 @@ struct Extras {
     context: Option<std::sync::Mutex<ContextState>>,
     /// The run's span, when a subscriber wants it (see [`crate::telemetry`]).
     trace: Option<RunTrace>,
-}
-
-/// A traced run's span and when it started.
-struct RunTrace {
-    span: Span,
-    started: Instant,
 }
 
 /// The estimator of a run with a context policy, and the estimate of the request last sent.
@@ -333,41 +326,30 @@ impl Driver {
         &self.cancel
     }
 
-    /// Open the run's span (see [`crate::telemetry`]), kept in the extras when a subscriber
-    /// wants it: the run's future does not grow, and the spans of its model calls and tools
-    /// name it as their parent.
+    /// Open the run's trace (see [`crate::telemetry`]), kept in the extras when it is wanted:
+    /// the run's future does not grow, and the spans of its model calls and tools name it as
+    /// their parent.
     fn trace(&mut self, machine: &Machine) {
-        let span = telemetry::agent_span(
+        let trace = RunTrace::start(
             &self.options.telemetry,
             self.provider.name(),
             &machine.request().model,
             self.store().map(|d| &*d.run_id),
         );
-        if !span.is_disabled() {
-            self.extras.get_or_insert_default().trace = Some(RunTrace {
-                span,
-                started: Instant::now(),
-            });
+        if let Some(trace) = trace {
+            self.extras.get_or_insert_default().trace = Some(trace);
         }
     }
 
-    /// The run's span, when it has one.
-    fn run_span(&self) -> Option<&Span> {
-        self.extras
-            .as_ref()
-            .and_then(|e| e.trace.as_ref())
-            .map(|t| &t.span)
+    /// The run's trace, when it has one.
+    fn run_trace(&self) -> Option<&RunTrace> {
+        self.extras.as_ref().and_then(|e| e.trace.as_ref())
     }
 
-    /// Record how the run ended on its span.
+    /// Record how the run ended on its trace.
     fn trace_end(&self, ended: Result<&RunResult, &Error>) {
-        let Some(trace) = self.extras.as_ref().and_then(|e| e.trace.as_ref()) else {
-            return;
-        };
-        let took = trace.started.elapsed();
-        match ended {
-            Ok(result) => telemetry::agent_end(&trace.span, self.provider.name(), result, took),
-            Err(error) => telemetry::agent_failed(&trace.span, self.provider.name(), error, took),
+        if let Some(trace) = self.run_trace() {
+            trace.ended(self.provider.name(), ended);
         }
     }
 
@@ -1010,7 +992,7 @@ impl Driver {
     /// The model call's span, when a subscriber wants it.
     fn chat_trace(&self, request: &Request) -> Option<telemetry::CallTrace> {
         telemetry::CallTrace::chat(
-            self.run_span(),
+            self.run_trace(),
             &self.options.telemetry,
             self.provider.name(),
             request,
@@ -1308,9 +1290,9 @@ impl Driver {
         ctx: ToolContext,
         input: Value,
     ) -> ToolFuture {
-        match telemetry::CallTrace::tool(self.run_span(), &self.options.telemetry, call, &input) {
+        match telemetry::CallTrace::tool(self.run_trace(), &self.options.telemetry, call, &input) {
             None => handler.call(ctx, input),
-            Some(trace) => trace.run_tool(handler.call(ctx, input)),
+            Some(trace) => trace.run_tool(|| handler.call(ctx, input)),
         }
     }
 }

@@ -63,7 +63,7 @@ impl StreamedCall {
         let mut acc = self.acc;
         acc.set_provider(provider);
         let (response, end) = (acc.finish(), self.end.unwrap_or(CallEnd::Finished));
-        if let Some(trace) = &self.trace {
+        if let Some(mut trace) = self.trace {
             match &end {
                 CallEnd::Finished => trace.chat_ended(Ok(&response)),
                 CallEnd::Failed(error) => trace.chat_ended(Err(error)),

@@ -78,6 +78,8 @@ impl Sink for Few {
 /// What a span's fields set: its name, kind and status, and its attributes.
 #[derive(Default)]
 struct Fields<A> {
+    /// The span of a run that builds its OpenTelemetry spans itself: left alone.
+    exported: bool,
     name: Option<Cow<'static, str>>,
     kind: Option<SpanKind>,
     status: Option<Status>,
@@ -152,7 +154,10 @@ fn status(value: &str) -> Status {
 
 impl<A: Sink> Visit for Fields<A> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if !self.special(field, value) {
+        if field.name() == "gen_ai.response.finish_reasons" {
+            // `tracing` has no arrays: the call's one reason, made the conventions' array.
+            self.attributes.push(super::direct::finish_reasons(value));
+        } else if !self.special(field, value) {
             self.push(field, text(value));
         }
     }
@@ -183,7 +188,11 @@ impl<A: Sink> Visit for Fields<A> {
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.push(field, value);
+        if field.name() == "agentloop.exported" {
+            self.exported = value;
+        } else {
+            self.push(field, value);
+        }
     }
 }
 
@@ -242,6 +251,9 @@ where
             ..Fields::default()
         };
         attrs.record(&mut fields);
+        if fields.exported {
+            return;
+        }
         let mut builder = SpanBuilder::from_name(
             fields
                 .name

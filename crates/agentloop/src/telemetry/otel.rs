@@ -1,23 +1,17 @@
 //! OTLP/HTTP (protobuf) export of the runs' spans and the GenAI metrics (feature `otel`).
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-
-use opentelemetry::metrics::Histogram;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry::{Key, KeyValue, StringValue, Value};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tracing_subscriber::Layer;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{FilterFn, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::{known, provider_name};
-use crate::error::Error;
-use crate::message::Response;
+use super::metrics::record_metrics;
+use super::set_tracer;
 
 /// Why telemetry could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -89,8 +83,10 @@ fn env(var: &str) -> Option<String> {
 /// `OTEL_RESOURCE_ATTRIBUTES` and the exporter's other `OTEL_*` settings. `None` when no
 /// endpoint is set (or `OTEL_SDK_DISABLED=true`): nothing is installed then.
 ///
-/// Installs a global `tracing` subscriber that sends `agentloop`'s spans (level INFO and up)
-/// to OpenTelemetry. Keep the guard until the program ends: dropping it flushes.
+/// The runs build their OpenTelemetry spans themselves ([`set_tracer`]), which costs less
+/// than going through `tracing`; a global `tracing` subscriber is installed for `agentloop`'s
+/// other spans and events (level INFO and up). Keep the guard until the program ends: dropping
+/// it flushes.
 pub fn init_from_env() -> Result<Option<TelemetryGuard>, InitError> {
     if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         return Ok(None);
@@ -129,23 +125,46 @@ pub fn init_from_env() -> Result<Option<TelemetryGuard>, InitError> {
             .with_resource(resource)
             .with_periodic_exporter(exporter)
             .build();
-        let _ = record_metrics(&meter);
         Some(meter)
     } else {
         None
     };
-    let subscriber = tracing_subscriber::registry().with(layer(tracer.tracer("agentloop")));
-    tracing::subscriber::set_global_default(subscriber).map_err(|_| InitError::SubscriberSet)?;
+    install(tracer.tracer("agentloop"), meter.as_ref())?;
     Ok(Some(TelemetryGuard { tracer, meter }))
 }
 
-/// The layer [`init_from_env`] installs, for a subscriber of your own: it hands `agentloop`'s
+/// What [`init_from_env`] does, with exporters of your own: the runs build their spans for
+/// `tracer` themselves ([`set_tracer`]), the conventions' metrics are recorded with `meter`
+/// ([`record_metrics`]), and a global `tracing` subscriber hands `agentloop`'s other spans (an
+/// MCP call's) and its events (level INFO and up) to `tracer`; the runs' own `tracing` spans
+/// are not even made then. Fails when the process has a global subscriber already.
+pub fn install(tracer: SdkTracer, meter: Option<&SdkMeterProvider>) -> Result<(), InitError> {
+    let others = FilterFn::new(|metadata| {
+        metadata.target().starts_with("agentloop")
+            && *metadata.level() <= tracing::Level::INFO
+            && !super::is_run_span(metadata)
+    })
+    .with_max_level_hint(tracing::Level::INFO);
+    let subscriber = tracing_subscriber::registry()
+        .with(super::layer::SpanLayer::new(tracer.clone()).with_filter(others));
+    tracing::subscriber::set_global_default(subscriber).map_err(|_| InitError::SubscriberSet)?;
+    set_tracer(tracer);
+    if let Some(meter) = meter {
+        record_metrics(meter);
+    }
+    Ok(())
+}
+
+/// The layer that hands `agentloop`'s spans to OpenTelemetry, for a subscriber of your own
+/// (with [`install`] or [`init_from_env`], the runs' spans do not go through it): it hands `agentloop`'s
 /// spans (level INFO and up, and nothing else) to `tracer`, with the conventions' attributes
 /// only (no source locations, threads, levels, targets or busy times). While a span is
 /// entered (a tool's handler runs in its `execute_tool` span) its context is
 /// `opentelemetry::Context::current()`, so OpenTelemetry spans of your own nest under it.
 /// It builds the SDK spans itself, which costs less per span than `tracing-opentelemetry`'s
-/// generic layer; that layer still works for `agentloop`'s spans if you prefer it.
+/// generic layer; that layer still works for `agentloop`'s spans if you prefer it. Runs that
+/// build their spans themselves ([`set_tracer`], [`Telemetry::tracer`](super::Telemetry::tracer))
+/// mark theirs, and this layer leaves those out, so none is exported twice.
 ///
 /// ```no_run
 /// use opentelemetry::trace::TracerProvider as _;
@@ -161,183 +180,4 @@ where
 {
     super::layer::SpanLayer::new(tracer)
         .with_filter(Targets::new().with_target("agentloop", tracing::Level::INFO))
-}
-
-/// Record the conventions' metrics (token usage, operation, tool and agent durations) with
-/// `provider`, as [`init_from_env`] does with its own. The first provider set stays: `false`
-/// when one was set already.
-pub fn record_metrics(provider: &SdkMeterProvider) -> bool {
-    INSTRUMENTS.set(Instruments::new(provider)).is_ok()
-}
-
-/// The conventions' histograms, set once the metrics exporter is.
-struct Instruments {
-    token_usage: Histogram<u64>,
-    operation_duration: Histogram<f64>,
-    tool_duration: Histogram<f64>,
-    agent_duration: Histogram<f64>,
-}
-
-static INSTRUMENTS: OnceLock<Instruments> = OnceLock::new();
-
-/// The conventions' bucket boundaries for durations in seconds.
-const SECONDS: [f64; 14] = [
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-];
-
-impl Instruments {
-    fn new(provider: &SdkMeterProvider) -> Self {
-        use opentelemetry::metrics::MeterProvider as _;
-        let meter = provider.meter("agentloop");
-        let seconds = |name: &'static str, description: &'static str| {
-            meter
-                .f64_histogram(name)
-                .with_unit("s")
-                .with_description(description)
-                .with_boundaries(SECONDS.to_vec())
-                .build()
-        };
-        Self {
-            token_usage: meter
-                .u64_histogram("gen_ai.client.token.usage")
-                .with_unit("{token}")
-                .with_description("Number of input and output tokens used.")
-                .with_boundaries(
-                    (0..14).map(|i| 4f64.powi(i)).collect(), // 1, 4, 16, ... 67108864
-                )
-                .build(),
-            operation_duration: seconds(
-                "gen_ai.client.operation.duration",
-                "GenAI operation duration.",
-            ),
-            tool_duration: seconds(
-                "gen_ai.execute_tool.duration",
-                "Duration of a tool execution.",
-            ),
-            agent_duration: seconds(
-                "gen_ai.invoke_agent.duration",
-                "Duration of an agent invocation.",
-            ),
-        }
-    }
-}
-
-/// A string attribute's value, borrowed when it is a [`known`] one.
-fn value(text: &str) -> Value {
-    match known(text) {
-        Some(known) => Value::from(known),
-        None => Value::from(text.to_owned()),
-    }
-}
-
-/// `model` as an attribute value: the call's shared copy when they are the same.
-fn model_value(model: &str, shared: &Arc<str>) -> Value {
-    if model == &**shared {
-        Value::String(StringValue::from(Arc::clone(shared)))
-    } else {
-        Value::from(model.to_owned())
-    }
-}
-
-/// A placeholder in an attribute array, never recorded.
-fn unset() -> KeyValue {
-    KeyValue::new(Key::from_static_str(""), false)
-}
-
-/// A model call's token usage and duration. The three measurements share one attribute array,
-/// each a prefix of it or its last entry changed.
-pub(super) fn chat_metrics(
-    provider: &str,
-    request_model: &Arc<str>,
-    answer: Result<&Response, &Error>,
-    took: Duration,
-) {
-    let Some(instruments) = INSTRUMENTS.get() else {
-        return;
-    };
-    let mut attributes = [
-        KeyValue::new("gen_ai.operation.name", "chat"),
-        KeyValue::new("gen_ai.provider.name", value(provider_name(provider))),
-        KeyValue::new(
-            "gen_ai.request.model",
-            Value::String(StringValue::from(Arc::clone(request_model))),
-        ),
-        unset(),
-        unset(),
-    ];
-    let mut len = 3;
-    match answer {
-        Ok(response) => {
-            if !response.model.is_empty() {
-                attributes[len] = KeyValue::new(
-                    "gen_ai.response.model",
-                    model_value(&response.model, request_model),
-                );
-                len += 1;
-            }
-            instruments
-                .operation_duration
-                .record(took.as_secs_f64(), &attributes[..len]);
-            let usage = &response.usage;
-            let cached = usage.cache_read_tokens + usage.cache_write_tokens;
-            let input = if super::cache_apart(provider) {
-                usage.input_tokens + cached
-            } else {
-                usage.input_tokens
-            };
-            attributes[len] = KeyValue::new("gen_ai.token.type", "input");
-            instruments.token_usage.record(input, &attributes[..=len]);
-            attributes[len] = KeyValue::new("gen_ai.token.type", "output");
-            instruments
-                .token_usage
-                .record(usage.output_tokens, &attributes[..=len]);
-        }
-        Err(error) => {
-            attributes[len] = KeyValue::new("error.type", error.kind());
-            instruments
-                .operation_duration
-                .record(took.as_secs_f64(), &attributes[..=len]);
-        }
-    }
-}
-
-/// A tool call's duration.
-pub(super) fn tool_duration(name: &Arc<str>, took: Duration, error: Option<&'static str>) {
-    let Some(instruments) = INSTRUMENTS.get() else {
-        return;
-    };
-    let attributes = [
-        KeyValue::new("gen_ai.operation.name", "execute_tool"),
-        KeyValue::new(
-            "gen_ai.tool.name",
-            Value::String(StringValue::from(Arc::clone(name))),
-        ),
-        match error {
-            Some(kind) => KeyValue::new("error.type", kind),
-            None => unset(),
-        },
-    ];
-    let len = if error.is_some() { 3 } else { 2 };
-    instruments
-        .tool_duration
-        .record(took.as_secs_f64(), &attributes[..len]);
-}
-
-/// A run's duration.
-pub(super) fn agent_duration(provider: &str, took: Duration, error: Option<&'static str>) {
-    let Some(instruments) = INSTRUMENTS.get() else {
-        return;
-    };
-    let attributes = [
-        KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-        KeyValue::new("gen_ai.provider.name", value(provider_name(provider))),
-        match error {
-            Some(kind) => KeyValue::new("error.type", kind),
-            None => unset(),
-        },
-    ];
-    let len = if error.is_some() { 3 } else { 2 };
-    instruments
-        .agent_duration
-        .record(took.as_secs_f64(), &attributes[..len]);
 }
