@@ -250,6 +250,9 @@ pub(crate) struct RunTrace {
     /// The run's OpenTelemetry span, when it exports its own.
     #[cfg(feature = "otel")]
     otel: Option<opentelemetry::Context>,
+    /// The model it asks for, shared with its calls' spans and metrics.
+    #[cfg(feature = "otel")]
+    model: Arc<str>,
     /// Whether it records the metrics.
     metrics: bool,
     started: Instant,
@@ -264,8 +267,10 @@ impl RunTrace {
         conversation: Option<&str>,
     ) -> Option<Self> {
         #[cfg(feature = "otel")]
+        let shared_model: Arc<str> = model.into();
+        #[cfg(feature = "otel")]
         let otel = direct::tracer(telemetry)
-            .map(|tracer| direct::agent(tracer, telemetry, provider, model, conversation));
+            .map(|tracer| direct::agent(tracer, telemetry, provider, &shared_model, conversation));
         #[cfg(feature = "otel")]
         let exported = otel.is_some();
         #[cfg(not(feature = "otel"))]
@@ -277,6 +282,8 @@ impl RunTrace {
             span,
             #[cfg(feature = "otel")]
             otel,
+            #[cfg(feature = "otel")]
+            model: shared_model,
             metrics,
             started: Instant::now(),
         })
@@ -548,7 +555,10 @@ impl CallTrace {
             span.record("gen_ai.input.messages", messages.as_str());
         }
         #[cfg(feature = "otel")]
-        let target: Arc<str> = request.model.as_str().into();
+        let target: Arc<str> = match run {
+            Some(run) if *run.model == *request.model => Arc::clone(&run.model),
+            _ => request.model.as_str().into(),
+        };
         #[cfg(feature = "otel")]
         let otel = tracer.map(|tracer| {
             let call = direct::ChatStart {

@@ -150,11 +150,13 @@ pub(super) fn agent(
     tracer: &SdkTracer,
     telemetry: &Telemetry,
     provider: &str,
-    model: &str,
+    model: &Arc<str>,
     conversation: Option<&str>,
 ) -> Context {
     let agent = telemetry.agent_name.as_ref();
-    let mut attributes = Vec::with_capacity(11);
+    // Room for what it ends with too: the usage and `error.type`.
+    let count = 3 + usize::from(agent.is_some()) + usize::from(conversation.is_some()) + 6;
+    let mut attributes = Vec::with_capacity(count);
     attributes.push(attribute("gen_ai.operation.name", "invoke_agent"));
     attributes.push(attribute(
         "gen_ai.provider.name",
@@ -163,7 +165,7 @@ pub(super) fn agent(
     if let Some(agent) = agent {
         attributes.push(attribute("gen_ai.agent.name", shared(agent)));
     }
-    attributes.push(attribute("gen_ai.request.model", model.to_owned()));
+    attributes.push(attribute("gen_ai.request.model", shared(model)));
     if let Some(id) = conversation {
         attributes.push(attribute("gen_ai.conversation.id", id.to_owned()));
     }
@@ -205,7 +207,19 @@ pub(super) struct ChatStart<'a> {
 
 /// A model call's `chat` span under `parent`.
 pub(super) fn chat(tracer: &SdkTracer, parent: &Context, call: ChatStart<'_>) -> SdkSpan {
-    let mut attributes = Vec::with_capacity(16);
+    let options = [
+        call.max_tokens.is_some(),
+        call.temperature.is_some(),
+        call.top_p.is_some(),
+        call.top_k.is_some(),
+    ];
+    let content = call
+        .content
+        .as_ref()
+        .map_or(0, |(system, _)| 1 + usize::from(system.is_some()));
+    // Room for what it ends with too (`END_ATTRIBUTES` at most).
+    let count = 4 + options.iter().filter(|set| **set).count() + content + END_ATTRIBUTES;
+    let mut attributes = Vec::with_capacity(count);
     attributes.push(attribute("gen_ai.operation.name", "chat"));
     attributes.push(attribute(
         "gen_ai.provider.name",
@@ -310,7 +324,9 @@ pub(super) fn tool(
     id: &str,
     arguments: Option<String>,
 ) -> Context {
-    let mut attributes = Vec::with_capacity(7);
+    // Room for what it ends with too: its result and `error.type`.
+    let count = 4 + usize::from(arguments.is_some()) + 2;
+    let mut attributes = Vec::with_capacity(count);
     attributes.push(attribute("gen_ai.operation.name", "execute_tool"));
     attributes.push(attribute("gen_ai.tool.name", shared(tool_name)));
     attributes.push(attribute("gen_ai.tool.call.id", id.to_owned()));
