@@ -267,23 +267,27 @@ impl RunTrace {
         conversation: Option<&str>,
     ) -> Option<Self> {
         #[cfg(feature = "otel")]
-        let shared_model: Arc<str> = model.into();
+        let tracer = direct::tracer(telemetry);
         #[cfg(feature = "otel")]
-        let otel = direct::tracer(telemetry)
-            .map(|tracer| direct::agent(tracer, telemetry, provider, &shared_model, conversation));
-        #[cfg(feature = "otel")]
-        let exported = otel.is_some();
+        let exported = tracer.is_some();
         #[cfg(not(feature = "otel"))]
         let exported = false;
         let span = agent_span(telemetry, provider, model, conversation, exported);
         let metrics = metrics_on(telemetry);
-        let wanted = !span.is_disabled() || exported || metrics;
-        wanted.then(|| Self {
+        if span.is_disabled() && !exported && !metrics {
+            return None;
+        }
+        #[cfg(feature = "otel")]
+        let model: Arc<str> = model.into();
+        #[cfg(feature = "otel")]
+        let otel =
+            tracer.map(|tracer| direct::agent(tracer, telemetry, provider, &model, conversation));
+        Some(Self {
             span,
             #[cfg(feature = "otel")]
             otel,
             #[cfg(feature = "otel")]
-            model: shared_model,
+            model,
             metrics,
             started: Instant::now(),
         })
@@ -546,6 +550,10 @@ impl CallTrace {
             exported,
         );
         let traced = !span.is_disabled();
+        let metrics = metrics_on(telemetry);
+        if !traced && !exported && !metrics {
+            return None;
+        }
         let content =
             (telemetry.record_content && (traced || exported)).then(|| chat_content(request));
         if traced && let Some((system, messages)) = &content {
@@ -577,8 +585,7 @@ impl CallTrace {
         });
         #[cfg(not(feature = "otel"))]
         let _ = content;
-        let metrics = metrics_on(telemetry);
-        (traced || exported || metrics).then(|| Self {
+        Some(Self {
             span,
             #[cfg(feature = "otel")]
             otel,
@@ -608,6 +615,10 @@ impl CallTrace {
         let exported = false;
         let span = tool_span(run.and_then(RunTrace::span), call, exported);
         let traced = !span.is_disabled();
+        let metrics = metrics_on(telemetry);
+        if !traced && !exported && !metrics {
+            return None;
+        }
         let arguments =
             (telemetry.record_content && (traced || exported)).then(|| input.to_string());
         if traced && let Some(arguments) = &arguments {
@@ -623,8 +634,7 @@ impl CallTrace {
         });
         #[cfg(not(feature = "otel"))]
         let _ = arguments;
-        let metrics = metrics_on(telemetry);
-        (traced || exported || metrics).then(|| Self {
+        Some(Self {
             span,
             #[cfg(feature = "otel")]
             otel,
