@@ -201,6 +201,23 @@ fn is_run_span(metadata: &tracing::Metadata<'_>) -> bool {
         && matches!(metadata.name(), "invoke_agent" | "chat" | "execute_tool")
 }
 
+/// What a run builds its OpenTelemetry spans for (nothing without the `otel` feature).
+#[cfg(feature = "otel")]
+type Tracer = opentelemetry_sdk::trace::SdkTracer;
+#[cfg(not(feature = "otel"))]
+type Tracer = std::convert::Infallible;
+
+/// The tracer a run with `telemetry` builds its spans for, if any.
+fn tracer(telemetry: &Telemetry) -> Option<&Tracer> {
+    #[cfg(feature = "otel")]
+    return direct::tracer(telemetry);
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = telemetry;
+        None
+    }
+}
+
 /// Whether a run with `telemetry` records the conventions' metrics ([`record_metrics`]).
 fn metrics_on(telemetry: &Telemetry) -> bool {
     #[cfg(feature = "otel")]
@@ -266,12 +283,8 @@ impl RunTrace {
         model: &str,
         conversation: Option<&str>,
     ) -> Option<Self> {
-        #[cfg(feature = "otel")]
-        let tracer = direct::tracer(telemetry);
-        #[cfg(feature = "otel")]
+        let tracer = tracer(telemetry);
         let exported = tracer.is_some();
-        #[cfg(not(feature = "otel"))]
-        let exported = false;
         let span = agent_span(telemetry, provider, model, conversation, exported);
         let metrics = metrics_on(telemetry);
         if span.is_disabled() && !exported && !metrics {
@@ -536,12 +549,8 @@ impl CallTrace {
         request: &Request,
         streamed: bool,
     ) -> Option<Self> {
-        #[cfg(feature = "otel")]
-        let tracer = direct::tracer(telemetry);
-        #[cfg(feature = "otel")]
+        let tracer = tracer(telemetry);
         let exported = tracer.is_some();
-        #[cfg(not(feature = "otel"))]
-        let exported = false;
         let span = chat_span(
             run.and_then(RunTrace::span),
             provider,
@@ -607,12 +616,8 @@ impl CallTrace {
         call: &ToolCall,
         input: &Value,
     ) -> Option<Self> {
-        #[cfg(feature = "otel")]
-        let tracer = direct::tracer(telemetry);
-        #[cfg(feature = "otel")]
+        let tracer = tracer(telemetry);
         let exported = tracer.is_some();
-        #[cfg(not(feature = "otel"))]
-        let exported = false;
         let span = tool_span(run.and_then(RunTrace::span), call, exported);
         let traced = !span.is_disabled();
         let metrics = metrics_on(telemetry);
