@@ -18,8 +18,8 @@ pub(super) fn metrics_on() -> bool {
 }
 
 /// Record the conventions' metrics (token usage, operation, tool and agent durations) with
-/// `provider`, as [`init_from_env`](super::init_from_env) does with its own. The first provider set stays: `false`
-/// when one was set already.
+/// `provider`, as [`init_from_env`](super::init_from_env) does with its own. The first
+/// provider set stays: `false` when one was set already.
 pub fn record_metrics(provider: &SdkMeterProvider) -> bool {
     INSTRUMENTS.set(Instruments::new(provider)).is_ok()
 }

@@ -156,9 +156,9 @@ pub fn install(tracer: SdkTracer, meter: Option<&SdkMeterProvider>) -> Result<()
 }
 
 /// The layer that hands `agentloop`'s spans to OpenTelemetry, for a subscriber of your own
-/// (with [`install`] or [`init_from_env`], the runs' spans do not go through it): it hands `agentloop`'s
-/// spans (level INFO and up, and nothing else) to `tracer`, with the conventions' attributes
-/// only (no source locations, threads, levels, targets or busy times). While a span is
+/// (with [`install`] or [`init_from_env`], the runs' spans do not go through it): it hands
+/// `agentloop`'s spans (level INFO and up, and nothing else) to `tracer`, with the conventions'
+/// attributes only (no source locations, threads, levels, targets or busy times). While a span is
 /// entered (a tool's handler runs in its `execute_tool` span) its context is
 /// `opentelemetry::Context::current()`, so OpenTelemetry spans of your own nest under it.
 /// It builds the SDK spans itself, which costs less per span than `tracing-opentelemetry`'s
