@@ -273,6 +273,8 @@ fn variants(global: Option<&str>) -> Vec<Variant> {
             });
         }
     }
+    #[cfg(not(feature = "otel"))]
+    let _ = global;
     variants
 }
 
