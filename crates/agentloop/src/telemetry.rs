@@ -323,8 +323,8 @@ impl RunTrace {
             Err(error) => (Some(error.kind()), None),
         };
         if let Some(span) = self.span() {
-            match &usage {
-                Some(usage) => {
+            match (&usage, error) {
+                (Some(usage), _) => {
                     let status = error.map(|_| "error");
                     record_fields(
                         span,
@@ -339,7 +339,8 @@ impl RunTrace {
                         ],
                     );
                 }
-                None => record_error(span, error.unwrap_or("failed")),
+                (None, Some(kind)) => record_error(span, kind),
+                (None, None) => {}
             }
         }
         #[cfg(feature = "otel")]
@@ -437,6 +438,25 @@ impl UsageFields {
             read: nonzero(usage.cache_read_tokens),
             write: nonzero(usage.cache_write_tokens),
             reasoning: nonzero(usage.reasoning_tokens),
+        }
+    }
+}
+
+/// What a model call's answer tells its span.
+struct Answered<'a> {
+    model: Option<&'a str>,
+    id: Option<&'a str>,
+    finish_reason: &'a str,
+    usage: UsageFields,
+}
+
+impl<'a> Answered<'a> {
+    fn new(provider: &str, response: &'a Response) -> Self {
+        Self {
+            model: (!response.model.is_empty()).then_some(response.model.as_str()),
+            id: (!response.id.is_empty()).then_some(response.id.as_str()),
+            finish_reason: response.stop_reason.as_str(),
+            usage: UsageFields::new(provider, &response.usage),
         }
     }
 }
@@ -681,25 +701,21 @@ impl CallTrace {
     pub(crate) fn chat_ended(&mut self, answer: Result<&Response, &Error>) {
         let took = self.started.elapsed();
         let first_chunk = self.first_chunk;
+        let answered = answer.map(|response| Answered::new(&self.provider, response));
         let output = match answer {
-            Ok(response) if self.record_content => Some(output_content(response)),
+            Ok(response) if self.record_content && self.records() => Some(output_content(response)),
             _ => None,
         };
         if !self.span.is_disabled() {
-            match answer {
-                Ok(response) => {
-                    let model = (!response.model.is_empty()).then_some(response.model.as_str());
-                    let id = (!response.id.is_empty()).then_some(response.id.as_str());
-                    let usage = UsageFields::new(&self.provider, &response.usage);
+            match &answered {
+                Ok(answered) => {
+                    let usage = &answered.usage;
                     record_fields(
                         &self.span,
                         [
-                            ("gen_ai.response.model", &model),
-                            ("gen_ai.response.id", &id),
-                            (
-                                "gen_ai.response.finish_reasons",
-                                &response.stop_reason.as_str(),
-                            ),
+                            ("gen_ai.response.model", &answered.model),
+                            ("gen_ai.response.id", &answered.id),
+                            ("gen_ai.response.finish_reasons", &answered.finish_reason),
                             ("gen_ai.usage.input_tokens", &usage.input),
                             ("gen_ai.usage.output_tokens", &usage.output),
                             ("gen_ai.usage.cache_read.input_tokens", &usage.read),
@@ -725,16 +741,14 @@ impl CallTrace {
         #[cfg(feature = "otel")]
         {
             if let Some(direct::CallSpan::Chat(call)) = &mut self.otel {
-                let ended = answer
-                    .map(|response| direct::ChatEnd {
-                        model: (!response.model.is_empty()).then_some(response.model.as_str()),
+                let ended = answered
+                    .as_ref()
+                    .map(|answered| direct::ChatEnd {
+                        answered,
                         request_model: &self.target,
-                        id: (!response.id.is_empty()).then_some(response.id.as_str()),
-                        finish_reason: response.stop_reason.as_str(),
-                        usage: UsageFields::new(&self.provider, &response.usage),
                         output,
                     })
-                    .map_err(Error::kind);
+                    .map_err(|error| error.kind());
                 direct::chat_end(call, Some(ended), first_chunk);
             }
             if self.metrics {
@@ -742,7 +756,16 @@ impl CallTrace {
             }
         }
         #[cfg(not(feature = "otel"))]
-        let _ = (took, output, self.metrics);
+        let _ = (took, output, answered, self.metrics);
+    }
+
+    /// Whether a span records this call: a subscriber's, or its own OpenTelemetry one.
+    fn records(&self) -> bool {
+        #[cfg(feature = "otel")]
+        let exported = self.otel.is_some();
+        #[cfg(not(feature = "otel"))]
+        let exported = false;
+        !self.span.is_disabled() || exported
     }
 
     /// Record how a tool's handler ended, and its duration: `None` when it was dropped before
@@ -757,7 +780,9 @@ impl CallTrace {
             Some(Err(ToolError::InputRequired(_))) => None,
             None => Some("cancelled"),
         };
-        let result = ended.filter(|_| self.record_content).map(tool_result);
+        let result = ended
+            .filter(|_| self.record_content && self.records())
+            .map(tool_result);
         if !self.span.is_disabled() {
             if let Some(kind) = error {
                 record_error(&self.span, kind);

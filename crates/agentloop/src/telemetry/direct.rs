@@ -13,7 +13,7 @@ use opentelemetry::trace::{TraceContextExt as _, Tracer as _};
 use opentelemetry::{Array, Context, Key, KeyValue, StringValue, Value};
 use opentelemetry_sdk::trace::{SdkTracer, Span as SdkSpan};
 
-use super::{Telemetry, UsageFields, known, provider_name};
+use super::{Answered, Telemetry, UsageFields, known, provider_name};
 
 /// The tracer of the runs that name none ([`set_tracer`]).
 static GLOBAL: OnceLock<SdkTracer> = OnceLock::new();
@@ -83,21 +83,45 @@ fn int(count: u64) -> Value {
 /// At most this many attributes are set when a span ends.
 const END_ATTRIBUTES: usize = 10;
 
-/// The attributes a span ends with, on the stack: a `Vec` per span would be an allocation
-/// each.
+/// Attributes to set on a started span, on the stack: a span ends with (and a record sets) a
+/// few, and a `Vec` each would be an allocation each.
+#[derive(Default)]
+pub(super) struct Few {
+    inline: [Option<KeyValue>; END_ATTRIBUTES],
+    len: usize,
+    more: Vec<KeyValue>,
+}
+
+impl Few {
+    pub(super) fn push(&mut self, attribute: KeyValue) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => {
+                *slot = Some(attribute);
+                self.len += 1;
+            }
+            None => self.more.push(attribute),
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(super) fn into_attributes(self) -> impl Iterator<Item = KeyValue> {
+        self.inline.into_iter().flatten().chain(self.more)
+    }
+}
+
+/// How a span ends: its attributes, and `error.type` when it failed.
 #[derive(Default)]
 struct Ending {
-    attributes: [Option<KeyValue>; END_ATTRIBUTES],
-    len: usize,
+    attributes: Few,
     error: Option<&'static str>,
 }
 
 impl Ending {
     fn push(&mut self, attribute: KeyValue) {
-        if let Some(slot) = self.attributes.get_mut(self.len) {
-            *slot = Some(attribute);
-            self.len += 1;
-        }
+        self.attributes.push(attribute);
     }
 
     fn push_usage(&mut self, usage: &UsageFields) {
@@ -126,8 +150,8 @@ impl Ending {
         if self.error.is_some() {
             span.set_status(Status::error(""));
         }
-        if self.len > 0 {
-            span.set_attributes(self.attributes.into_iter().flatten());
+        if !self.attributes.is_empty() {
+            span.set_attributes(self.attributes.into_attributes());
         }
         span.end();
     }
@@ -137,8 +161,8 @@ impl Ending {
         if self.error.is_some() {
             span.set_status(Status::error(""));
         }
-        if self.len > 0 {
-            span.set_attributes(self.attributes.into_iter().flatten());
+        if !self.attributes.is_empty() {
+            span.set_attributes(self.attributes.into_attributes());
         }
         span.end();
     }
@@ -258,13 +282,10 @@ pub(super) fn chat(tracer: &SdkTracer, parent: &Context, call: ChatStart<'_>) ->
     )
 }
 
-/// How a model call ended, for its span.
+/// How a model call answered, for its span.
 pub(super) struct ChatEnd<'a> {
-    pub(super) model: Option<&'a str>,
+    pub(super) answered: &'a Answered<'a>,
     pub(super) request_model: &'a Arc<str>,
-    pub(super) id: Option<&'a str>,
-    pub(super) finish_reason: &'a str,
-    pub(super) usage: UsageFields,
     pub(super) output: Option<String>,
 }
 
@@ -277,21 +298,25 @@ pub(super) fn chat_end(
 ) {
     let mut ending = Ending::default();
     match ended {
-        Some(Ok(answer)) => {
-            if let Some(model) = answer.model {
-                let value = if model == &**answer.request_model {
-                    shared(answer.request_model)
+        Some(Ok(ChatEnd {
+            answered,
+            request_model,
+            output,
+        })) => {
+            if let Some(model) = answered.model {
+                let value = if model == &**request_model {
+                    shared(request_model)
                 } else {
                     Value::from(model.to_owned())
                 };
                 ending.push(attribute("gen_ai.response.model", value));
             }
-            if let Some(id) = answer.id {
+            if let Some(id) = answered.id {
                 ending.push(attribute("gen_ai.response.id", id.to_owned()));
             }
-            ending.push(finish_reasons(answer.finish_reason));
-            ending.push_usage(&answer.usage);
-            if let Some(output) = answer.output {
+            ending.push(finish_reasons(answered.finish_reason));
+            ending.push_usage(&answered.usage);
+            if let Some(output) = output {
                 ending.push(attribute("gen_ai.output.messages", output));
             }
         }

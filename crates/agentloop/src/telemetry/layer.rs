@@ -23,6 +23,8 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 
+use super::direct::Few;
+
 /// Hands `agentloop`'s spans to an SDK tracer (see the module docs).
 pub(super) struct SpanLayer {
     tracer: SdkTracer,
@@ -54,24 +56,9 @@ impl Sink for Vec<KeyValue> {
     }
 }
 
-/// A record's attributes, on the stack: a record sets a few, and a `Vec` per record would be
-/// an allocation each.
-#[derive(Default)]
-struct Few {
-    inline: [Option<KeyValue>; 8],
-    len: usize,
-    more: Vec<KeyValue>,
-}
-
 impl Sink for Few {
     fn push(&mut self, attribute: KeyValue) {
-        match self.inline.get_mut(self.len) {
-            Some(slot) => {
-                *slot = Some(attribute);
-                self.len += 1;
-            }
-            None => self.more.push(attribute),
-        }
+        Few::push(self, attribute);
     }
 }
 
@@ -113,9 +100,8 @@ impl Fields<Few> {
         if let Some(status) = self.status {
             span.set_status(status);
         }
-        let Few { inline, len, more } = self.attributes;
-        if len > 0 {
-            span.set_attributes(inline.into_iter().flatten().chain(more));
+        if !self.attributes.is_empty() {
+            span.set_attributes(self.attributes.into_attributes());
         }
     }
 }
